@@ -1,0 +1,1 @@
+"""ragjax.rollout."""
