@@ -1,0 +1,143 @@
+"""Advantage estimators: GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline (host side) and GAE (JAX).
+
+Outcome estimators work on one scalar reward per trajectory and groups keyed by prompt uid, of
+any size (REX-RAG clones enlarge a group).  They run on the host in float64: the arrays are
+tiny and group bookkeeping is easier there.  GAE needs the critic's per-token values and runs
+on device.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
+
+
+def _groups(group_ids: Sequence) -> list[np.ndarray]:
+  ids = list(group_ids)
+  index: dict = {}
+  for i, g in enumerate(ids):
+    index.setdefault(g, []).append(i)
+  return [np.asarray(v) for v in index.values()]
+
+
+def grpo_advantages(rewards, group_ids, *, use_std: bool = True, eps: float = 1e-6,
+                    ddof: int = 1) -> np.ndarray:
+  """(r - group mean) / (group std + eps); `use_std=False` is Dr.GRPO.
+
+  Unbiased std (ddof=1) and eps=1e-6 as verl; a singleton group keeps its raw reward (mean 0,
+  std 1), also as verl, since no baseline can be formed from one sample.
+  """
+  r = np.asarray(rewards, np.float64)
+  out = np.zeros_like(r)
+  for idx in _groups(group_ids):
+    g = r[idx]
+    if len(g) == 1:
+      out[idx] = g
+      continue
+    centred = g - g.mean()
+    out[idx] = centred / (g.std(ddof=ddof) + eps) if use_std else centred
+  return out.astype(np.float32)
+
+
+def rloo_advantages(rewards, group_ids) -> np.ndarray:
+  """r_i - mean of the *other* rewards in the group (leave-one-out baseline)."""
+  r = np.asarray(rewards, np.float64)
+  out = np.zeros_like(r)
+  for idx in _groups(group_ids):
+    g = r[idx]
+    n = len(g)
+    out[idx] = g if n == 1 else g - (g.sum() - g) / (n - 1)
+  return out.astype(np.float32)
+
+
+def masked_whiten(x: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+  """(x - mean) / sqrt(var + eps) over masked entries only (OpenRLHF masked whitening)."""
+  x, m = np.asarray(x, np.float64), np.asarray(mask, np.float64)
+  n = m.sum()
+  if n == 0:
+    return np.zeros_like(x, np.float32)
+  mean = (x * m).sum() / n
+  var = (((x - mean) ** 2) * m).sum() / n
+  return ((x - mean) / np.sqrt(var + eps) * m).astype(np.float32)
+
+
+def reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask, eps: float = 1e-8) -> np.ndarray:
+  """UR^2 / OpenRLHF `reinforce_baseline`: subtract the group mean, then whiten over all
+  trained tokens of the batch.  Returns [B, T]."""
+  r = np.asarray(rewards, np.float64)
+  centred = np.zeros_like(r)
+  for idx in _groups(group_ids):
+    centred[idx] = r[idx] - r[idx].mean()
+  mask = np.asarray(loss_mask, np.float64)
+  return masked_whiten(centred[:, None] * mask, mask, eps)
+
+
+def outcome_advantages(estimator: str, rewards, group_ids, loss_mask, *, eps: float = 1e-6) -> np.ndarray:
+  """Dispatch by name; always returns [B, T] advantages, zero off the loss mask."""
+  mask = np.asarray(loss_mask, np.float32)
+  if estimator == "grpo":
+    seq = grpo_advantages(rewards, group_ids, use_std=True, eps=eps)
+  elif estimator == "drgrpo":
+    seq = grpo_advantages(rewards, group_ids, use_std=False)
+  elif estimator == "rloo":
+    seq = rloo_advantages(rewards, group_ids)
+  elif estimator == "reinforce_pp_baseline":
+    return reinforce_pp_baseline_advantages(rewards, group_ids, mask)
+  else:
+    raise ValueError(f"unknown advantage estimator {estimator!r}; known: "
+                     f"{OUTCOME_ESTIMATORS + ('gae',)}")
+  return seq[:, None] * mask
+
+
+def gae(token_rewards: jnp.ndarray, values: jnp.ndarray, mask: jnp.ndarray, gamma: float,
+        lam: float) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """Generalised advantage estimation over the trained tokens of each row.
+
+  Untrained tokens (retrieved documents, prompt, padding) are skipped: the recursion passes
+  through them, so a retrieved block neither bootstraps nor discounts.  Returns (advantages,
+  returns), both zero off the mask; returns = advantages + values.
+  """
+  m = mask.astype(jnp.float32)
+  r, v = token_rewards.astype(jnp.float32), values.astype(jnp.float32)
+
+  def step(carry, x):
+    next_v, next_a = carry
+    r_t, v_t, m_t = x
+    delta = r_t + gamma * next_v - v_t
+    a_t = delta + gamma * lam * next_a
+    keep = m_t > 0
+    carry = (jnp.where(keep, v_t, next_v), jnp.where(keep, a_t, next_a))
+    return carry, jnp.where(keep, a_t, 0.0)
+
+  zeros = jnp.zeros(r.shape[0], jnp.float32)
+  _, adv = jax.lax.scan(step, (zeros, zeros), (r.T, v.T, m.T), reverse=True)
+  adv = adv.T
+  return adv, (adv + v) * m
+
+
+def place_outcome_rewards(rewards, loss_mask) -> np.ndarray:
+  """A [B, T] reward array with each trajectory's scalar reward on its last trained token."""
+  from ragjax.rl.batch import last_token_index
+  mask = np.asarray(loss_mask)
+  out = np.zeros(mask.shape, np.float32)
+  idx = last_token_index(mask)
+  rows = np.nonzero(idx >= 0)[0]
+  out[rows, idx[rows]] = np.asarray(rewards, np.float32)[rows]
+  return out
+
+
+def place_step_rewards(step_rewards: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
+                       shape) -> np.ndarray:
+  """Per-step rewards on each step's last token (R3-RAG process rewards, ReZero per-turn terms)."""
+  out = np.zeros(shape, np.float32)
+  for b, (rs, ends) in enumerate(zip(step_rewards, step_ends)):
+    if len(rs) != len(ends):
+      raise ValueError(f"row {b}: {len(rs)} step rewards but {len(ends)} step ends")
+    for r, e in zip(rs, ends):
+      out[b, e] += r
+  return out

@@ -1,0 +1,94 @@
+"""Token log-probs and entropy computed in vocabulary chunks, so [B, T, V] never exists.
+
+With V = 152k a full logits tensor for B*T = 64k tokens is 40 GB in float32.  We scan over
+vocab chunks of the [E, V] unembedding keeping an online logsumexp (running max m, scaled sum
+s = sum e^(z-m), and u = sum e^(z-m) z for the entropy), and pick the target logit from
+whichever chunk holds it.  The scan body is rematerialised, so the backward pass also holds
+only one [B, T, chunk] block at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.decoder import Decoder, unembedding
+
+
+def chunked_logprobs(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray,
+                     chunk: int = 8192, compute_dtype=None):
+  """log softmax(hidden @ w)[targets] and entropy, each [B, T], float32.
+
+  hidden [B, T, E], w [E, V], targets [B, T] int.  V need not divide by `chunk` (the tail chunk
+  is padded with masked columns).
+  """
+  e, v = w.shape
+  chunk = min(chunk, v)
+  n = -(-v // chunk)
+  pad = n * chunk - v
+  dt = compute_dtype or hidden.dtype
+  wp = jnp.pad(w, ((0, 0), (0, pad))) if pad else w
+  w_chunks = wp.reshape(e, n, chunk).transpose(1, 0, 2)            # [n, E, C]
+  h = hidden.astype(dt)
+  neg = jnp.float32(-jnp.inf)
+
+  @jax.checkpoint
+  def body(carry, xs):
+    m, s, u, tgt = carry
+    wc, start = xs
+    z = jnp.einsum("bte,ec->btc", h, wc.astype(dt), preferred_element_type=jnp.float32)
+    cols = start + jnp.arange(chunk)
+    z = jnp.where(cols < v, z, neg)
+    m_new = jnp.maximum(m, z.max(axis=-1))
+    scale = jnp.exp(m - m_new)
+    p = jnp.exp(z - m_new[..., None])
+    zf = jnp.where(cols < v, z, 0.0)
+    s = s * scale + p.sum(-1)
+    u = u * scale + (p * zf).sum(-1)
+    local = targets - start
+    inside = (local >= 0) & (local < chunk)
+    picked = jnp.take_along_axis(z, jnp.clip(local, 0, chunk - 1)[..., None], axis=-1)[..., 0]
+    tgt = jnp.where(inside, picked, tgt)
+    return (m_new, s, u, tgt), None
+
+  b, t = targets.shape
+  init = (jnp.full((b, t), -jnp.inf, jnp.float32), jnp.zeros((b, t), jnp.float32),
+          jnp.zeros((b, t), jnp.float32), jnp.zeros((b, t), jnp.float32))
+  starts = jnp.arange(n, dtype=targets.dtype) * chunk
+  (m, s, u, tgt), _ = jax.lax.scan(body, init, (w_chunks, starts))
+  logz = m + jnp.log(s)
+  return tgt - logz, logz - u / s
+
+
+def full_logprobs(hidden, w, targets):
+  """The naive reference: materialises the logits (tests only)."""
+  logits = jnp.einsum("bte,ev->btv", hidden, w, preferred_element_type=jnp.float32)
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  ent = -(jnp.exp(logp) * logp).sum(-1)
+  return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0], ent
+
+
+def sequence_logprobs(cfg: DecoderConfig, params, tokens, positions=None, attention_mask=None,
+                      chunk: int = 8192, temperature: float = 1.0):
+  """Per-token log pi(tokens[t] | tokens[<t]) and entropy, aligned with tokens ([:, 0] = 0)."""
+  hidden, _ = Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
+                                 return_hidden=True)
+  w = unembedding(cfg, params)
+  h = hidden[:, :-1]
+  if temperature != 1.0:
+    h = h / temperature
+  lp, ent = chunked_logprobs(h, w, tokens[:, 1:], chunk=chunk, compute_dtype=as_dtype(cfg.dtype))
+  pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+  return jnp.concatenate([pad, lp], 1), jnp.concatenate([pad, ent], 1)
+
+
+def sequence_values(cfg: DecoderConfig, critic_params, tokens, positions=None,
+                    attention_mask=None):
+  """Critic values aligned with tokens: V[:, t] scores the state before token t is emitted."""
+  values, _ = Decoder(cfg, head="value").apply({"params": critic_params}, tokens, positions,
+                                               attention_mask)
+  pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+  return jnp.concatenate([pad, values[:, :-1].astype(jnp.float32)], 1)

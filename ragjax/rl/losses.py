@@ -1,0 +1,94 @@
+"""Policy, KL, entropy and value losses, each a pure function of [B, T] arrays and a mask.
+
+Every reduction goes through `aggregate`, whose denominator can be fixed from the *whole*
+batch: summing micro-batch losses then equals the full-batch loss exactly, which is what
+makes gradient accumulation (and sharded vs unsharded) agree.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax.numpy as jnp
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def agg_denominator(mask: jnp.ndarray, mode: str) -> jnp.ndarray:
+  """The normaliser `aggregate` uses for `mode` when computed on this (full) batch."""
+  m = mask.astype(jnp.float32)
+  if mode == "token-mean":
+    return jnp.maximum(m.sum(), 1.0)
+  if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+    return jnp.maximum((m.sum(axis=1) > 0).sum().astype(jnp.float32), 1.0)
+  raise ValueError(f"unknown loss aggregation {mode!r}; known: {AGG_MODES}")
+
+
+def aggregate(x: jnp.ndarray, mask: jnp.ndarray, mode: str,
+              denom: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+  """token-mean: sum / #tokens; seq-mean-token-mean: mean over rows of row means;
+  seq-mean-token-sum: mean over rows of row sums.  Rows with no trained token count as 0."""
+  m = mask.astype(jnp.float32)
+  if denom is None:
+    denom = agg_denominator(m, mode)
+  xm = x * m
+  if mode == "token-mean":
+    return xm.sum() / denom
+  if mode == "seq-mean-token-mean":
+    return (xm.sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)).sum() / denom
+  if mode == "seq-mean-token-sum":
+    return xm.sum() / denom
+  raise ValueError(f"unknown loss aggregation {mode!r}; known: {AGG_MODES}")
+
+
+def clipped_surrogate(logprobs, behaviour_logprobs, advantages, *, clip_low: float,
+                      clip_high: float, dual_clip: Optional[float] = None):
+  """Per-token PPO loss with separate low/high clip (DAPO) and optional dual clip (c > 1).
+
+  Returns (loss [B, T], clipped [B, T] float indicator).  With dual clip, a negative-advantage
+  token's loss is capped at -A * c, so a huge ratio cannot blow the update up.
+  """
+  ratio = jnp.exp(logprobs - behaviour_logprobs)
+  loss1 = -advantages * ratio
+  loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  loss = jnp.maximum(loss1, loss2)
+  clipped = (loss2 > loss1).astype(jnp.float32)
+  if dual_clip is not None:
+    if dual_clip <= 1.0:
+      raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    loss3 = -advantages * dual_clip
+    dual = jnp.minimum(loss, loss3)
+    clipped = jnp.where((advantages < 0) & (loss > loss3), 1.0, clipped)
+    loss = jnp.where(advantages < 0, dual, loss)
+  return loss, clipped
+
+
+def kl_penalty(logprobs, ref_logprobs, estimator: str, clamp: Optional[float] = 10.0):
+  """Per-token KL(pi || ref) estimate from samples of pi (Schulman's k1/k2/k3).
+
+  k1 = log pi - log ref; k2 = (log pi - log ref)^2 / 2; k3 = e^(ref-pi) - (ref-pi) - 1
+  (verl's `low_var_kl`, clamped to +-10 as there).
+  """
+  log_ratio = logprobs - ref_logprobs
+  if estimator == "k1":
+    kl = log_ratio
+  elif estimator == "k2":
+    kl = 0.5 * jnp.square(log_ratio)
+  elif estimator == "k3":
+    kl = jnp.exp(-log_ratio) + log_ratio - 1.0
+  else:
+    raise ValueError(f"unknown KL estimator {estimator!r}; known: {KL_ESTIMATORS}")
+  if clamp is not None and estimator == "k3":
+    kl = jnp.clip(kl, -clamp, clamp)
+  return kl
+
+
+def clipped_value_loss(values, old_values, returns, clip: Optional[float]):
+  """0.5 * max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, +-clip)."""
+  unclipped = jnp.square(values - returns)
+  if clip is None:
+    return 0.5 * unclipped, jnp.zeros_like(values)
+  v_clip = old_values + jnp.clip(values - old_values, -clip, clip)
+  clipped = jnp.square(v_clip - returns)
+  return 0.5 * jnp.maximum(unclipped, clipped), (clipped > unclipped).astype(jnp.float32)

@@ -1,0 +1,66 @@
+"""SQuAD answer normalisation and the answer metrics every method reports (EM, token F1, cover-EM).
+
+One implementation, so training rewards and evaluation tables can never disagree.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Iterable, Sequence
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = frozenset(string.punctuation)
+_YES_NO = frozenset({"yes", "no", "noanswer"})
+
+
+def normalize_answer(text: str) -> str:
+  """lowercase -> drop punctuation -> drop articles a|an|the -> collapse whitespace."""
+  text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+  text = _ARTICLES.sub(" ", text)
+  return " ".join(text.split())
+
+
+def _golds(golden_answers) -> list[str]:
+  if isinstance(golden_answers, str):
+    return [golden_answers]
+  golds = [g for g in golden_answers if isinstance(g, str)]
+  if not golds:
+    raise ValueError(f"golden_answers must be a string or a non-empty list of strings, got {golden_answers!r}")
+  return golds
+
+
+def exact_match(prediction: str, golden_answers: Sequence[str] | str) -> float:
+  """1.0 iff the normalised prediction equals any normalised gold alias."""
+  pred = normalize_answer(prediction)
+  return float(any(pred == normalize_answer(g) for g in _golds(golden_answers)))
+
+
+def cover_exact_match(prediction: str, golden_answers: Sequence[str] | str) -> float:
+  """1.0 iff any normalised gold alias is a substring of the normalised prediction."""
+  pred = normalize_answer(prediction)
+  return float(any(normalize_answer(g) in pred for g in _golds(golden_answers)
+                   if normalize_answer(g)))
+
+
+def _f1(pred: str, gold: str) -> float:
+  p, g = normalize_answer(pred), normalize_answer(gold)
+  if (p in _YES_NO or g in _YES_NO) and p != g:
+    return 0.0
+  pt, gt = p.split(), g.split()
+  common = collections.Counter(pt) & collections.Counter(gt)
+  same = sum(common.values())
+  if same == 0:
+    return 0.0
+  precision, recall = same / len(pt), same / len(gt)
+  return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(prediction: str, golden_answers: Sequence[str] | str) -> float:
+  """SQuAD token F1 (multiset overlap), max over gold aliases; yes/no/noanswer must match."""
+  return max(_f1(prediction, g) for g in _golds(golden_answers))
+
+
+def any_of(values: Iterable[float]) -> float:
+  return float(max(values, default=0.0))

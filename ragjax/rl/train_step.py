@@ -1,0 +1,196 @@
+"""The jitted update: loss -> grads accumulated over micro-batches -> one optax step.
+
+`make_update` is generic over the loss (policy, critic, SFT all use it).  Micro-batches are
+strided slices of the batch (row i goes to micro-batch i % M), so with the batch sharded over
+devices every micro-batch keeps rows on every device.  Loss denominators are computed once on
+the whole batch, which makes the accumulated gradient equal the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from ragjax.models.config import DecoderConfig
+from ragjax.models.decoder import abstract_params, param_logical_axes
+from ragjax.parallel.mesh import logical_to_spec, replicated
+from ragjax.rl.batch import TrainBatch
+from ragjax.rl.config import RLConfig
+from ragjax.rl.logprobs import sequence_logprobs, sequence_values
+from ragjax.rl.losses import (agg_denominator, aggregate, clipped_surrogate, clipped_value_loss,
+                              kl_penalty)
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jnp.ndarray
+  params: dict
+  opt_state: optax.OptState
+
+
+def init_train_state(params, optimizer: optax.GradientTransformation) -> TrainState:
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=optimizer.init(params))
+
+
+LossFn = Callable[[dict, object, jnp.ndarray], tuple[jnp.ndarray, dict]]
+
+
+def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Callable]:
+  """Clipped surrogate + KL (k1|k2|k3) as a loss + entropy bonus, on TrainBatch."""
+
+  def denom(batch: TrainBatch):
+    return agg_denominator(batch.loss_mask, rl.loss_agg)
+
+  def loss_fn(params, batch: TrainBatch, d):
+    logp, ent = sequence_logprobs(model_cfg, params, batch.tokens, batch.positions,
+                                  batch.attention_mask, chunk=rl.logprob_chunk,
+                                  temperature=rl.temperature)
+    return policy_objective(rl, logp, ent, batch, d)
+
+  return loss_fn, denom
+
+
+def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
+  """The loss given per-token log-probs and entropy (separate so tests can differentiate it)."""
+  mask = batch.loss_mask
+  denom_ = batch.behaviour_logprobs if batch.behaviour_logprobs is not None else batch.old_logprobs
+  pg, clipped = clipped_surrogate(logp, denom_, batch.advantages, clip_low=rl.clip_low,
+                                  clip_high=rl.clip_high, dual_clip=rl.dual_clip)
+  agg = lambda x: aggregate(x, mask, rl.loss_agg, d)
+  pg_loss = agg(pg)
+  entropy = agg(ent)
+  loss = pg_loss - rl.entropy_coef * entropy
+  metrics = {"pg_loss": pg_loss, "entropy": entropy, "clip_frac": agg(clipped),
+             "approx_kl_old": agg(kl_penalty(logp, batch.old_logprobs, "k3")),
+             "ratio": agg(jnp.exp(logp - denom_))}
+  if rl.needs_reference and not rl.kl_in_reward:
+    if batch.ref_logprobs is None:
+      raise ValueError("rl.kl_coef != 0 with the KL as a loss needs batch.ref_logprobs")
+    kl = agg(kl_penalty(logp, batch.ref_logprobs, rl.kl_estimator))
+    loss = loss + rl.kl_coef * kl
+    metrics["kl"] = kl
+  metrics["loss"] = loss
+  return loss, metrics
+
+
+def value_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Callable]:
+  """Clipped value loss for the PPO critic (a Decoder with the value head)."""
+
+  def denom(batch: TrainBatch):
+    return agg_denominator(batch.loss_mask, rl.loss_agg)
+
+  def loss_fn(params, batch: TrainBatch, d):
+    v = sequence_values(model_cfg, params, batch.tokens, batch.positions, batch.attention_mask)
+    per_tok, clipped = clipped_value_loss(v, batch.old_values, batch.returns, rl.value_clip)
+    loss = aggregate(per_tok, batch.loss_mask, rl.loss_agg, d)
+    return loss, {"value_loss": loss,
+                  "value_clip_frac": aggregate(clipped, batch.loss_mask, rl.loss_agg, d)}
+
+  return loss_fn, denom
+
+
+def _split_micro(batch, num_micro: int):
+  def split(x):
+    if x is None:
+      return None
+    b = x.shape[0]
+    if b % num_micro:
+      raise ValueError(f"batch of {b} rows does not split into {num_micro} micro-batches")
+    return jnp.swapaxes(x.reshape((b // num_micro, num_micro) + x.shape[1:]), 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTransformation,
+                num_micro: int = 1):
+  """update(state, batch) -> (state, metrics); pure, jit it with `jit_update`."""
+
+  def update(state: TrainState, batch):
+    d = denom_fn(batch)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if num_micro == 1:
+      (_, metrics), grads = grad_fn(state.params, batch, d)
+    else:
+      micro = _split_micro(batch, num_micro)
+      zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+      first = jax.tree.map(lambda x: x[0], micro)
+      _, m_shape = jax.eval_shape(lambda: grad_fn(state.params, first, d))[0]
+      m_zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape)
+
+      def body(carry, mb):
+        g_acc, m_acc = carry
+        (_, m), g = grad_fn(state.params, mb, d)
+        g_acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), g_acc, g)
+        return (g_acc, jax.tree.map(jnp.add, m_acc, m)), None
+
+      (grads, metrics), _ = jax.lax.scan(body, (zeros, m_zeros), micro)
+      grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
+    metrics = dict(metrics)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return update
+
+
+# --- shardings ---------------------------------------------------------------------------
+
+def param_shardings(cfg: DecoderConfig, mesh: Mesh, head: str = "lm"):
+  """NamedShardings for a param tree from its logical axes (FSDP by default)."""
+  logical = param_logical_axes(cfg, head)
+  shapes = abstract_params(cfg, head)
+  return jax.tree.map(lambda spec, s: NamedSharding(mesh, logical_to_spec(tuple(spec), s.shape, mesh)),
+                      logical, shapes, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+def batch_shardings(batch, mesh: Mesh):
+  """Rows over the batch mesh axes; every per-token array is [B, T]."""
+  def one(x):
+    return NamedSharding(mesh, logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh))
+  return jax.tree.map(one, batch)
+
+
+def _dict_path(path) -> tuple:
+  return tuple(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, params, p_shardings, mesh: Mesh):
+  """Optimizer-state leaves that mirror a param (Adam mu/nu) take that param's sharding."""
+  by_path = {}
+  for (path, sh), leaf in zip(jax.tree_util.tree_flatten_with_path(p_shardings)[0],
+                              jax.tree.leaves(params)):
+    by_path[_dict_path(path)] = (sh, leaf.shape)
+  abstract = jax.eval_shape(optimizer.init, params)
+
+  def pick(path, leaf):
+    hit = by_path.get(_dict_path(path))
+    if hit is not None and hit[1] == leaf.shape:
+      return hit[0]
+    return replicated(mesh)
+  return jax.tree_util.tree_map_with_path(pick, abstract)
+
+
+def shard_train_state(state: TrainState, cfg: DecoderConfig, mesh: Mesh,
+                      optimizer: optax.GradientTransformation, head: str = "lm") -> TrainState:
+  """Places params by their logical axes and the optimizer state alongside them."""
+  p_sh = param_shardings(cfg, mesh, head)
+  params = jax.device_put(state.params, p_sh)
+  opt_state = jax.device_put(state.opt_state,
+                             opt_state_shardings(optimizer, state.params, p_sh, mesh))
+  return TrainState(step=jax.device_put(state.step, replicated(mesh)), params=params,
+                    opt_state=opt_state)
+
+
+def jit_update(update, state: TrainState, batch, mesh: Optional[Mesh] = None):
+  """jax.jit with explicit in/out shardings taken from the placed state (donated)."""
+  if mesh is None:
+    return jax.jit(update, donate_argnums=(0,))
+  state_sh = jax.tree.map(lambda x: x.sharding, state)
+  return jax.jit(update, in_shardings=(state_sh, batch_shardings(batch, mesh)),
+                 out_shardings=(state_sh, replicated(mesh)), donate_argnums=(0,))

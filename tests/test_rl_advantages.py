@@ -1,0 +1,98 @@
+"""Advantage estimators against hand-computed numbers (Search-R1 GRPO, Dr.GRPO, RLOO,
+UR^2's REINFORCE++-baseline, GAE with retrieved tokens skipped)."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages, place_outcome_rewards,
+                                  place_step_rewards, reinforce_pp_baseline_advantages,
+                                  rloo_advantages)
+
+# Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
+REWARDS = [1, 0, 0, 1, 1, 0.5, 2, 2]
+GROUPS = ["q1", "q1", "q1", "q1", "q1", "q2", "q3", "q3"]
+
+
+def test_grpo_hand_numbers():
+  a = grpo_advantages(REWARDS, GROUPS)
+  up, down = 0.4 / math.sqrt(0.3), -0.6 / math.sqrt(0.3)   # 0.730297, -1.095445
+  np.testing.assert_allclose(a[:5], [up, down, down, up, up], rtol=1e-5)
+  assert a[5] == pytest.approx(0.5)        # singleton group keeps its reward (verl: mean 0, std 1)
+  np.testing.assert_array_equal(a[6:], [0.0, 0.0])  # equal rewards: zero advantage, no NaN
+
+
+def test_drgrpo_has_no_std():
+  a = grpo_advantages(REWARDS, GROUPS, use_std=False)
+  np.testing.assert_allclose(a[:5], [0.4, -0.6, -0.6, 0.4, 0.4], rtol=1e-6)
+
+
+def test_groups_of_any_size_and_order():
+  # a REX-RAG clone joins group "q1" out of order: the group becomes 6 wide
+  a = grpo_advantages([1, 0, 1, 1], ["q1", "q2", "q1", "q1"])
+  # q1 = [1,1,1] -> zeros; q2 singleton -> raw reward 0
+  np.testing.assert_array_equal(a, [0, 0, 0, 0])
+  b = grpo_advantages([1, 0, 0], [7, 7, 7])
+  mean, std = 1 / 3, math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)
+  np.testing.assert_allclose(b, [(1 - mean) / std, -mean / std, -mean / std], rtol=1e-5)
+
+
+def test_rloo_hand_numbers():
+  a = rloo_advantages(REWARDS, GROUPS)
+  # 1 - mean(other four = [0,0,1,1]) = 0.5; 0 - mean([1,0,1,1]) = -0.75
+  np.testing.assert_allclose(a[:5], [0.5, -0.75, -0.75, 0.5, 0.5], rtol=1e-6)
+  np.testing.assert_allclose(a[6:], [0.0, 0.0])
+
+
+def test_reinforce_pp_baseline_hand_numbers():
+  # group A rewards [1, 0] -> centred [0.5, -0.5]; group B [3, 1] -> [1, -1]
+  mask = np.array([[0, 1, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 0, 1]], np.float32)
+  a = reinforce_pp_baseline_advantages([1, 0, 3, 1], ["A", "A", "B", "B"], mask)
+  # six trained tokens: 0.5, 0.5, -0.5, 1, -1, -1 -> mean -1/12, var 3.708333/6, std 0.786165
+  mean = -0.5 / 6
+  std = math.sqrt(((0.5 - mean) ** 2 * 2 + (-0.5 - mean) ** 2 + (1 - mean) ** 2
+                   + (-1 - mean) ** 2 * 2) / 6)
+  assert std == pytest.approx(0.786165, abs=1e-6)
+  expect = np.array([[0, 0.741999, 0.741999, 0], [0, -0.529999, 0, 0], [0, 0, 1.377998, 0],
+                     [0, -1.165999, 0, -1.165999]])
+  np.testing.assert_allclose(a, expect, atol=2e-6)
+  assert a[mask == 0].tolist() == [0.0] * int((mask == 0).sum())
+
+
+def test_outcome_dispatch_broadcasts_on_mask_and_rejects_unknown():
+  mask = np.array([[0, 1, 1], [0, 0, 1]], np.float32)
+  a = outcome_advantages("drgrpo", [1.0, 0.0], [0, 0], mask)
+  np.testing.assert_allclose(a, [[0, 0.5, 0.5], [0, 0, -0.5]])
+  with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+    outcome_advantages("ppo", [1.0], [0], mask[:1])
+
+
+def test_gae_hand_numbers_gamma_lambda_one():
+  r = jnp.array([[0.0, 0.0, 1.0]])
+  v = jnp.array([[0.5, 0.2, 0.4]])
+  adv, ret = gae(r, v, jnp.ones((1, 3)), 1.0, 1.0)
+  np.testing.assert_allclose(adv, [[0.5, 0.8, 0.6]], rtol=1e-6)   # sum of future rewards - V
+  np.testing.assert_allclose(ret, [[1.0, 1.0, 1.0]], rtol=1e-6)
+
+
+def test_gae_hand_numbers_discounted_with_retrieved_block_skipped():
+  # gamma .9, lambda .5: d2 = 1-.4 = .6; d1 = .9*.4-.2 = .16, A1 = .16+.45*.6 = .43;
+  # d0 = .9*.2-.5 = -.32, A0 = -.32+.45*.43 = -.1265.  Positions 2, 3 are retrieved tokens
+  # (mask 0, garbage values 9) and must be passed through untouched.
+  r = jnp.array([[0.0, 0.0, 0.0, 0.0, 1.0]])
+  v = jnp.array([[0.5, 0.2, 9.0, 9.0, 0.4]])
+  m = jnp.array([[1, 1, 0, 0, 1]])
+  adv, ret = gae(r, v, m, 0.9, 0.5)
+  np.testing.assert_allclose(adv, [[-0.1265, 0.43, 0.0, 0.0, 0.6]], rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(ret, [[0.3735, 0.63, 0.0, 0.0, 1.0]], rtol=1e-5, atol=1e-7)
+
+
+def test_reward_placement():
+  mask = np.array([[0, 1, 1, 0], [0, 0, 0, 0]], np.float32)
+  np.testing.assert_array_equal(place_outcome_rewards([2.0, 5.0], mask), [[0, 0, 2, 0], [0, 0, 0, 0]])
+  out = place_step_rewards([[0.1, 0.6]], [[1, 3]], (1, 4))
+  np.testing.assert_allclose(out, [[0, 0.1, 0, 0.6]])
+  with pytest.raises(ValueError, match="row 0: 1 step rewards but 2 step ends"):
+    place_step_rewards([[0.1]], [[1, 3]], (1, 4))
