@@ -19,12 +19,6 @@ def param_shardings(logical_axes: Any, abstract: Any, mesh: Mesh) -> Any:
       logical_axes, abstract, is_leaf=lambda x: isinstance(x, P))
 
 
-def decoder_shardings(cfg, mesh: Mesh, head: str = "lm") -> Any:
-  """Shardings for a decoder's params (what `hf_io.load_decoder(shardings=...)` takes)."""
-  from ragjax.models.decoder import abstract_params, param_logical_axes
-  return param_shardings(param_logical_axes(cfg, head), abstract_params(cfg, head), mesh)
-
-
 def shard_params(params: Any, shardings: Any) -> Any:
   return jax.device_put(params, shardings)
 

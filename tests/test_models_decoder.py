@@ -1,0 +1,107 @@
+"""Decoder logits against transformers' PyTorch models on the same random weights."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ragjax.models.decoder import Decoder, init_cache, init_params
+from ragjax.models.hf_io import load_decoder
+from ragjax.models.presets import get_preset
+from tests._model_helpers import KINDS, padded_batch, save_hf_decoder, torch_logits
+
+LENGTHS = (11, 7, 3)
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def checkpoint(request, tmp_path_factory):
+  path = str(tmp_path_factory.mktemp(request.param))
+  model = save_hf_decoder(request.param, path)
+  return request.param, path, model
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_logits_match_transformers_on_padded_batch(checkpoint, scan_layers):
+  kind, path, model = checkpoint
+  cfg, params = load_decoder(path, scan_layers=scan_layers)
+  tokens, mask = padded_batch(cfg.vocab_size, LENGTHS)
+  ref = torch_logits(model, tokens, mask)
+  out, _ = Decoder(cfg).apply({"params": params}, jnp.asarray(tokens),
+                              attention_mask=jnp.asarray(mask))
+  diff = np.abs(np.asarray(out) - ref)[mask.astype(bool)]
+  assert diff.max() <= 1e-4, f"{kind}: max |dlogit| {diff.max()}"
+  if kind == "llama_scaled":
+    assert cfg.rope_scaling is not None and cfg.num_kv_heads < cfg.num_heads
+  if kind == "qwen2_tied":
+    assert cfg.qkv_bias and cfg.tie_word_embeddings and "lm_head" not in params
+
+
+def test_cached_decoding_equals_full_forward(checkpoint):
+  """Prefill a prefix, then feed the rest one token at a time: same logits as one pass."""
+  _, path, _ = checkpoint
+  cfg, params = load_decoder(path)
+  model = Decoder(cfg)
+  tokens, mask = padded_batch(cfg.vocab_size, LENGTHS, seed=1)
+  full, _ = model.apply({"params": params}, jnp.asarray(tokens), attention_mask=jnp.asarray(mask))
+  b, t = tokens.shape
+  cache = init_cache(cfg, b, 16)
+  prefix = 2
+  start = jnp.zeros((b,), jnp.int32)
+  step_logits, cache = model.apply({"params": params}, jnp.asarray(tokens[:, :prefix]),
+                                   cache=cache, cache_start=start)
+  outs = [step_logits]
+  for i in range(prefix, t):
+    lg, cache = model.apply({"params": params}, jnp.asarray(tokens[:, i:i + 1]), cache=cache,
+                            cache_start=jnp.full((b,), i, jnp.int32))
+    outs.append(lg)
+  cached = np.concatenate([np.asarray(o) for o in outs], axis=1)
+  valid = mask.astype(bool)
+  assert np.abs(cached - np.asarray(full))[valid].max() <= 1e-5
+
+
+def test_rows_at_different_slots_extend_independently():
+  """Per-row cache_start: each row continues from its own length, as after tool turns."""
+  cfg = get_preset("tiny")
+  params = init_params(cfg, __import__("jax").random.PRNGKey(0))
+  model = Decoder(cfg)
+  rng = np.random.RandomState(3)
+  seqs = [rng.randint(0, cfg.vocab_size, n) for n in (9, 5)]
+  cache = init_cache(cfg, 2, 16)
+  # Prefill both rows to their own lengths (right padded), then append 3 tokens to each.
+  pre = np.zeros((2, 6), np.int32)
+  pre[0], pre[1, :3] = seqs[0][:6], seqs[1][:3]
+  _, cache = model.apply({"params": params}, jnp.asarray(pre), cache=cache,
+                         cache_start=jnp.zeros(2, jnp.int32))
+  ext = np.stack([seqs[0][6:9], seqs[1][3:6] if len(seqs[1]) >= 6 else np.r_[seqs[1][3:], 0]])
+  lg, cache = model.apply({"params": params}, jnp.asarray(ext), cache=cache,
+                          cache_start=jnp.asarray([6, 3], jnp.int32))
+  for row, n_prev in ((0, 6), (1, 3)):
+    seq = np.r_[pre[row, :n_prev], ext[row]]
+    ref, _ = model.apply({"params": params}, jnp.asarray(seq[None]))
+    np.testing.assert_allclose(np.asarray(lg[row]), np.asarray(ref[0, n_prev:]), atol=1e-5)
+
+
+def test_value_head_gives_one_scalar_per_token():
+  import jax
+  cfg = get_preset("tiny")
+  params = init_params(cfg, jax.random.PRNGKey(0), head="value")
+  assert "value_head" in params and "lm_head" not in params
+  params["value_head"]["bias"] = jnp.asarray([0.5])
+  values, _ = Decoder(cfg, head="value").apply({"params": params}, jnp.ones((2, 5), jnp.int32))
+  assert values.shape == (2, 5)
+  np.testing.assert_allclose(np.asarray(values), 0.5, atol=1e-6)  # zero-init kernel + bias
+
+
+def test_remat_and_bf16_forward_run():
+  import jax
+  cfg = get_preset("tiny").replace(remat=True, scan_layers=True, dtype="bfloat16",
+                                   param_dtype="bfloat16")
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  assert params["layers"]["layer"]["mlp"]["up_proj"]["kernel"].shape[0] == cfg.num_layers
+  assert params["norm"]["scale"].dtype == jnp.bfloat16
+
+  def loss(p):
+    out, _ = Decoder(cfg).apply({"params": p}, jnp.ones((1, 4), jnp.int32))
+    return out.mean()
+
+  grads = jax.grad(loss)(params)
+  assert all(bool(jnp.isfinite(g.astype(jnp.float32)).all()) for g in jax.tree.leaves(grads))
