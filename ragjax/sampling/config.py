@@ -1,0 +1,83 @@
+"""What the sampler is asked to do: shapes (buckets, budget, cache), sampling, stops.
+
+Every field that fixes an array shape is here, so one config means a fixed, small set of
+compiled programs: one prefill per (prompt count, samples per prompt, prompt bucket), one decode
+per batch size, one extend per (batch size, extend bucket).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+
+# Why a row's turn ended (TurnOutput.stop_reason).
+NOT_RUN = 0      # the row was finished (eos, cache full, set_done) before the turn began
+STOP = 1         # a stop string ended exactly at the last returned token
+EOS = 2          # an end-of-sequence token was sampled (it is returned)
+BUDGET = 3       # the per-turn token budget was spent
+CACHE_FULL = 4   # no cache slot left for another token
+STOP_REASONS = {NOT_RUN: "not_run", STOP: "stop", EOS: "eos", BUDGET: "budget",
+                CACHE_FULL: "cache_full"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+  """Static shapes and sampling settings of a `Sampler`.
+
+  `max_new_tokens` is the per-turn budget: one `decode` call returns at most this many tokens
+  per row.  `cache_dtype=None` means bfloat16 on accelerators and the model's compute dtype on
+  CPU.  `eos_ids=None` takes the model config's eos ids.  With `forbid_stop_overhang` a token
+  that would complete a stop string and run past its end (e.g. `>\\n` after `</search`) is
+  masked out of the sampling distribution, so generation always ends exactly at the tag.
+  """
+  max_cache_length: int = 1024
+  max_new_tokens: int = 128
+  prompt_buckets: tuple[int, ...] = (32, 64, 128, 256, 512)
+  extend_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  greedy: bool = False
+  cache_dtype: Optional[str] = None
+  stop_strings: tuple[str, ...] = ()
+  eos_ids: Optional[tuple[int, ...]] = None
+  pad_id: int = 0
+  forbid_stop_overhang: bool = True
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+    for name in ("prompt_buckets", "extend_buckets"):
+      buckets = getattr(self, name)
+      if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
+        raise ValueError(f"{name} must be a non-empty strictly increasing tuple of positive "
+                         f"ints, got {buckets!r}")
+      if buckets[-1] > self.max_cache_length:
+        raise ValueError(f"{name} {buckets!r} exceeds max_cache_length={self.max_cache_length}")
+    if not self.greedy and self.temperature <= 0:
+      raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got "
+                       f"{self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+    if any(not s for s in self.stop_strings):
+      raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
+
+  def replace(self, **kw) -> "SamplerConfig":
+    return dataclasses.replace(self, **kw)
+
+  def resolved_cache_dtype(self, model_dtype: str) -> str:
+    if self.cache_dtype is not None:
+      return self.cache_dtype
+    return model_dtype if jax.default_backend() == "cpu" else "bfloat16"
+
+
+def pick_bucket(buckets: tuple[int, ...], n: int, what: str) -> int:
+  """The smallest bucket holding n tokens, or a clear error naming what overflowed."""
+  for b in buckets:
+    if n <= b:
+      return b
+  raise ValueError(f"{what} has {n} tokens, more than the largest bucket {buckets[-1]}")

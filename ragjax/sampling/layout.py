@@ -1,0 +1,48 @@
+"""Where the sampler's arrays live on a mesh: batch over (data, fsdp), KV heads over tensor.
+
+Specs come from the logical-axis rules in `ragjax.parallel.mesh`; dims the mesh does not
+divide stay replicated.  Constraints are applied inside the jitted functions from the traced
+shapes, so one helper serves every batch size and bucket.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+from ragjax.models.decoder import CACHE_LOGICAL_AXES
+from ragjax.parallel.mesh import logical_to_spec
+
+
+def batch_sharding(mesh: Mesh, shape) -> NamedSharding:
+  """Batch on axis 0, everything else replicated (full vocab per row for sampling)."""
+  logical = ("batch",) + (None,) * (len(shape) - 1)
+  return NamedSharding(mesh, logical_to_spec(logical, shape, mesh))
+
+
+def cache_sharding(mesh: Mesh, shape) -> NamedSharding:
+  return NamedSharding(mesh, logical_to_spec(CACHE_LOGICAL_AXES, shape, mesh))
+
+
+def constrain_state(state, mesh: Optional[Mesh]):
+  """Pins a SamplerState's arrays to their shardings (no-op without a mesh)."""
+  if mesh is None:
+    return state
+  wsc = jax.lax.with_sharding_constraint
+  cache = {k: wsc(v, cache_sharding(mesh, v.shape)) for k, v in state.cache.items()}
+  rest = {f: wsc(getattr(state, f), batch_sharding(mesh, getattr(state, f).shape))
+          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys")}
+  return state.replace(cache=cache, **rest)
+
+
+def constrain_rows(x, mesh: Optional[Mesh]):
+  return x if mesh is None else jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape))
+
+
+def constrain_cache(cache, mesh: Optional[Mesh]):
+  if mesh is None:
+    return cache
+  return {k: jax.lax.with_sharding_constraint(v, cache_sharding(mesh, v.shape))
+          for k, v in cache.items()}

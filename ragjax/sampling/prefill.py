@@ -1,0 +1,59 @@
+"""Pure functions that put given tokens into the cache: prompt prefill and observation extend.
+
+Prompts arrive right-padded to a bucket; row p's true length n_p means its next token goes at
+slot n_p (pad slots are overwritten before anything attends to them).  The G samples of a
+prompt share one prefill: the prompt's cache, history and logits are repeated G times.
+Extend appends observation tokens to chosen rows at their own lengths; the rest of the batch
+writes nothing (its start slot is the cache end, where writes are dropped).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ragjax.models.config import DecoderConfig
+from ragjax.models.decoder import init_cache
+from ragjax.sampling.forward import forward_into_cache
+from ragjax.sampling.layout import constrain_cache, constrain_rows, constrain_state
+from ragjax.sampling.state import SamplerState
+
+
+def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, *, samples: int,
+            cache_length: int, cache_dtype: str, num_stops: int, mesh=None) -> SamplerState:
+  """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major)."""
+  p, t = tokens.shape
+  cache = constrain_cache(init_cache(cfg, p, cache_length, cache_dtype), mesh)
+  cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
+                                     lengths - 1)
+  rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)
+  cache = {k: rep(v, 1) for k, v in cache.items()}
+  history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
+  b = p * samples
+  base = jax.random.PRNGKey(seed)
+  keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(b, dtype=jnp.uint32))
+  state = SamplerState(cache=cache, tokens=rep(history), lengths=rep(lengths).astype(jnp.int32),
+                       logits=rep(logits), finished=jnp.zeros((b,), bool),
+                       stop_state=jnp.zeros((b, num_stops), jnp.int32), keys=keys)
+  return constrain_state(state, mesh)
+
+
+def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
+           mesh=None) -> SamplerState:
+  """Appends tokens[b, :counts[b]] to every row with counts[b] > 0; reopens those rows."""
+  b, s = state.tokens.shape
+  t = tokens.shape[1]
+  tokens, counts = constrain_rows(tokens, mesh), constrain_rows(counts, mesh)
+  chosen = counts > 0
+  starts = jnp.where(chosen, state.lengths, s)
+  cache, logits = forward_into_cache(cfg, params, state.cache, tokens, starts,
+                                     jnp.maximum(counts - 1, 0))
+  cols = state.lengths[:, None] + jnp.arange(t)[None, :]
+  cols = jnp.where(jnp.arange(t)[None, :] < counts[:, None], cols, s)     # pad: dropped
+  history = state.tokens.at[jnp.arange(b)[:, None], cols].set(tokens, mode="drop")
+  state = state.replace(
+      cache=cache, tokens=history, lengths=state.lengths + counts,
+      logits=jnp.where(chosen[:, None], logits, state.logits),
+      finished=state.finished & ~chosen,
+      stop_state=jnp.where(chosen[:, None], 0, state.stop_state))
+  return constrain_state(state, mesh)

@@ -1,0 +1,60 @@
+"""Row-state edits the multi-turn methods need: clone rows, truncate rows, mark rows done.
+
+REX-RAG clones a wrong trajectory, cuts it back before its answer and inserts a probe prompt;
+these functions do that on the cache in place of re-prefilling.  All take whole-batch index
+or mask arrays so their shapes never change between calls.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ragjax.models.config import DecoderConfig
+from ragjax.sampling.forward import forward_into_cache
+from ragjax.sampling.layout import constrain_state
+from ragjax.sampling.state import SamplerState
+
+
+def clone(state: SamplerState, source, mesh=None) -> SamplerState:
+  """Row b becomes a copy of row source[b] (cache, history, length, logits, flags).
+
+  A copied row gets a fresh key (its source key folded with its own index), so clones sample
+  differently from their source.
+  """
+  b = state.tokens.shape[0]
+  rows = jnp.arange(b)
+  take = lambda x: jnp.take(x, source, axis=0)
+  keys = take(state.keys)
+  fresh = jax.vmap(jax.random.fold_in)(keys, rows.astype(jnp.uint32))
+  state = state.replace(
+      cache={k: jnp.take(v, source, axis=1) for k, v in state.cache.items()},
+      tokens=take(state.tokens), lengths=take(state.lengths), logits=take(state.logits),
+      finished=take(state.finished), stop_state=take(state.stop_state),
+      keys=jnp.where((source != rows)[:, None], fresh, keys))
+  return constrain_state(state, mesh)
+
+
+def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chosen,
+             mesh=None) -> SamplerState:
+  """Moves chosen rows back to new_lengths (>= 1) and recomputes their next-token logits.
+
+  The last kept token is run through the model again at its own slot (its K/V are rewritten
+  with the same values) to get the logits; the dropped span stays in the cache as dead slots
+  that later tokens overwrite.  Truncated rows are reopened and their stop automata reset.
+  """
+  b, s = state.tokens.shape
+  lengths = jnp.where(chosen, new_lengths, state.lengths)
+  last = jnp.take_along_axis(state.tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)
+  starts = jnp.where(chosen, lengths - 1, s)
+  cache, logits = forward_into_cache(cfg, params, state.cache, last, starts,
+                                     jnp.zeros((b,), jnp.int32))
+  state = state.replace(
+      cache=cache, lengths=lengths, logits=jnp.where(chosen[:, None], logits, state.logits),
+      finished=state.finished & ~chosen,
+      stop_state=jnp.where(chosen[:, None], 0, state.stop_state))
+  return constrain_state(state, mesh)
+
+
+def set_done(state: SamplerState, chosen) -> SamplerState:
+  return state.replace(finished=state.finished | chosen)

@@ -1,0 +1,44 @@
+"""Choosing the next token per row: greedy, temperature, top-k, top-p, with per-row keys.
+
+Returns the token, its log-prob under the model's temperature-scaled distribution (the one
+the trainer recomputes) and under the truncated distribution actually sampled from.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+_NEG = -jnp.inf
+
+
+def sample_tokens(logits: jnp.ndarray, keys: jnp.ndarray, banned: Optional[jnp.ndarray], *,
+                  greedy: bool, temperature: float, top_k: int, top_p: float):
+  """logits [B, V] float32, keys [B, 2] uint32, banned [B, V] bool or None.
+
+  Returns (tokens [B] int32, logprobs [B], sampling_logprobs [B]).
+  """
+  temp = 1.0 if greedy else temperature
+  scaled = logits / temp
+  model_lp = jax.nn.log_softmax(scaled, axis=-1)
+  masked = scaled if banned is None else jnp.where(banned, _NEG, scaled)
+  if greedy:
+    tok = jnp.argmax(masked, axis=-1).astype(jnp.int32)
+    samp_lp = jnp.zeros(tok.shape, jnp.float32)
+  elif top_k or top_p < 1.0:
+    k = top_k if top_k else logits.shape[-1]
+    vals, idx = jax.lax.top_k(masked, min(k, logits.shape[-1]))     # descending
+    if top_p < 1.0:
+      probs = jax.nn.softmax(vals, axis=-1)
+      before = jnp.cumsum(probs, axis=-1) - probs                    # mass strictly above
+      vals = jnp.where(before < top_p, vals, _NEG)                  # always keeps the top one
+    j = jax.vmap(jax.random.categorical)(keys, vals)
+    tok = jnp.take_along_axis(idx, j[:, None], axis=-1)[:, 0].astype(jnp.int32)
+    samp_lp = jnp.take_along_axis(jax.nn.log_softmax(vals, axis=-1), j[:, None], axis=-1)[:, 0]
+  else:
+    tok = jax.vmap(jax.random.categorical)(keys, masked).astype(jnp.int32)
+    samp_lp = jnp.take_along_axis(jax.nn.log_softmax(masked, axis=-1), tok[:, None], axis=-1)[:, 0]
+  lp = jnp.take_along_axis(model_lp, tok[:, None], axis=-1)[:, 0]
+  return tok, lp, samp_lp

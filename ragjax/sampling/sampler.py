@@ -1,0 +1,219 @@
+"""The sampler the rollout engine calls: prefill, decode a turn, extend, and row edits.
+
+    sampler = Sampler(cfg, params, tokenizer, SamplerConfig(stop_strings=("</search>",)))
+    state = sampler.prefill(prompt_token_lists, samples_per_prompt=G, seed=0)
+    state, out = sampler.decode(state)          # out.tokens/lengths/logprobs/stop_reason
+    state = sampler.extend(state, rows, observation_token_lists)
+    state, out = sampler.decode(state)          # continues after the observation
+
+Rows are prompt-major: row p * G + g is sample g of prompt p.  Every method takes a state and
+returns a new one; `decode`, `extend`, `truncate` and `clone_rows` donate the old state, so do
+not reuse it.  Shapes are static per (batch, bucket): prompts pad to `prompt_buckets`,
+observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and the cache has
+`max_cache_length` slots, so turns and same-bucket batches never recompile
+(`trace_counts` counts traces per function for tests).
+
+* `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
+  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), b); each step folds in the
+  row's length, so a row's samples depend only on (seed, row, position).
+* `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).
+* `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
+  through the model into the cache (no re-prefill of the history) and reopens the rows.
+* `set_done(state, rows)`: the rows stop decoding until extended or truncated.
+* `clone_rows(state, src_rows, dst_rows)`: dst rows become copies of src rows (cache,
+  history, length), with fresh keys.
+* `truncate(state, rows, new_lengths)`: drops the end of rows' histories (REX-RAG's cut
+  before the answer); recomputes their next-token logits with a one-token forward.
+* `set_params(params)`: weight sync from the trainer (same shapes, no recompile).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from ragjax.models.config import DecoderConfig
+from ragjax.models.decoder import abstract_params, param_logical_axes
+from ragjax.parallel.shard import param_shardings, shard_params
+from ragjax.sampling import decode as decode_lib
+from ragjax.sampling import prefill as prefill_lib
+from ragjax.sampling import rows as rows_lib
+from ragjax.sampling.config import SamplerConfig, pick_bucket
+from ragjax.sampling.layout import batch_sharding
+from ragjax.sampling.state import SamplerState, TurnOutput
+from ragjax.sampling.stops import compile_stop_strings, token_bytes
+
+
+class Sampler:
+  """Jitted prefill / decode / extend over one model; see the module docstring."""
+
+  def __init__(self, cfg: DecoderConfig, params, tokenizer=None,
+               config: SamplerConfig = SamplerConfig(), mesh: Optional[Mesh] = None):
+    self.cfg, self.config, self.mesh = cfg, config, mesh
+    self.eos_ids = tuple(config.eos_ids if config.eos_ids is not None else cfg.eos_ids)
+    self.cache_dtype = config.resolved_cache_dtype(cfg.dtype)
+    self.stop_table = None
+    self.stops = None
+    if config.stop_strings:
+      if tokenizer is None:
+        raise ValueError(f"stop_strings {config.stop_strings!r} need a tokenizer to compile")
+      self.stops = compile_stop_strings(config.stop_strings,
+                                        token_bytes(tokenizer, cfg.vocab_size))
+      self.stop_table = self._replicate(jnp.asarray(self.stops.table))
+    self._param_shardings = None
+    if mesh is not None:
+      self._param_shardings = param_shardings(param_logical_axes(cfg), abstract_params(cfg), mesh)
+    self.set_params(params)
+    self.trace_counts: collections.Counter = collections.Counter()
+    self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
+                            static_argnames=("samples",))
+    self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,))
+    self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,))
+    self._truncate = jax.jit(self._counted("truncate", self._truncate_fn), donate_argnums=(1,))
+    self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
+    self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
+
+  # ---- jitted bodies (pure) ----
+  def _counted(self, name, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+      self.trace_counts[name] += 1          # runs at trace time only
+      return fn(*args, **kw)
+    return wrapper
+
+  def _prefill_fn(self, params, tokens, lengths, seed, *, samples):
+    return prefill_lib.prefill(
+        self.cfg, params, tokens, lengths, seed, samples=samples,
+        cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
+        num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
+
+  def _decode_fn(self, params, stop_table, state):
+    return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
+                                  state, mesh=self.mesh)
+
+  def _extend_fn(self, params, state, tokens, counts):
+    return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh)
+
+  def _truncate_fn(self, params, state, new_lengths, chosen):
+    return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh)
+
+  def _clone_fn(self, state, source):
+    return rows_lib.clone(state, source, mesh=self.mesh)
+
+  # ---- host API ----
+  def set_params(self, params) -> None:
+    """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
+    if self._param_shardings is not None:
+      params = shard_params(params, self._param_shardings)
+    self.params = params
+
+  def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
+              seed: int = 0) -> SamplerState:
+    if not prompts:
+      raise ValueError("prefill needs at least one prompt")
+    if samples_per_prompt < 1:
+      raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
+    lens = [len(p) for p in prompts]
+    for i, n in enumerate(lens):
+      if n == 0:
+        raise ValueError(f"prompt {i} is empty")
+    width = max(pick_bucket(self.config.prompt_buckets, n, f"prompt {i}")
+                for i, n in enumerate(lens))
+    tokens = np.full((len(prompts), width), self.config.pad_id, np.int32)
+    for i, p in enumerate(prompts):
+      tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
+    return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
+                         jnp.uint32(seed), samples=samples_per_prompt)
+
+  def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
+    return self._decode(self.params, self.stop_table, state)
+
+  def extend(self, state: SamplerState, rows: Sequence[int],
+             token_lists: Sequence[Sequence[int]]) -> SamplerState:
+    rows = self._check_rows(state, rows, "extend")
+    if len(rows) != len(token_lists):
+      raise ValueError(f"extend got {len(rows)} rows but {len(token_lists)} token lists")
+    counts = np.zeros((state.batch_size,), np.int32)
+    lens = np.asarray(state.lengths)
+    width = 1
+    for r, toks in zip(rows, token_lists):
+      if not len(toks):
+        raise ValueError(f"extend: token list for row {r} is empty")
+      width = max(width, pick_bucket(self.config.extend_buckets, len(toks),
+                                     f"observation for row {r}"))
+      if lens[r] + len(toks) > state.cache_length:
+        raise ValueError(f"extend: row {r} holds {lens[r]} tokens; {len(toks)} more exceed the "
+                         f"cache length {state.cache_length}")
+      counts[r] = len(toks)
+    tokens = np.full((state.batch_size, width), self.config.pad_id, np.int32)
+    for r, toks in zip(rows, token_lists):
+      tokens[r, :len(toks)] = self._check_ids(toks, f"observation for row {r}")
+    return self._extend(self.params, state, self._rows(tokens), self._rows(counts))
+
+  def set_done(self, state: SamplerState, rows: Sequence[int]) -> SamplerState:
+    return self._set_done(state, self._rows(self._mask(state, rows, "set_done")))
+
+  def clone_rows(self, state: SamplerState, src_rows: Sequence[int],
+                 dst_rows: Sequence[int]) -> SamplerState:
+    src = self._check_rows(state, src_rows, "clone_rows src")
+    dst = self._check_rows(state, dst_rows, "clone_rows dst")
+    if len(src) != len(dst):
+      raise ValueError(f"clone_rows got {len(src)} sources but {len(dst)} destinations")
+    if len(set(dst)) != len(dst):
+      raise ValueError(f"clone_rows: destination rows repeat: {dst}")
+    source = np.arange(state.batch_size, dtype=np.int32)
+    source[dst] = src
+    return self._clone(state, self._rows(source))
+
+  def truncate(self, state: SamplerState, rows: Sequence[int],
+               new_lengths: Sequence[int]) -> SamplerState:
+    rows = self._check_rows(state, rows, "truncate")
+    if len(rows) != len(new_lengths):
+      raise ValueError(f"truncate got {len(rows)} rows but {len(new_lengths)} lengths")
+    lens = np.asarray(state.lengths)
+    target = lens.astype(np.int32).copy()
+    for r, n in zip(rows, new_lengths):
+      if not 1 <= n <= lens[r]:
+        raise ValueError(f"truncate: row {r} has {lens[r]} tokens; new length {n} must be in "
+                         f"[1, {lens[r]}]")
+      target[r] = n
+    return self._truncate(self.params, state, self._rows(target),
+                          self._rows(self._mask(state, rows, "truncate")))
+
+  # ---- helpers ----
+  def _rows(self, x: np.ndarray):
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, batch_sharding(self.mesh, x.shape))
+
+  def _replicate(self, x):
+    if self.mesh is None:
+      return x
+    return jax.device_put(x, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+
+  def _check_ids(self, ids, what: str) -> np.ndarray:
+    arr = np.asarray(ids, np.int64)
+    bad = np.nonzero((arr < 0) | (arr >= self.cfg.vocab_size))[0]
+    if bad.size:
+      raise ValueError(f"{what}: token {int(arr[bad[0]])} at index {int(bad[0])} is outside the "
+                       f"vocabulary [0, {self.cfg.vocab_size})")
+    return arr.astype(np.int32)
+
+  @staticmethod
+  def _check_rows(state: SamplerState, rows, what: str) -> list[int]:
+    rows = [int(r) for r in rows]
+    for r in rows:
+      if not 0 <= r < state.batch_size:
+        raise ValueError(f"{what}: row {r} is outside the batch of {state.batch_size}")
+    return rows
+
+  def _mask(self, state, rows, what) -> np.ndarray:
+    mask = np.zeros((state.batch_size,), bool)
+    mask[self._check_rows(state, rows, what)] = True
+    return mask
