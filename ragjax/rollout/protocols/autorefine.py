@@ -1,0 +1,64 @@
+"""AutoRefine: Search-R1 plus `<documents>` observations and model-written `<refine>` blocks.
+
+Prompt: the string of AutoRefine's released data (Shi et al. 2025, "Search and Refine During
+Think", seeds §2.2 [C]); the paper's Fig. 3 wording is kept as `PAPER_TEMPLATE`.  Refinement is
+not enforced by the environment: the `<refine>` block is ordinary policy text (trained on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Sequence
+
+from ragjax.rollout.labels import Source
+from ragjax.rollout.protocols.base import Action, PromptInput, search_r1_question
+from ragjax.rollout.protocols.search_r1 import LONG_INVALID_MESSAGE, SearchR1, parse_search_answer
+from ragjax.rollout.segments import Segment
+
+CODE_TEMPLATE = (
+    "You are a helpful assistant excel at answering questions with multi-turn search engine "
+    "calling. To answer questions, you must first reason through the available information using "
+    "<think> and </think>. If you identify missing knowledge, you may issue a search request using "
+    "<search> query </search> at any time. The retrieval system will provide you with the three "
+    "most relevant documents enclosed in <documents> and </documents>. After each search, you need "
+    "to summarize and refine the existing documents in <refine> and </refine>. You may send "
+    "multiple search requests if needed. Once you have sufficient information, provide a concise "
+    "final answer using <answer> and </answer>. For example, <answer> Donald Trump </answer>. "
+    "Question: {question}\n")
+
+# AutoRefine paper Fig. 3 (verbatim).
+PAPER_TEMPLATE = (
+    "You are a helpful assistant who is good at answering questions with multi-turn search engine "
+    "calling. To answer questions, you must first reason through the available information using "
+    "<think> and </think>. If you identify missing knowledge, you may issue a search request using "
+    "<search> query </search> at any time. The retrieval system will provide you with the three "
+    "most relevant documents enclosed in <documents> and </documents>. After each search, you need "
+    "to summarize and refine the existing documents in <refine> and </refine>. You may send "
+    "multiple search requests if needed. Once you have sufficient information, provide a concise "
+    "final answer using <answer> and </answer>. <user> Question: {question} </user>")
+
+
+def refine_blocks(text: str) -> list[str]:
+  """Contents of every `<refine>` block, for the retrieval reward and the viewer."""
+  return [m.strip() for m in re.findall(r"<refine>(.*?)</refine>", text, re.DOTALL)]
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoRefine(SearchR1):
+  name = "autorefine"
+  max_turns: int = 5
+  obs_max_tokens: int = 512
+  template: str = CODE_TEMPLATE
+  invalid_message: str = LONG_INVALID_MESSAGE
+
+  def user_message(self, inp: PromptInput) -> str:
+    return self.template.format(question=search_r1_question(inp.question))
+
+  def parse(self, text: str, *, final: bool) -> Action:
+    return parse_search_answer(text, final=final)
+
+  def observation(self, query: str, hits: Sequence) -> list[Segment]:
+    docs = self.format_documents(hits).strip()
+    return [Segment("\n\n<documents>", Source.ENV), self.retrieved_segment(docs),
+            Segment("</documents>\n\n", Source.ENV)]

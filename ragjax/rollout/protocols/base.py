@@ -1,0 +1,167 @@
+"""What every search protocol provides, and the pieces several of them share.
+
+A protocol is one tag grammar: its prompt, stop sequences, a parser that classifies a generated
+turn, observation formatting, the invalid-action message and the final-turn rule.  It works on
+text only; the renderer turns its text into ids and the engine drives the sampler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from typing import Optional, Sequence
+
+from ragjax.rollout.labels import Source
+from ragjax.rollout.segments import Segment
+
+
+class Kind(enum.Enum):
+  SEARCH = "search"    # retrieve for `query`, append the observation, continue
+  ANSWER = "answer"    # the trajectory ends with `answer`
+  INVALID = "invalid"  # append the invalid-action message, continue
+  END = "end"          # the trajectory ends without an answer (malformed, no action, ...)
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+  """A parsed turn.  `keep` (characters of the turn text) cuts what follows the action."""
+  kind: Kind
+  query: Optional[str] = None
+  answer: Optional[str] = None
+  keep: Optional[int] = None
+  reason: str = ""
+  all_queries: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptInput:
+  """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt."""
+  question: str
+  options: tuple[str, ...] = ()
+  retrieval: bool = True
+
+
+def as_prompt_input(x) -> PromptInput:
+  if isinstance(x, PromptInput):
+    return x
+  if isinstance(x, str):
+    return PromptInput(x)
+  if isinstance(x, dict):
+    if "question" not in x:
+      raise ValueError(f"prompt record has no 'question' field: {sorted(x)}")
+    return PromptInput(str(x["question"]), tuple(x.get("options", ())), bool(x.get("retrieval", True)))
+  raise TypeError(f"prompt must be a str, dict or PromptInput, got {type(x).__name__}")
+
+
+def search_r1_question(question: str) -> str:
+  """Search-R1 / AutoRefine data preprocessing: strip, then end with a question mark."""
+  q = question.strip()
+  return q if q.endswith("?") else q + "?"
+
+
+def hit_contents(hit) -> str:
+  """A hit's `"Title"\\ntext` contents (Search-R1 corpus form), from any retriever's hit."""
+  contents = getattr(hit, "contents", None)
+  if contents is None and isinstance(hit, dict):
+    contents = hit.get("contents")
+    if contents is None and isinstance(hit.get("document"), dict):
+      contents = hit["document"].get("contents")
+  if contents is None:
+    raise TypeError(f"retrieved hit has no 'contents': {hit!r}")
+  return str(contents)
+
+
+def hit_id(hit) -> str:
+  hid = getattr(hit, "id", None)
+  if hid is None and isinstance(hit, dict):
+    hid = hit.get("id", (hit.get("document") or {}).get("id"))
+  return "" if hid is None else str(hid)
+
+
+def search_r1_docs(hits: Sequence) -> str:
+  """Search-R1 `_passages2string`: `Doc {i}(Title: {first line}) {rest}\\n` per hit, from 1."""
+  out = []
+  for i, hit in enumerate(hits):
+    title, _, text = hit_contents(hit).partition("\n")
+    out.append(f"Doc {i + 1}(Title: {title}) {text}\n")
+  return "".join(out)
+
+
+_TAG_RE_CACHE: dict = {}
+
+
+def first_tag_action(text: str, tags: Sequence[str]) -> Optional[re.Match]:
+  """The first complete `<tag>...</tag>` among `tags` (Search-R1's `<(search|answer)>(.*?)</\\1>`)."""
+  key = tuple(tags)
+  if key not in _TAG_RE_CACHE:
+    alt = "|".join(re.escape(t) for t in tags)
+    _TAG_RE_CACHE[key] = re.compile(rf"<({alt})>(.*?)</\1>", re.DOTALL)
+  return _TAG_RE_CACHE[key].search(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """Base class; subclasses set the grammar.  All lengths are per the paper's code defaults.
+
+  `max_turns` regular generations, then (if `final_turn`) one more with search disabled.
+  `force_answer_text`, when set, is appended (ENV) before that final generation; the papers
+  append nothing, so it defaults to None.
+  """
+  name = "base"
+  observation_role = "inline"          # "inline" in the assistant stream, or "user" messages
+
+  top_k: int = 3
+  max_turns: int = 4
+  final_turn: bool = True
+  obs_max_tokens: Optional[int] = 500
+  obs_max_chars: Optional[int] = None
+  force_answer_text: Optional[str] = None
+  max_response_tokens: Optional[int] = None   # total budget after the prompt (ReZero: 4096)
+  dedup_docs: bool = False                    # skip passages already shown in this trajectory
+  max_docs_per_trajectory: Optional[int] = None
+
+  # --- prompt -------------------------------------------------------------------------------
+  def system_message(self, inp: PromptInput) -> Optional[str]:
+    return None
+
+  def user_message(self, inp: PromptInput) -> str:
+    raise NotImplementedError
+
+  def plain_prompt(self, inp: PromptInput) -> str:
+    """Base models: the instruction text with no chat framing."""
+    system = self.system_message(inp)
+    user = self.user_message(inp)
+    return f"{system}\n\n{user}" if system else user
+
+  def messages(self, inp: PromptInput) -> list[dict]:
+    system = self.system_message(inp)
+    head = [{"role": "system", "content": system}] if system is not None else []
+    return head + [{"role": "user", "content": self.user_message(inp)}]
+
+  # --- generation ---------------------------------------------------------------------------
+  @property
+  def stop_sequences(self) -> tuple[str, ...]:
+    raise NotImplementedError
+
+  def parse(self, text: str, *, final: bool) -> Action:
+    raise NotImplementedError
+
+  # --- observations -------------------------------------------------------------------------
+  def format_documents(self, hits: Sequence) -> str:
+    return search_r1_docs(hits)
+
+  def truncate_chars(self, docs: str) -> str:
+    return docs if self.obs_max_chars is None else docs[: self.obs_max_chars]
+
+  def retrieved_segment(self, docs: str) -> Segment:
+    return Segment(self.truncate_chars(docs), Source.RETRIEVED, self.obs_max_tokens)
+
+  def observation(self, query: str, hits: Sequence) -> list[Segment]:
+    raise NotImplementedError
+
+  def invalid_observation(self) -> list[Segment]:
+    raise NotImplementedError
+
+  def final_turn_segments(self) -> list[Segment]:
+    return [Segment(self.force_answer_text, Source.ENV)] if self.force_answer_text else []

@@ -1,0 +1,232 @@
+"""UR²'s protocol (Li et al. 2025, "UR²: Unify RAG and Reasoning"; seeds §A2).
+
+Free-text reasoning, `<|begin_of_query|> q <|end_of_query|>` queries, documents in
+`<|begin_of_documents|> ... <|end_of_documents|>`, answers as `\\boxed{}` or "the correct answer
+is: X".  Prompts are App. D.2 verbatim (with the code's CoT prompts for questions that get no
+retrieval).  A turn that does not end in a query ends the trajectory; the 5th generation is
+final whatever it contains (at most 4 retrievals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional, Sequence
+
+from ragjax.rollout.labels import Source
+from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, hit_contents
+from ragjax.rollout.segments import Segment
+
+BEGIN_QUERY, END_QUERY = "<|begin_of_query|>", "<|end_of_query|>"
+BEGIN_DOCS, END_DOCS = "<|begin_of_documents|>", "<|end_of_documents|>"
+
+MCQ_RETRIEVAL = """You are solving a multiple-choice question. Analyze each option carefully and logically. Think step by step: consider the meaning and implications of each option, eliminate incorrect ones with clear reasoning, and select the best answer through comparison.
+
+During your reasoning, if you're unsure about any fact, you may issue a **search query** like this:
+<|begin_of_query|> your concise query (less than 20 words) <|end_of_query|>
+
+* You can issue **multiple queries** at different steps in your reasoning.
+* **Each query must target only one fact or statement**. Do not combine multiple ideas in a single query.
+  * ✅ Example:
+    * <|begin_of_query|> What are the common symptoms of pneumonia? <|end_of_query|>
+    * <|begin_of_query|> What is the typical treatment for pneumonia in elderly patients? <|end_of_query|>
+  * ❌ Do **not** combine them like this:
+    * <|begin_of_query|> What are the symptoms and treatments for pneumonia in elderly patients? <|end_of_query|>
+* You may issue **at most four queries** in total — use them wisely.
+
+Once documents are returned in this format:
+<|begin_of_documents|> ... (search results here) <|end_of_documents|>
+
+use the retrieved documents to verify, reject, or revise your prior reasoning about the options. Then continue analyzing the options until you're confident in your answer.
+
+At the end of your reasoning, give your final answer in the following format:
+the correct answer is: A, B, C, D, etc. (only the letter corresponding to the correct option)."""
+
+MCQ_COT = """You are solving a multiple-choice question. Think step by step and use careful reasoning.
+
+For each question, **analyze all options one by one**. For each option:
+- Consider its meaning and implications.
+- Evaluate whether it is correct or incorrect, and **explain why**.
+- Eliminate incorrect options with clear, logical reasoning.
+
+After analyzing all options, compare the remaining ones and choose the best answer.
+
+At the end of your reasoning, give your final answer in the following format:
+the correct answer is: A, B, C, D, etc. (only the letter corresponding to the correct option)."""
+
+MATH_RETRIEVAL = """You are solving a math problem. Think step by step to solve it.
+
+The reasoning process includes detailed considerations such as analyzing questions, summarizing relevant findings, brainstorming new ideas, verifying the accuracy of current steps, refining any errors, and revisiting previous steps.
+
+During your reasoning, if you're unsure about a factual concept — such as a definition, formula, theorem, or mathematical constant — you may issue a **search query** to clarify it.
+
+Format your query using the following template (each query must target only one fact):
+
+<|begin_of_query|> your concise query (less than 20 words) <|end_of_query|>
+
+✅ Examples:
+<|begin_of_query|> Definition of Möbius function <|end_of_query|>
+<|begin_of_query|> Formula for variance of Bernoulli distribution <|end_of_query|>
+
+❌ Do NOT query for reasoning-related content like:
+- Whether a solution approach is valid
+- How to compute a specific value
+- Multi-step deductions or conclusions
+
+You may issue at most **four** search queries per problem — use them wisely.
+
+When documents are returned in this format:
+<|begin_of_documents|>
+... (search results here)
+<|end_of_documents|>
+
+Use the evidence to confirm or revise your reasoning. Then continue analyzing the question until you're confident in the answer.
+
+At the end of your reasoning, give your final answer in the following format:
+\\boxed{YOUR_ANSWER}"""
+
+# Typos and trailing spaces kept as in the UR² code (seeds §A2.2 d).
+MATH_COT = ("You are sovling a math problem. Think step by step to solve it. \n\n"
+            "The reasoning process includs detailed considerations such as analyzing questions, "
+            "summarizing relevant findings, brainstorming new ideas, verifying the accuracy of "
+            "current steps, refining any errors, and revisiting previous steps.\n\n"
+            "At the end of your reasoning, give your final answer in the following format:  \n"
+            "\\boxed{YOUR_ANSWER}")
+
+QA_RETRIEVAL = """You are solving a factual open-domain question from a Knowledge Question Answering (KQA) task. The question requires step-by-step reasoning over real-world knowledge to identify a specific, factually correct answer.
+
+Carefully analyze the question to understand the key entities, relationships, and constraints involved. Retrieve and consider relevant factual knowledge, and reason logically to identify the most accurate answer. 
+
+During your reasoning, if you're unsure about any fact, you may issue a **search query** like this:  
+<|begin_of_query|> your concise query (less than 20 words) <|end_of_query|>
+
+* You can issue **multiple queries** at different steps in your reasoning.
+* **Each query must target only one fact or statement**. Do not combine multiple ideas in a single query.
+  * ✅ Example:
+    * <|begin_of_query|> When did Einstein move to the United States? <|end_of_query|>
+    * <|begin_of_query|> Why did Einstein leave Germany? <|end_of_query|>
+  * ❌ Do **not** combine them like this:
+    * <|begin_of_query|> When did Einstein move to the US and why did he leave Germany? <|end_of_query|>
+* You may issue **at most five queries** in total — use them wisely.
+Once documents are returned in this format:  
+<|begin_of_documents|> 
+... (search results here)  
+<|end_of_documents|>
+
+Use the evidence to confirm or revise your reasoning. Then continue analyzing the question until you're confident in the answer.
+
+At the end of your reasoning, give your final answer in the following format:  
+\\boxed{YOUR_ANSWER}"""
+
+# Paper D.4 CoT prompt for open-domain QA (a user message, no system instruction).
+QA_COT_USER = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+
+FALLBACK = ("This query requires design, computation, or complex reasoning, which exceeds the "
+            "capabilities of a search engine. Please input another query or proceed with direct "
+            "reasoning.")
+FALLBACK_NOTICE = ("It seems that this query exceeds the capabilities of the retrieval system. We "
+                   "may consider rephrasing it into a more fact-based and searchable question that "
+                   "does not require complex reasoning, or proceed with direct reasoning based on "
+                   "prior knowledge.")
+
+_LETTERS = "ABCDEFGHIJ"
+
+
+def boxed_contents(text: str) -> list[str]:
+  """Every `\\boxed{...}` with balanced braces, in order (seeds §A3.1 [D])."""
+  out, i = [], 0
+  while True:
+    i = text.find("\\boxed{", i)
+    if i < 0:
+      return out
+    j, depth = i + len("\\boxed{"), 1
+    while j < len(text) and depth:
+      depth += {"{": 1, "}": -1}.get(text[j], 0)
+      j += 1
+    if depth:
+      return out            # unclosed: not an answer
+    out.append(text[i + len("\\boxed{"):j - 1])
+    i = j
+
+
+def extract_answer(text: str) -> str:
+  """UR²'s `pred`: the last of boxed + `<answer>` + "the correct answer is X" matches, in that
+  pattern order (so a letter answer beats a boxed one, as in the code)."""
+  cands = boxed_contents(text)
+  cands += re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL | re.IGNORECASE)
+  cands += re.findall(r"[Tt]he correct answer is:?\s*([A-Ja-j])", text, re.DOTALL | re.IGNORECASE)
+  return cands[-1].strip() if cands else ""
+
+
+def ur2_documents(hits: Sequence) -> str:
+  """UR² `DOC`: each item minus a leading `^\\d+\\s+`, stripped, newline-terminated; "None" if empty."""
+  docs = "".join(re.sub(r"^\d+\s+", "", hit_contents(h)).strip() + "\n" for h in hits)
+  return docs if docs else "None"
+
+
+@dataclasses.dataclass(frozen=True)
+class UR2(Protocol):
+  name = "ur2"
+  task: str = "qa"                 # "qa" | "math" | "mcq"
+  top_k: int = 10
+  max_turns: int = 4
+  final_turn: bool = True
+  obs_max_tokens: Optional[int] = None
+
+  def __post_init__(self):
+    if self.task not in ("qa", "math", "mcq"):
+      raise ValueError(f"UR2 task must be 'qa', 'math' or 'mcq', got {self.task!r}")
+
+  def system_message(self, inp: PromptInput) -> Optional[str]:
+    if self.task == "mcq":
+      return MCQ_RETRIEVAL if inp.retrieval else MCQ_COT
+    if self.task == "math":
+      return MATH_RETRIEVAL if inp.retrieval else MATH_COT
+    return QA_RETRIEVAL if inp.retrieval else None
+
+  def user_message(self, inp: PromptInput) -> str:
+    if self.task == "mcq":
+      if not inp.options:
+        raise ValueError(f"multiple-choice question has no options: {inp.question!r}")
+      if len(inp.options) > len(_LETTERS):
+        raise ValueError(f"at most {len(_LETTERS)} options, got {len(inp.options)}")
+      opts = "\n".join(f"{_LETTERS[i]}. {o}" for i, o in enumerate(inp.options))
+      return f"Question: {inp.question}\nOptions:\n{opts}"
+    if self.task == "math":
+      return f"Question: {inp.question}"
+    return inp.question if inp.retrieval else QA_COT_USER.format(question=inp.question)
+
+  @property
+  def stop_sequences(self) -> tuple[str, ...]:
+    return (END_QUERY,)
+
+  def parse(self, text: str, *, final: bool) -> Action:
+    e = text.find(END_QUERY)
+    b = text.rfind(BEGIN_QUERY, 0, e) if e >= 0 else -1
+    if b >= 0:
+      raw = text[b + len(BEGIN_QUERY):e]
+      query = " ".join(raw.replace('"', "").split())
+      keep = e + len(END_QUERY)
+      if final:
+        return Action(Kind.END, query=query, keep=keep, reason="query_in_final_turn")
+      if not query:
+        return Action(Kind.END, keep=keep, reason="empty_query")
+      return Action(Kind.SEARCH, query=query, keep=keep, all_queries=(query,))
+    answer = extract_answer(text)
+    if answer:
+      return Action(Kind.ANSWER, answer=answer)
+    return Action(Kind.END, reason="no_answer")
+
+  def format_documents(self, hits: Sequence) -> str:
+    return ur2_documents(hits)
+
+  def observation(self, query: str, hits: Sequence) -> list[Segment]:
+    docs = self.format_documents(hits)
+    segs = [Segment(f"\n\n{BEGIN_DOCS}\n", Source.ENV), self.retrieved_segment(docs),
+            Segment(f"{END_DOCS}\n\n", Source.ENV)]
+    if docs.strip() == FALLBACK:
+      segs.append(Segment(FALLBACK_NOTICE, Source.ENV))
+    return segs
+
+  def invalid_observation(self) -> list[Segment]:
+    return []

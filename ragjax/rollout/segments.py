@@ -1,0 +1,49 @@
+"""Labelled text segments and their tokenisation: the only place injected text becomes ids.
+
+Generated spans never pass through here (they keep the sampler's ids).  Each segment is
+tokenised on its own, so a label boundary is always a token boundary and the labels line up
+with the ids by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+from ragjax.rollout.labels import Source
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+  """Text the environment (or a method hook) appends, with its label.
+
+  `max_tokens` truncates this segment's ids (observation budgets are counted in tokens of the
+  retrieved text, so the closing wrapper tag always survives).
+  """
+  text: str
+  label: Source
+  max_tokens: Optional[int] = None
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+  """Ids of `text` with no BOS/EOS added; special-token strings map to their ids."""
+  if not text:
+    return []
+  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tokenize_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int], bool]:
+  """(ids, labels, truncated) for the concatenation of `segments`."""
+  ids: list[int] = []
+  labels: list[int] = []
+  truncated = False
+  for seg in segments:
+    if not isinstance(seg, Segment):
+      raise TypeError(f"expected Segment, got {type(seg).__name__}: {seg!r}")
+    piece = encode_text(tokenizer, seg.text)
+    if seg.max_tokens is not None and len(piece) > seg.max_tokens:
+      piece = piece[: seg.max_tokens]
+      truncated = True
+    ids.extend(piece)
+    labels.extend([int(seg.label)] * len(piece))
+  return ids, labels, truncated
