@@ -112,13 +112,19 @@ def _paragraphs_of(rec: dict, where: str) -> Optional[list[tuple[str, str]]]:
 
 
 def _records(path: str) -> Iterator[tuple[int, Any]]:
-  """(line, record-or-exception) over a .jsonl file or a JSON list; lines are 1-based."""
-  with open(path, "r", encoding="utf-8", errors="strict") as f:
+  """(line, record-or-exception) over a .jsonl file or a JSON list; lines are 1-based.
+
+  Lines are decoded one at a time so a single bad byte costs one record, not the file.
+  """
+  with open(path, "rb") as f:
     head = f.read(4096).lstrip()
     f.seek(0)
-    if head.startswith("["):
+    if head.startswith(b"["):
       try:
-        data = json.load(f)
+        data = json.loads(f.read().decode("utf-8"))
+      except UnicodeDecodeError as e:
+        yield 1, CorpusError(f"{path}:1: not UTF-8 ({e.reason} at byte {e.start})")
+        return
       except json.JSONDecodeError as e:
         yield e.lineno, CorpusError(f"{path}:{e.lineno}: invalid JSON: {e.msg}")
         return
@@ -126,16 +132,12 @@ def _records(path: str) -> Iterator[tuple[int, Any]]:
       for i, rec in enumerate(data):
         yield i + 1, rec
       return
-    lineno = 0
-    while True:
+    for lineno, raw in enumerate(f, 1):
       try:
-        line = f.readline()
+        line = raw.decode("utf-8")
       except UnicodeDecodeError as e:
-        yield lineno + 1, CorpusError(f"{path}:{lineno + 1}: not UTF-8 ({e.reason})")
-        return
-      if not line:
-        return
-      lineno += 1
+        yield lineno, CorpusError(f"{path}:{lineno}: not UTF-8 ({e.reason} at column {e.start + 1})")
+        continue
       if not line.strip():
         continue
       try:
