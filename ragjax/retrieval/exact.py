@@ -88,7 +88,8 @@ class ExactIndex:
     else:
       local = jax.shard_map(scan, mesh=self.mesh,
                             in_specs=(P(), P(self._axes, None), P(self._axes)),
-                            out_specs=(P(None, self._axes), P(None, self._axes)))
+                            out_specs=(P(None, self._axes), P(None, self._axes)),
+                            check_vma=False)   # scan carry starts replicated, ends per-shard
 
       def merged(q, db, ids):
         s, i = local(q, db, ids)              # [Q, shards * k]
