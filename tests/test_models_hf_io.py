@@ -1,0 +1,126 @@
+"""HF checkpoint import/export: round trips through transformers, and clear errors on bad input."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from ragjax.models.decoder import Decoder
+from ragjax.models.hf_io import load_decoder, save_decoder
+from ragjax.models.presets import get_preset, resolve_decoder_config
+from ragjax.models.safetensors_io import CheckpointError, SafetensorsReader
+from tests._model_helpers import padded_batch, save_hf_decoder, torch_logits
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("qwen"))
+  save_hf_decoder("qwen2_tied", path)
+  return path
+
+
+@pytest.mark.parametrize("kind", ["qwen2_tied", "llama_scaled"])
+def test_export_loads_in_transformers_with_same_logits(kind, tmp_path):
+  from transformers import AutoModelForCausalLM
+  src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+  save_hf_decoder(kind, src)
+  cfg, params = load_decoder(src, scan_layers=(kind == "llama_scaled"))
+  save_decoder(dst, cfg, params)
+  reloaded = AutoModelForCausalLM.from_pretrained(dst).eval()
+  tokens, mask = padded_batch(cfg.vocab_size, (9, 4))
+  ours, _ = Decoder(cfg).apply({"params": params}, jnp.asarray(tokens),
+                               attention_mask=jnp.asarray(mask))
+  ref = torch_logits(reloaded, tokens, mask)
+  assert np.abs(np.asarray(ours) - ref)[mask.astype(bool)].max() <= 1e-4
+
+
+def test_sharded_index_round_trip(qwen_dir, tmp_path):
+  cfg, params = load_decoder(qwen_dir)
+  out = str(tmp_path / "sharded")
+  save_decoder(out, cfg, params, max_shard_bytes=20_000)
+  with open(os.path.join(out, "model.safetensors.index.json")) as f:
+    files = set(json.load(f)["weight_map"].values())
+  assert len(files) > 1
+  cfg2, params2 = load_decoder(out)
+  assert cfg2 == cfg
+  for a, b in zip(__import__("jax").tree.leaves(params), __import__("jax").tree.leaves(params2)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_bfloat16_checkpoint_loads(qwen_dir, tmp_path):
+  cfg, params = load_decoder(qwen_dir)
+  out = str(tmp_path / "bf16")
+  save_decoder(out, cfg, params, dtype="bfloat16")
+  reader = SafetensorsReader(out)
+  assert str(reader.get("model.norm.weight").dtype) == "bfloat16"
+  cfg16, p16 = load_decoder(out, param_dtype="bfloat16", dtype="bfloat16")
+  assert p16["norm"]["scale"].dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(p16["norm"]["scale"], np.float32),
+                             np.asarray(params["norm"]["scale"]), rtol=1e-2)
+
+
+def _rewrite(src_dir, dst_dir, edit):
+  os.makedirs(dst_dir)
+  tensors = load_file(os.path.join(src_dir, "model.safetensors"))
+  edit(tensors)
+  save_file(tensors, os.path.join(dst_dir, "model.safetensors"))
+  with open(os.path.join(src_dir, "config.json")) as f:
+    cfg = json.load(f)
+  with open(os.path.join(dst_dir, "config.json"), "w") as f:
+    json.dump(cfg, f)
+
+
+def test_missing_tensor_is_named(qwen_dir, tmp_path):
+  _rewrite(qwen_dir, str(tmp_path / "m"), lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+  with pytest.raises(CheckpointError, match=r"missing tensor 'model\.layers\.1\.mlp\.up_proj\.weight'"
+                     r" \(expected shape \(112, 64\)\)"):
+    load_decoder(str(tmp_path / "m"))
+
+
+def test_extra_tensor_is_named(qwen_dir, tmp_path):
+  def add(t):
+    t["model.layers.0.self_attn.extra.weight"] = np.zeros((3, 5), np.float32)
+  _rewrite(qwen_dir, str(tmp_path / "e"), add)
+  with pytest.raises(CheckpointError, match=r"unexpected tensor 'model\.layers\.0\.self_attn\.extra"
+                     r"\.weight' with shape \(3, 5\)"):
+    load_decoder(str(tmp_path / "e"))
+
+
+def test_misshaped_tensor_names_both_shapes(qwen_dir, tmp_path):
+  def bad(t):
+    t["model.layers.0.self_attn.k_proj.weight"] = np.zeros((16, 64), np.float32)
+  _rewrite(qwen_dir, str(tmp_path / "s"), bad)
+  with pytest.raises(CheckpointError, match=r"'model\.layers\.0\.self_attn\.k_proj\.weight' has shape "
+                     r"\(16, 64\), expected \(32, 64\)"):
+    load_decoder(str(tmp_path / "s"))
+
+
+def test_unsupported_architecture_lists_supported(qwen_dir, tmp_path):
+  d = tmp_path / "mistral"
+  d.mkdir()
+  with open(os.path.join(qwen_dir, "config.json")) as f:
+    cfg = json.load(f)
+  cfg["model_type"], cfg["architectures"] = "mistral", ["MistralForCausalLM"]
+  (d / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match=r"unsupported architecture model_type='mistral'.*qwen2.*llama"):
+    load_decoder(str(d))
+
+
+def test_checkpoint_config_wins_over_preset(qwen_dir):
+  cfg = resolve_decoder_config(qwen_dir)
+  assert cfg.hidden_size == 64 and cfg.vocab_size == 256
+  assert resolve_decoder_config("qwen2.5-0.5b").hidden_size == 896
+  with pytest.raises(ValueError, match="unknown model preset"):
+    get_preset("gpt-5")
+
+
+def test_presets_have_published_sizes():
+  # Parameter counts of the public checkpoints (embedding included), to within 1%.
+  published = {"qwen2.5-0.5b": 494e6, "qwen2.5-1.5b": 1.54e9, "qwen2.5-3b": 3.09e9,
+               "qwen2.5-7b": 7.62e9, "llama-3.2-3b": 3.21e9, "llama-3.1-8b": 8.03e9}
+  for name, n in published.items():
+    got = get_preset(name).num_params()
+    assert abs(got - n) / n < 0.01, (name, got, n)
