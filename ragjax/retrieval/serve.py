@@ -14,19 +14,22 @@ import argparse
 import threading
 from typing import List, Optional
 
+from pydantic import BaseModel
+
 from ragjax.retrieval.types import Retriever
 
 MAX_TOPK = 1000
 
 
+class QueryRequest(BaseModel):
+  """Search-R1's request body (module level so FastAPI can resolve the annotation)."""
+  queries: List[str]
+  topk: Optional[int] = None
+  return_scores: bool = False
+
+
 def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] = None):
   from fastapi import FastAPI, HTTPException
-  from pydantic import BaseModel
-
-  class QueryRequest(BaseModel):
-    queries: List[str]
-    topk: Optional[int] = None
-    return_scores: bool = False
 
   app = FastAPI(title="ragjax retrieval")
   lock = threading.Lock()   # backends hold one index; serialise batches rather than interleave

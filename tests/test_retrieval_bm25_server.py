@@ -1,0 +1,154 @@
+"""BM25 (against the Lucene formula), the Search-R1 HTTP server, and the client's failure modes."""
+
+import json
+import math
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from _retrieval_helpers import free_port, server, small_corpus, start_server, stop_server, write_jsonl
+from ragjax.retrieval.bm25 import BM25Index
+from ragjax.retrieval.cache import CachedRetriever
+from ragjax.retrieval.client import RetrievalError, SearchClient
+from ragjax.retrieval.index import build_index, open_index
+from ragjax.retrieval.types import Hit, Retriever
+
+
+def test_bm25_scores_match_lucene_formula():
+  docs = ["the cat sat on the mat", "dog and cat friends", "a bird sang", "cat cat cat dog"]
+  index = BM25Index.build(docs, k1=0.9, b=0.4)
+  rows, scores = index.search(["cat dog", "unknownword", ""], 4)
+  toks = [["cat", "sat", "mat"], ["dog", "cat", "friends"], ["bird", "sang"], ["cat", "cat", "cat", "dog"]]
+  avg = np.mean([len(t) for t in toks])
+
+  def lucene(doc, query):    # idf = ln(1 + (N - df + .5)/(df + .5)); tf / (tf + k1 (1 - b + b |d|/avg))
+    total = 0.0
+    for w in query:
+      df, tf = sum(w in t for t in toks), doc.count(w)
+      total += math.log(1 + (4 - df + 0.5) / (df + 0.5)) * tf / (tf + 0.9 * (0.6 + 0.4 * len(doc) / avg))
+    return total
+  ref = [lucene(t, ["cat", "dog"]) for t in toks]
+  order = [i for i in np.argsort(ref)[::-1] if ref[i] > 0]
+  assert rows[0, :3].tolist() == order and rows[0, 3] == -1          # "a bird sang" has score 0
+  np.testing.assert_allclose(scores[0, :3], [ref[i] for i in order], rtol=1e-5)
+  assert (rows[1] == -1).all() and (rows[2] == -1).all()
+
+
+@pytest.fixture(scope="module")
+def bm25_dir(tmp_path_factory):
+  d = tmp_path_factory.mktemp("bm25")
+  corpus = write_jsonl(d / "corpus.jsonl", small_corpus())
+  meta = build_index(str(corpus), str(d / "index"), "bm25")
+  assert meta["n"] == len(small_corpus())
+  return str(d / "index")
+
+
+def test_in_process_retriever_protocol_and_edge_queries(bm25_dir):
+  r = open_index(bm25_dir)
+  assert isinstance(r, Retriever)
+  long_query = " ".join(["guild"] * 4000 + ["Zürich"])
+  out = r.search(["Zürich Käse Schokolade", "", "   ", long_query, "東京タワー"], 3)
+  assert out[0][0].id == "u1" and out[0][0].title == "Zürich Grüße"
+  assert out[1] == [] and out[2] == []
+  assert len(out[3]) == 3
+  assert out[4][0].id == "u2"
+  with pytest.raises(TypeError, match="single str"):
+    r.search("a query", 3)
+  with pytest.raises(ValueError, match="k must be a positive int"):
+    r.search(["x"], 0)
+  cached = CachedRetriever(r, maxsize=2)
+  first = cached.search(["Qessa astronomy", "Qessa astronomy", "Belcaro"], 5)
+  assert first[0] == first[1] == r.search(["Qessa astronomy"], 5)[0]
+  assert cached.cache.misses == 3 and cached.cache.hits == 0   # 2 unique; duplicate within batch
+  cached.search(["Belcaro"], 5)
+  assert cached.cache.hits == 1 and len(cached.cache) == 2
+
+
+def _listening_address(port):
+  with open("/proc/net/tcp") as f:
+    for line in f.readlines()[1:]:
+      local, state = line.split()[1], line.split()[3]
+      ip, p = local.split(":")
+      if int(p, 16) == port and state == "0A":
+        return socket.inet_ntoa(bytes.fromhex(ip)[::-1])
+  return None
+
+
+def test_server_speaks_search_r1_protocol(bm25_dir):
+  in_proc = open_index(bm25_dir)
+  with server(bm25_dir) as (url, _):
+    port = int(url.rsplit(":", 1)[1])
+    assert _listening_address(port) == "127.0.0.1"
+    queries = ["Who founded the Varnholt guild of printing?", "Café Émile crêpes"]
+    r = requests.post(url + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=30)
+    assert r.status_code == 200
+    body = r.json()
+    assert list(body) == ["result"] and len(body["result"]) == 2
+    ref = in_proc.search(queries, 3)
+    for row, ref_row in zip(body["result"], ref):
+      assert [set(x) for x in row] == [{"document", "score"}] * len(ref_row)
+      assert [Hit(x["document"]["id"], x["document"]["contents"], x["score"]) for x in row] == \
+          [Hit(h.id, h.contents, pytest.approx(h.score)) for h in ref_row]
+    assert len(body["result"][0]) == 3
+    assert body["result"][1][0]["document"]["contents"].startswith('"Café Émile"\n')
+    # return_scores false: Search-R1 returns bare documents; topk omitted: server default (3).
+    r = requests.post(url + "/retrieve", json={"queries": queries[:1]}, timeout=30)
+    assert [set(d) for d in r.json()["result"][0]] == [{"id", "contents"}] * 3
+    # The client gives exactly the in-process answer, and caches it.
+    client = SearchClient(url, timeout=30)
+    assert isinstance(client, Retriever)
+    got = client.search(queries + [""], 3)
+    assert got[:2] == [[Hit(h.id, h.contents, pytest.approx(h.score)) for h in row] for row in ref]
+    assert got[2] == []
+    client.search(queries, 3)
+    assert client.cache.hits == 2
+    # A bad request is not retried and says what was wrong.
+    with pytest.raises(RetrievalError, match=r"rejected the request: HTTP 422.*topk must be in"):
+      client._post(["x"], 5000)
+    bad = requests.post(url + "/retrieve", json={"queries": "not a list"}, timeout=30)
+    assert bad.status_code == 422
+
+
+def test_client_survives_server_restart(bm25_dir):
+  port = free_port()
+  proc = start_server(bm25_dir, port)
+  client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, retries=12, backoff=0.2,
+                        max_backoff=1.0, cache_size=0)
+  before = client.search(["Kelthune clockmaking"], 4)
+  stop_server(proc)
+  holder = {}
+
+  def restart():
+    time.sleep(1.0)
+    holder["proc"] = start_server(bm25_dir, port)
+  t = threading.Thread(target=restart)
+  t.start()
+  try:
+    after = client.search(["Kelthune clockmaking"], 4)     # issued while the server is down
+  finally:
+    t.join()
+    if "proc" in holder:
+      stop_server(holder["proc"])
+  assert after == before and len(after[0]) == 4
+
+
+def test_client_reports_timeout_and_refused_connection_clearly():
+  with socket.socket() as s:          # accepts TCP connections but never answers
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    port = s.getsockname()[1]
+    client = SearchClient(f"http://127.0.0.1:{port}", timeout=0.5, retries=1, backoff=0.05)
+    t0 = time.time()
+    with pytest.raises(RetrievalError) as e:
+      client.search(["anything"], 3)
+    assert time.time() - t0 < 5
+    msg = str(e.value)
+    assert f"http://127.0.0.1:{port}/retrieve" in msg and "2 attempts" in msg and "timed out after 0.5s" in msg
+  dead = free_port()
+  client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=2, backoff=0.05)
+  with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts: connection failed"):
+    client.search(["anything"], 3)
