@@ -1,0 +1,493 @@
+"""The synthetic search world: fictional entities, a passage corpus and questions that need search.
+
+People, towns, groups (organisations) and works get made-up names and random facts, so no
+model can answer from memory.  Every fact is stated in exactly one passage of its subject,
+which makes the passages that answer each hop well defined (`metadata.hops`).  Questions:
+- '1hop': one fact ("Where was Kalo Venn born?");
+- '2hop': a bridge chain of 2..max_hops facts ("Where was the maker of Sora Lend born?");
+- 'comparison': yes/no over two entities ("Was Kalo Venn born before Mira Tos?");
+- 'retry': about a person who shares the full name with decoys; the obvious query
+  (`metadata.first_query`, the name alone) tends to land on a namesake's passage and the
+  refined query (`hops[0].query`, name plus occupation) finds the right one, as in ReZero.
+Train and dev come from world 0; test from world 1, whose name words are all new.
+
+`generate_world(WorldConfig())` takes about a second; the output is a pure function of the
+config (same seed, byte-identical files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import re
+from typing import Callable, Optional
+
+from ragjax.data.corpus import make_contents, write_jsonl
+from ragjax.data.schema import Example, make_example
+from ragjax.data.world_language import (COMPARISONS, ENTITY_TYPES, FILLERS, MENTIONS, OCCUPATIONS,
+                                        ORG_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
+                                        RETRY_RELATIONS, WORK_KINDS, YEAR_RANGES, Relation)
+from ragjax.data.world_names import NamePool
+
+QTYPES = ("1hop", "2hop", "comparison", "retry")
+SPLITS = ("train", "dev", "test")
+DATA_SOURCE = "ragjax_world"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldConfig:
+  """Knobs: size (entity counts), hops, distractors, paraphrase variety, question counts."""
+  seed: int = 0
+  num_people: int = 80
+  num_places: int = 25
+  num_orgs: int = 20
+  num_works: int = 40
+  retry_groups: int = 20            # namesake groups per world (targets of 'retry' questions)
+  retry_decoys: int = 2             # namesakes per group besides each target
+  distractor_rate: float = 0.3      # share of people/groups/works given a near-name twin
+  mention_rate: float = 0.3         # chance a passage mentions another entity in passing
+  facts_per_passage: int = 2
+  min_passage_words: int = 24
+  paraphrases: int = 3              # templates used per relation, 1..3
+  max_hops: int = 2                 # bridge questions have 2..max_hops hops; 1 disables them
+  num_train: int = 1000
+  num_dev: int = 100
+  num_test: int = 200
+  qtype_weights: tuple[tuple[str, float], ...] = (
+      ("1hop", 0.3), ("2hop", 0.4), ("comparison", 0.15), ("retry", 0.15))
+
+  def __post_init__(self):
+    if not 1 <= self.paraphrases <= 3:
+      raise ValueError(f"paraphrases must be 1..3, got {self.paraphrases}")
+    if not 1 <= self.max_hops <= 3:
+      raise ValueError(f"max_hops must be 1..3, got {self.max_hops}")
+    if self.facts_per_passage < 1:
+      raise ValueError("facts_per_passage must be >= 1")
+    weights = dict(self.qtype_weights)
+    unknown = set(weights) - set(QTYPES)
+    if unknown:
+      raise ValueError(f"unknown question types {sorted(unknown)}; use {QTYPES}")
+    if self.max_hops < 2 and weights.get("2hop", 0) > 0:
+      raise ValueError("max_hops=1 leaves no 2hop questions: set the '2hop' weight to 0")
+    if weights.get("retry", 0) > 0 and (self.retry_groups < 1 or self.retry_decoys < 1):
+      raise ValueError("'retry' questions need retry_groups >= 1 and retry_decoys >= 1")
+    if self.retry_decoys + 1 > len(OCCUPATIONS):
+      raise ValueError(f"retry_decoys must be < {len(OCCUPATIONS)}")
+
+
+@dataclasses.dataclass
+class Entity:
+  id: str
+  etype: str
+  name: str
+  world: int
+  title: str                      # passage title; namesakes get 'Name (occupation)'
+  disamb: Optional[str] = None    # occupation of a namesake, None when the name is unique
+  kind: Optional[str] = None      # work kind (book, song, ...) or group kind
+  aliases: tuple[str, ...] = ()
+  facts: dict[str, str] = dataclasses.field(default_factory=dict)  # relation -> value or entity id
+
+
+@dataclasses.dataclass
+class World:
+  config: WorldConfig
+  entities: list[Entity]
+  passages: list[dict]                 # {id, title, text, contents}; ids 'w0-…' / 'w1-…'
+  questions: dict[str, list[Example]]  # 'train', 'dev' (world 0), 'test' (world 1)
+
+  def corpus(self, split: Optional[str] = None) -> list[dict]:
+    """Passages of the world a split's questions come from (all passages when None)."""
+    if split is None:
+      return list(self.passages)
+    prefix = f"w{world_of_split(split)}-"
+    return [p for p in self.passages if p["id"].startswith(prefix)]
+
+  def entity_names(self, world: int) -> list[str]:
+    return [e.name for e in self.entities if e.world == world]
+
+
+def world_of_split(split: str) -> int:
+  if split not in SPLITS:
+    raise ValueError(f"unknown split {split!r}; use {SPLITS}")
+  return 1 if split == "test" else 0
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_ARTICLES = frozenset(("a", "an", "the"))
+
+
+def norm_words(text: str) -> tuple[str, ...]:
+  """SQuAD-style normalisation as a word tuple: lower case, no punctuation, no articles."""
+  return tuple(w for w in _WORD.findall(text.lower()) if w not in _ARTICLES)
+
+
+def contains_words(hay: tuple[str, ...], needle: tuple[str, ...]) -> bool:
+  n = len(needle)
+  return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
+
+
+def _reserved_words() -> frozenset[str]:
+  texts = [*OCCUPATIONS, *PRODUCTS, *ORG_KINDS, *WORK_KINDS, "yes", "no", "town"]
+  for r in RELATIONS.values():
+    texts += [*r.state, *r.ask, r.query, *r.describe]
+  for c in COMPARISONS:
+    texts += list(c.ask)
+  for fs in FILLERS.values():
+    texts += list(fs)
+  texts += [m[0] for m in MENTIONS.values()]
+  return frozenset(w for t in texts for w in _WORD.findall(t.lower()))
+
+
+class _WorldBuilder:
+  """Builds one world's entities and passages (world index `wi`)."""
+
+  def __init__(self, cfg: WorldConfig, wi: int, pool: NamePool):
+    self.cfg, self.wi, self.pool = cfg, wi, pool
+    self.rng = random.Random(f"ragjax-world-{cfg.seed}-{wi}")
+    self.entities: list[Entity] = []
+    self.by_id: dict[str, Entity] = {}
+    self.groups: list[list[Entity]] = []   # namesake groups
+    self.passages: list[dict] = []
+    self.fact_pid: dict[tuple[str, str], str] = {}
+    self.pid_entity: dict[str, Entity] = {}
+
+  # -- entities ---------------------------------------------------------------------------
+  def _add(self, etype: str, name: str, **kw) -> Entity:
+    eid = f"w{self.wi}-{etype}-{sum(e.etype == etype for e in self.entities):04d}"
+    e = Entity(id=eid, etype=etype, name=name, world=self.wi, title=kw.pop("title", name), **kw)
+    self.entities.append(e)
+    self.by_id[eid] = e
+    return e
+
+  def _year(self, etype: str) -> str:
+    lo, hi = YEAR_RANGES[etype]
+    return str(self.rng.randint(lo, hi))
+
+  def build_entities(self) -> None:
+    cfg, rng, pool = self.cfg, self.rng, self.pool
+    places = [self._add("place", w, aliases=(w, f"{w} town")) for w in
+              (pool.word(2, 3) for _ in range(cfg.num_places))]
+    people = []
+    for _ in range(cfg.num_people):
+      given, sur = pool.word(), pool.word()
+      people.append(self._add("person", f"{given} {sur}", aliases=(f"{given} {sur}", f"{given[0]}. {sur}")))
+    twins = []
+    for src in rng.sample(people, round(cfg.distractor_rate * len(people))):
+      given, sur = src.name.split()
+      given, sur = (given, pool.word()) if rng.random() < 0.5 else (pool.word(), sur)
+      twins.append((src, self._add("person", f"{given} {sur}", aliases=(f"{given} {sur}", f"{given[0]}. {sur}"))))
+    for _ in range(cfg.retry_groups):
+      given, sur = pool.word(), pool.word()
+      occs = rng.sample(OCCUPATIONS, cfg.retry_decoys + 1)
+      self.groups.append([self._add("person", f"{given} {sur}", title=f"{given} {sur} ({o})", disamb=o,
+                                    aliases=(f"{given} {sur}", f"{given[0]}. {sur}")) for o in occs])
+    orgs = []
+    for _ in range(cfg.num_orgs):
+      w, k = pool.word(), rng.choice(ORG_KINDS)
+      orgs.append(self._add("org", f"{w} {k}", kind=k, aliases=(f"{w} {k}",)))
+    for src in rng.sample(orgs, round(cfg.distractor_rate * len(orgs))):
+      w = src.name.split()[0]
+      k = rng.choice([k for k in ORG_KINDS if k != src.kind])
+      twins.append((src, self._add("org", f"{w} {k}", kind=k, aliases=(f"{w} {k}",))))
+    works = []
+    for _ in range(cfg.num_works):
+      t = f"{pool.word()} {pool.word()}"
+      works.append(self._add("work", t, kind=rng.choice(WORK_KINDS), aliases=(t,)))
+    for src in rng.sample(works, round(cfg.distractor_rate * len(works))):
+      t = f"{src.name.split()[0]} {pool.word()}"
+      twins.append((src, self._add("work", t, kind=rng.choice(WORK_KINDS), aliases=(t,))))
+
+    all_people = [e for e in self.entities if e.etype == "person"]
+    all_orgs = [e for e in self.entities if e.etype == "org"]
+    for e in self.entities:
+      if e.etype == "person":
+        e.facts = {"occupation": e.disamb or rng.choice(OCCUPATIONS), "birth_year": self._year("person"),
+                   "born_in": rng.choice(places).id, "works_for": rng.choice(all_orgs).id}
+      elif e.etype == "place":
+        e.facts = {"place_year": self._year("place"), "known_for": rng.choice(PRODUCTS)}
+      elif e.etype == "org":
+        e.facts = {"org_year": self._year("org"), "based_in": rng.choice(places).id,
+                   "founder": rng.choice(all_people).id}
+      else:
+        e.facts = {"work_year": self._year("work"), "creator": rng.choice(all_people).id,
+                   "set_in": rng.choice(places).id}
+    for group in self.groups:  # namesakes must differ on what retry questions ask
+      for rel in RETRY_RELATIONS:
+        if rel == "birth_year":
+          vals = rng.sample(range(*YEAR_RANGES["person"]), len(group))
+          vals = [str(v) for v in vals]
+        else:
+          pool_ids = [x.id for x in (places if rel == "born_in" else all_orgs)]
+          vals = rng.sample(pool_ids, len(group))
+        for member, v in zip(group, vals):
+          member.facts[rel] = v
+    for src, twin in twins:  # near-name twins share one attribute with their source
+      shared = rng.choice([r.name for r in RELATIONS_OF[src.etype]])
+      twin.facts[shared] = src.facts[shared]
+
+  # -- passages ---------------------------------------------------------------------------
+  def display(self, rel: Relation, value: str) -> str:
+    return self.by_id[value].name if rel.obj != "attr" else value
+
+  def _fact_sentence(self, e: Entity, rel: Relation) -> str:
+    tpl = self.rng.choice(rel.state[:self.cfg.paraphrases])
+    return tpl.format(s=e.name, o=self.display(rel, e.facts[rel.name]), kind=e.kind or "work")
+
+  def build_passages(self) -> None:
+    cfg, rng = self.cfg, self.rng
+    for e in self.entities:
+      rels = list(RELATIONS_OF[e.etype])
+      rng.shuffle(rels)
+      for start in range(0, len(rels), cfg.facts_per_passage):
+        chunk = rels[start:start + cfg.facts_per_passage]
+        sents = [self._fact_sentence(e, r) for r in chunk]
+        if rng.random() < cfg.mention_rate:
+          tpl, otype = MENTIONS[e.etype]
+          others = [o for o in self.entities if o.etype == otype and o.id != e.id]
+          sents.append(tpl.format(s=e.name, o=rng.choice(others).name))
+        fillers = list(FILLERS[e.etype])
+        rng.shuffle(fillers)
+        while sum(len(s.split()) for s in sents) < cfg.min_passage_words and fillers:
+          sents.insert(rng.randint(1, len(sents)), fillers.pop().format(s=e.name))
+        pid = f"w{self.wi}-{len(self.passages):05d}"
+        text = " ".join(sents)
+        self.passages.append({"id": pid, "title": e.title, "text": text,
+                              "contents": make_contents(e.title, text)})
+        self.pid_entity[pid] = e
+        for r in chunk:
+          self.fact_pid[(e.id, r.name)] = pid
+
+
+class _QuestionMaker:
+  """Turns one world's facts into question candidates of each type, filtered for leaks."""
+
+  def __init__(self, wb: _WorldBuilder):
+    self.wb, self.cfg = wb, wb.cfg
+    self.rng = random.Random(f"ragjax-questions-{wb.cfg.seed}-{wb.wi}")
+    self.namesakes = {e.id for g in wb.groups for e in g}
+    self.passage_words = [norm_words(p["contents"]) for p in wb.passages]
+    self.word_index: dict[str, set[int]] = {}
+    for i, words in enumerate(self.passage_words):
+      for w in words:
+        self.word_index.setdefault(w, set()).add(i)
+
+  def mention(self, e: Entity) -> str:
+    return f"the {e.disamb} {e.name}" if e.disamb else e.name
+
+  def qname(self, e: Entity) -> str:
+    return f"{e.name} {e.disamb}" if e.disamb else e.name
+
+  def answers(self, rel: Relation, value: str) -> tuple[str, ...]:
+    if rel.obj != "attr":
+      return self.wb.by_id[value].aliases
+    if rel.values == "occupation":
+      return (value, f"a {value}")
+    return (value,)
+
+  def hop(self, e: Entity, rel: Relation) -> dict:
+    return {"query": rel.query.format(s=self.qname(e)),
+            "answer": self.wb.display(rel, e.facts[rel.name]),
+            "passage_ids": [self.wb.fact_pid[(e.id, rel.name)]],
+            "entity": e.title, "relation": rel.name}
+
+  def pick(self, templates: tuple[str, ...]) -> str:
+    return self.rng.choice(templates[:self.cfg.paraphrases])
+
+  # Each candidate is (key, make) with make() -> (question, answers, hops, extra) or None.
+  def one_hop(self) -> list:
+    out = []
+    for e in self.wb.entities:
+      if e.id in self.namesakes:
+        continue
+      for rel in RELATIONS_OF[e.etype]:
+        out.append((("1hop", e.id, rel.name), lambda e=e, rel=rel: (
+            self.pick(rel.ask).format(s=self.mention(e)), self.answers(rel, e.facts[rel.name]),
+            [self.hop(e, rel)], {})))
+    return out
+
+  def chains(self) -> list[list[tuple[Entity, Relation]]]:
+    """Bridge paths [(e0, r0), (e1, r1), ...]: r0..r_{n-2} lead to the next entity, all
+    entities distinct, 2 <= n <= max_hops."""
+    out = []
+
+    def grow(path):
+      e, rel = path[-1]
+      nxt = self.wb.by_id[e.facts[rel.name]]
+      if nxt.id in {x.id for x, _ in path}:
+        return
+      for r in RELATIONS_OF[nxt.etype]:
+        step = path + [(nxt, r)]
+        if not (r.name == "occupation" and nxt.id in self.namesakes):
+          out.append(step)  # the occupation would be in the namesake's refined query
+        if r.obj != "attr" and len(step) < self.cfg.max_hops:
+          grow(step)
+
+    if self.cfg.max_hops >= 2:
+      for e in self.wb.entities:
+        if e.id not in self.namesakes:
+          for rel in RELATIONS_OF[e.etype]:
+            if rel.obj != "attr":
+              grow([(e, rel)])
+    return out
+
+  def multi_hop(self) -> list:
+    out = []
+    for chain in self.chains():
+      key = ("2hop",) + tuple(f"{e.id}:{r.name}" for e, r in chain)
+
+      def make(chain=chain):
+        s = self.mention(chain[0][0])
+        for _, rel in chain[:-1]:
+          s = self.pick(rel.describe).format(s=s)
+        e_last, r_last = chain[-1]
+        return (self.pick(r_last.ask).format(s=s), self.answers(r_last, e_last.facts[r_last.name]),
+                [self.hop(e, r) for e, r in chain], {})
+      out.append((key, make))
+    return out
+
+  def comparison(self) -> list:
+    out = []
+    for spec in COMPARISONS:
+      rel = RELATIONS[spec.relation]
+      ents = [e for e in self.wb.entities if e.etype == spec.subj and e.id not in self.namesakes]
+      same, diff = [], []
+      for a, b in itertools.combinations(ents, 2):
+        va, vb = a.facts[rel.name], b.facts[rel.name]
+        if spec.kind == "before" and va == vb:
+          continue
+        (same if va == vb else diff).append((a, b))
+      if spec.kind == "same":  # balance yes/no: alternate same-value and different-value pairs
+        self.rng.shuffle(same)
+        self.rng.shuffle(diff)
+        pairs = [p for pair in itertools.zip_longest(same, diff[:len(same)]) for p in pair if p]
+      else:
+        pairs = diff
+      for a, b in pairs:
+        def make(a=a, b=b, spec=spec, rel=rel):
+          if self.rng.random() < 0.5:
+            a, b = b, a
+          va, vb = a.facts[rel.name], b.facts[rel.name]
+          yes = va == vb if spec.kind == "same" else int(va) < int(vb)
+          q = self.pick(spec.ask).format(a=self.mention(a), b=self.mention(b))
+          return q, ("yes" if yes else "no",), [self.hop(a, rel), self.hop(b, rel)], {"comparison": spec.name}
+        out.append((("comparison", spec.name, a.id, b.id), make))
+    return out
+
+  def retry(self) -> list:
+    out = []
+    for group in self.wb.groups:
+      for e in group:
+        for rname in RETRY_RELATIONS:
+          rel = RELATIONS[rname]
+
+          def make(e=e, rel=rel, group=group):
+            extra = {"first_query": rel.query.format(s=e.name),
+                     "decoy_passage_ids": [self.wb.fact_pid[(d.id, rel.name)] for d in group if d is not e]}
+            return (self.pick(rel.ask).format(s=self.mention(e)), self.answers(rel, e.facts[rel.name]),
+                    [self.hop(e, rel)], extra)
+          out.append((("retry", e.id, rname), make))
+    return out
+
+  def leaks(self, qtype: str, question: str, answers, hops) -> bool:
+    """True if an answer alias is in the question, or one passage answers a bridge question."""
+    qw = norm_words(question)
+    if any(contains_words(qw, norm_words(a)) for a in answers):
+      return True
+    if qtype == "2hop":
+      topic = norm_words(self.wb.pid_entity[hops[0]["passage_ids"][0]].name)
+      final = norm_words(answers[0])
+      for i in self.word_index.get(topic[0], set()) & self.word_index.get(final[0], set()):
+        words = self.passage_words[i]
+        if contains_words(words, topic) and contains_words(words, final):
+          return True
+    return False
+
+  def candidates(self, qtype: str) -> list:
+    cands = {"1hop": self.one_hop, "2hop": self.multi_hop, "comparison": self.comparison,
+             "retry": self.retry}[qtype]()
+    self.rng.shuffle(cands)
+    return cands
+
+  def take(self, qtype: str, counts: list[int]) -> list[list[tuple]]:
+    """Fills each bucket in `counts` with distinct, leak-free questions of `qtype`."""
+    buckets: list[list[tuple]] = [[] for _ in counts]
+    seen = set()
+    it = iter(self.candidates(qtype))
+    for bucket, n in zip(buckets, counts):
+      while len(bucket) < n:
+        item = next(it, None)
+        if item is None:
+          raise ValueError(
+              f"world {self.wb.wi}: only {sum(map(len, buckets))} '{qtype}' questions possible, "
+              f"{sum(counts)} requested; enlarge the world (num_people/num_works/retry_groups...) "
+              f"or lower num_train/num_dev/num_test or the '{qtype}' weight")
+        _, make = item
+        q, answers, hops, extra = make()
+        if q in seen or self.leaks(qtype, q, answers, hops):
+          continue
+        seen.add(q)
+        bucket.append((qtype, q, answers, hops, extra))
+    return buckets
+
+
+def _split_counts(total: int, weights: dict[str, float]) -> dict[str, int]:
+  """Largest-remainder rounding of total * weight, in QTYPES order."""
+  wsum = sum(weights.values())
+  raw = {q: total * weights.get(q, 0.0) / wsum for q in QTYPES}
+  counts = {q: int(v) for q, v in raw.items()}
+  for q in sorted(QTYPES, key=lambda q: -(raw[q] - counts[q]))[:total - sum(counts.values())]:
+    counts[q] += 1
+  return counts
+
+
+def _to_examples(split: str, wi: int, items: list[tuple], titles: dict[str, str]) -> list[Example]:
+  out = []
+  for i, (qtype, q, answers, hops, extra) in enumerate(items):
+    pids = [p for h in hops for p in h["passage_ids"]]
+    meta = {"qtype": qtype, "world": wi, "num_hops": len(hops), "hops": hops, **extra}
+    out.append(make_example(f"world {split} question {i}", id=f"{split}_{i}", question=q,
+                            golden_answers=answers, data_source=DATA_SOURCE,
+                            supporting_ids=list(dict.fromkeys(pids)),
+                            supporting_titles=list(dict.fromkeys(titles[p] for p in pids)),
+                            metadata=meta))
+  return out
+
+
+def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
+  """Builds world 0 (train/dev) and world 1 (test, all-new names) with their questions."""
+  pool = NamePool(random.Random(f"ragjax-names-{cfg.seed}"), reserved=_reserved_words())
+  weights = dict(cfg.qtype_weights)
+  entities, passages, questions = [], [], {}
+  for wi, splits in ((0, ("dev", "train")), (1, ("test",))):
+    wb = _WorldBuilder(cfg, wi, pool)
+    wb.build_entities()
+    wb.build_passages()
+    maker = _QuestionMaker(wb)
+    titles = {p["id"]: p["title"] for p in wb.passages}
+    per_split = {s: _split_counts(getattr(cfg, f"num_{s}"), weights) for s in splits}
+    items = {s: [] for s in splits}
+    for qtype in QTYPES:
+      for s, bucket in zip(splits, maker.take(qtype, [per_split[s][qtype] for s in splits])):
+        items[s].extend(bucket)
+    shuf = random.Random(f"ragjax-order-{cfg.seed}-{wi}")
+    for s in splits:
+      shuf.shuffle(items[s])
+      questions[s] = _to_examples(s, wi, items[s], titles)
+    entities += wb.entities
+    passages += wb.passages
+  return World(config=cfg, entities=entities, passages=passages,
+               questions={s: questions[s] for s in SPLITS})
+
+
+def write_flashrag(world: World, out_dir: str) -> dict[str, str]:
+  """Writes corpus.jsonl ({id, title, text, contents}) and {train,dev,test}.jsonl (FlashRAG
+  question records).  Returns {'corpus': path, split: path}."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {"corpus": os.path.join(out_dir, "corpus.jsonl")}
+  write_jsonl(paths["corpus"], world.passages)
+  for split, exs in world.questions.items():
+    paths[split] = os.path.join(out_dir, f"{split}.jsonl")
+    write_jsonl(paths[split], (e.to_flashrag() for e in exs))
+  return paths
