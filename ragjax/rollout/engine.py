@@ -1,0 +1,384 @@
+"""The multi-turn rollout engine: B prompts x G samples become a labelled Trajectory batch.
+
+Each turn: decode every live row until a stop, parse each row's turn, run the mid-rollout hooks,
+make ONE batched retrieval call for all searching rows, and append observations with the
+sampler's `extend` (no re-prefill).  Rows that finished are `set_done` and stay idle.  The
+loop ends when every row is done, after `max_turns` (+ the protocol's final no-search turn), or
+when a row runs out of its token budget.
+
+Tokens in, tokens out: the policy's spans are the sampler's own ids (cut only on token
+boundaries when the protocol drops what follows an action); only environment / injected text is
+tokenised, segment by segment, so each label is attached while concatenating.
+
+`policy` is anything with the `ragjax.sampling.Sampler` API (prefill, decode, extend, set_done,
+clone_rows, truncate, eos_ids); `retriever` anything with `search(queries, k) -> hits`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ragjax.rollout.hooks import RowEditor, TurnView
+from ragjax.rollout.labels import MaskConfig, Source
+from ragjax.rollout.protocols.base import Action, Kind, Protocol, as_prompt_input, hit_id
+from ragjax.rollout.renderer import Renderer
+from ragjax.rollout.segments import Segment
+from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
+from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
+                                       assemble)
+
+# Sampler stop-reason codes (ragjax.sampling.config); duplicated as plain ints so the engine
+# also drives any policy object that follows the same convention.
+_NOT_RUN, _CACHE_FULL = 0, 4
+_FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+  """Loop limits and assembly options.
+
+  `max_response_tokens` caps everything after the prompt (policy + observations); the tighter
+  of it and the protocol's own cap applies.  `spare_rows` reserves sampler rows for hooks that
+  clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
+  """
+  max_response_tokens: Optional[int] = None
+  spare_rows: int = 0
+  mask: MaskConfig = MaskConfig()
+  pad_to_multiple: int = 8
+  pad_id: int = 0
+  chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
+
+
+Hook = Callable[[list, RowEditor], None]
+
+
+@dataclasses.dataclass
+class _Row:
+  tokens: list
+  labels: list
+  logprobs: list
+  turns: list
+  prompt_len: int
+  group_id: int
+  prompt_index: int
+  sample_index: int
+  sampler_len: int                       # the sampler's length for this row
+  clone_of: Optional[int] = None
+  done: bool = False
+  answer: Optional[str] = None
+  stop_reason: str = ""
+  records: list = dataclasses.field(default_factory=list)
+  seen_docs: list = dataclasses.field(default_factory=list)
+  # this turn
+  action: Optional[Action] = None
+  turn_start: int = 0
+  turn_ids: list = dataclasses.field(default_factory=list)
+  turn_text: str = ""
+  end_token_text: Optional[str] = None
+  resume: bool = False                   # a hook asked the row to continue without retrieval
+  pending: list = dataclasses.field(default_factory=list)   # ids to extend with this turn
+
+  def append(self, ids, label, turn, logprobs=None):
+    self.tokens.extend(int(i) for i in ids)
+    self.labels.extend([int(label)] * len(ids))
+    self.logprobs.extend([0.0] * len(ids) if logprobs is None else [float(x) for x in logprobs])
+    self.turns.extend([turn] * len(ids))
+
+  def cut(self, n: int):
+    for lst in (self.tokens, self.labels, self.logprobs, self.turns):
+      del lst[n:]
+
+
+class RolloutEngine:
+  def __init__(self, protocol: Protocol, policy, retriever, tokenizer,
+               config: EngineConfig = EngineConfig(), hooks: Sequence[Hook] = ()):
+    self.protocol, self.policy, self.retriever, self.tokenizer = protocol, policy, retriever, tokenizer
+    self.config = config
+    self.hooks = list(hooks)
+    self.renderer = Renderer(protocol, tokenizer, chat=config.chat)
+    self.eos_ids = frozenset(int(e) for e in getattr(policy, "eos_ids", ()) or ())
+    self.retrieval_calls = 0
+    caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
+    self.response_budget = min(caps) if caps else None
+    ext = getattr(getattr(policy, "config", None), "extend_buckets", None)
+    self.max_extend = int(ext[-1]) if ext else None
+
+  # ------------------------------------------------------------------------------------------
+  def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
+          uids: Optional[Sequence[int]] = None) -> RolloutBatch:
+    """Rolls out every prompt `samples_per_prompt` times; `uids` are the group ids (default
+    0..B-1), so GRPO groups are per prompt, never per sample (Search-R1 issue #88)."""
+    inputs = [as_prompt_input(p) for p in prompts]
+    if not inputs:
+      raise ValueError("run() needs at least one prompt")
+    g = int(samples_per_prompt)
+    if g < 1:
+      raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
+    uids = list(range(len(inputs))) if uids is None else [int(u) for u in uids]
+    if len(uids) != len(inputs):
+      raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
+    prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
+    extra = -(-self.config.spare_rows // g) if self.config.spare_rows else 0
+    state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
+                                seed=seed)
+    n = len(inputs) * g
+    rows = {}
+    for r in range(n):
+      p = r // g
+      rows[r] = _Row(tokens=list(prompt_ids[p]), labels=[int(Source.PROMPT)] * len(prompt_ids[p]),
+                     logprobs=[0.0] * len(prompt_ids[p]), turns=[-1] * len(prompt_ids[p]),
+                     prompt_len=len(prompt_ids[p]), group_id=uids[p], prompt_index=p,
+                     sample_index=r % g, sampler_len=len(prompt_ids[p]))
+    free = list(range(n, n + extra * g))
+    if free:
+      state = self.policy.set_done(state, free)
+    self._state, self._rows, self._free = state, rows, free
+    self._capacity = getattr(state, "cache_length", None)
+
+    total_turns = self.protocol.max_turns + (1 if self.protocol.final_turn else 0)
+    for t in range(total_turns):
+      live = [r for r in sorted(self._rows) if not self._rows[r].done]
+      if not live:
+        break
+      final = t == total_turns - 1
+      if final and self.protocol.final_turn:
+        self._final_turn_prefix(live, t)
+      self._turn(live, t, final)
+
+    for row in self._rows.values():
+      if not row.done:
+        row.done, row.stop_reason = True, "max_turns"
+    return self._finish()
+
+  # ------------------------------------------------------------------------------------------
+  def _final_turn_prefix(self, live, t):
+    segs = self.protocol.final_turn_segments()
+    if not segs:
+      return
+    ids, labels, _ = self.renderer.tokenize(segs)
+    for r in live:
+      self._rows[r].append(ids, Source.ENV, t)
+      self._rows[r].labels[-len(ids):] = labels
+    self._extend(live, [ids] * len(live))
+
+  def _turn(self, live, t, final):
+    self._state, out = self.policy.decode(self._state)
+    toks = np.asarray(out.tokens)
+    lens = np.asarray(out.lengths)
+    lps = np.asarray(out.logprobs)
+    reasons = np.asarray(out.stop_reason)
+    for r in live:
+      row = self._rows[r]
+      ids = toks[r, :lens[r]].tolist()
+      row.sampler_len += len(ids)
+      eos_tail = bool(ids) and ids[-1] in self.eos_ids
+      body = ids[:-1] if eos_tail else ids
+      text = decode(self.tokenizer, body)
+      action = self.protocol.parse(text, final=final)
+      keep = len(ids)
+      if action.keep is not None and action.keep < len(text):
+        keep = tokens_covering(self.tokenizer, body, text, action.keep)
+        text = text[:action.keep]
+      continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
+      if continuing and eos_tail and self.protocol.observation_role == "inline":
+        keep = min(keep, len(body))      # never continue an inline stream after an eos token
+      row.end_token_text = (decode(self.tokenizer, ids[-1:])
+                            if eos_tail and keep == len(ids) else None)
+      row.turn_start = len(row.tokens)
+      row.turn_ids = ids[:keep]
+      row.turn_text = text
+      row.action = action
+      row.resume = False
+      row.pending = []
+      row.append(ids[:keep], Source.POLICY, t, lps[r, :keep])
+      if int(reasons[r]) == _CACHE_FULL:
+        row.action = Action(Kind.END, reason="budget")
+      elif int(reasons[r]) == _NOT_RUN:
+        row.action = Action(Kind.END, reason="sampler_finished")
+      row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
+                                    query=action.query if action.kind == Kind.SEARCH else None,
+                                    all_queries=action.all_queries, reason=action.reason))
+
+    if self.hooks:
+      views = [TurnView(row=r, turn=t, final=final, action=self._rows[r].action,
+                        text=self._rows[r].turn_text, group_id=self._rows[r].group_id,
+                        clone_of=self._rows[r].clone_of) for r in live]
+      editor = RowEditor(self, t)
+      for hook in self.hooks:
+        hook(views, editor)
+      live = live + [r for r in editor.created if r not in live]
+
+    hits = self._retrieve([r for r in live if self._is_search(r)])
+
+    ext_rows, ext_ids, done_rows = [], [], []
+    for r in live:
+      row = self._rows[r]
+      kind = row.action.kind
+      obs = []
+      if row.resume:
+        kind = None
+      elif kind == Kind.SEARCH:
+        content = self.protocol.observation(row.action.query, hits[r])
+        obs = self.renderer.wrap_observation(content, row.end_token_text)
+        row.records[-1].doc_ids = tuple(hit_id(h) for h in hits[r])
+      elif kind == Kind.INVALID:
+        obs = self.renderer.wrap_observation(self.protocol.invalid_observation(),
+                                             row.end_token_text)
+        if not obs:
+          kind = Kind.END
+      if kind == Kind.ANSWER:
+        row.done, row.answer, row.stop_reason = True, row.action.answer, "answer"
+      elif kind == Kind.END:
+        reason = row.action.reason or "end"
+        row.done, row.stop_reason = True, ("max_turns" if reason in _FINAL_REASONS else reason)
+      if row.done:
+        done_rows.append(r)
+        continue
+      ids, labels, truncated = self.renderer.tokenize(obs)
+      row.records[-1].obs_truncated = truncated
+      if self._over_budget(row, len(ids)):
+        row.done, row.stop_reason = True, "budget"
+        done_rows.append(r)
+        continue
+      row.append(ids, Source.ENV, t)
+      if ids:
+        row.labels[-len(ids):] = labels
+      row.pending = row.pending + ids
+      ext_rows.append(r)
+
+    self._sync_lengths(ext_rows)
+    self._extend(ext_rows, [self._rows[r].pending for r in ext_rows])
+    if done_rows:
+      self._state = self.policy.set_done(self._state, done_rows)
+
+  # ------------------------------------------------------------------------------------------
+  def _is_search(self, r) -> bool:
+    row = self._rows[r]
+    return not row.resume and row.action is not None and row.action.kind == Kind.SEARCH
+
+  def _retrieve(self, rows):
+    """One batched retrieval call for every searching row of this turn."""
+    if not rows:
+      return {}
+    k = self.protocol.top_k
+    extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
+    results = self.retriever.search([self._rows[r].action.query for r in rows], k + extra)
+    self.retrieval_calls += 1
+    if len(results) != len(rows):
+      raise ValueError(f"retriever returned {len(results)} result lists for {len(rows)} queries")
+    out = {}
+    for r, hits in zip(rows, results):
+      row = self._rows[r]
+      hits = list(hits)
+      if self.protocol.dedup_docs:
+        hits = [h for h in hits if hit_id(h) not in row.seen_docs]
+      limit = k
+      cap = self.protocol.max_docs_per_trajectory
+      if cap is not None:
+        limit = max(0, min(k, cap - len(row.seen_docs)))
+      hits = hits[:limit]
+      row.seen_docs.extend(hit_id(h) for h in hits)
+      out[r] = hits
+    return out
+
+  def _over_budget(self, row: _Row, n_obs: int) -> bool:
+    """True when appending n_obs tokens leaves no room for one more generated token."""
+    after = len(row.tokens) + n_obs
+    if self._capacity is not None and after + 1 > self._capacity:
+      return True
+    if self.response_budget is not None and after - row.prompt_len >= self.response_budget:
+      return True
+    return False
+
+  def _sync_lengths(self, rows):
+    """Truncates sampler rows whose history runs past the kept tokens (cut actions, eos)."""
+    cut = [r for r in rows if self._rows[r].sampler_len != len(self._rows[r].tokens)
+           - len(self._rows[r].pending)]
+    if cut:
+      lengths = [len(self._rows[r].tokens) - len(self._rows[r].pending) for r in cut]
+      self._state = self.policy.truncate(self._state, cut, lengths)
+      for r, n in zip(cut, lengths):
+        self._rows[r].sampler_len = n
+
+  def _extend(self, rows, id_lists):
+    rows = [r for r, ids in zip(rows, id_lists) if ids]
+    id_lists = [ids for ids in id_lists if ids]
+    step = self.max_extend or max((len(x) for x in id_lists), default=1)
+    offset = 0
+    while rows:
+      chunk = [ids[offset:offset + step] for ids in id_lists]
+      sel = [i for i, c in enumerate(chunk) if c]
+      if not sel:
+        break
+      self._state = self.policy.extend(self._state, [rows[i] for i in sel], [chunk[i] for i in sel])
+      for i in sel:
+        self._rows[rows[i]].sampler_len += len(chunk[i])
+      offset += step
+    for r in rows:
+      self._rows[r].pending = []
+
+  # ---- row edits used by hooks (see RowEditor) ---------------------------------------------
+  def _clone(self, src: int, t: int) -> int:
+    if not self._free:
+      raise RuntimeError("no spare sampler rows left to clone into; raise EngineConfig.spare_rows")
+    dst = self._free.pop(0)
+    self._state = self.policy.clone_rows(self._state, [src], [dst])
+    row = copy.deepcopy(self._rows[src])
+    row.clone_of = src
+    self._rows[dst] = row
+    return dst
+
+  def _delete_span(self, r: int, start: int, end: Optional[int]):
+    row = self._rows[r]
+    text = row.turn_text
+    end = len(text) if end is None else end
+    if not 0 <= start <= end <= len(text):
+      raise ValueError(f"row {r}: span [{start}, {end}) is outside its last turn of "
+                       f"{len(text)} characters")
+    if end != len(text):
+      raise ValueError(f"row {r}: only a span that ends the last turn can be deleted without "
+                       f"recomputing the cache (span ends at {end} of {len(text)})")
+    keep = tokens_within(self.tokenizer, row.turn_ids, text, start)
+    row.cut(row.turn_start + keep)
+    row.turn_ids = row.turn_ids[:keep]
+    row.turn_text = decode(self.tokenizer, row.turn_ids)
+    row.records[-1].text = row.turn_text
+    row.end_token_text = None
+    row.answer = None
+
+  def _insert(self, r: int, segments: Sequence[Segment], t: int):
+    row = self._rows[r]
+    ids, labels, _ = self.renderer.tokenize(segments)
+    row.append(ids, Source.INJECTED, t)
+    if ids:
+      row.labels[-len(ids):] = labels
+    row.pending = row.pending + ids
+
+  def _resume(self, r: int):
+    row = self._rows[r]
+    row.resume, row.done, row.stop_reason = True, False, ""
+    row.records[-1].action = "continue"
+
+  # ------------------------------------------------------------------------------------------
+  def _finish(self) -> RolloutBatch:
+    order = sorted(r for r in self._rows if self._rows[r].clone_of is None)
+    order += sorted(r for r in self._rows if self._rows[r].clone_of is not None)
+    index = {r: i for i, r in enumerate(order)}
+    dicts, metas = [], []
+    for i, r in enumerate(order):
+      row = self._rows[r]
+      dicts.append(dict(tokens=row.tokens, labels=row.labels, logprobs=row.logprobs,
+                        turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
+      metas.append(RowMeta(
+          row=i, group_id=row.group_id, prompt_index=row.prompt_index,
+          sample_index=row.sample_index,
+          clone_of=None if row.clone_of is None else index[row.clone_of],
+          answer=row.answer, stop_reason=row.stop_reason,
+          response_text=decode(self.tokenizer, row.tokens[row.prompt_len:]),
+          turns=row.records))
+    traj = assemble(dicts, self.config.mask, self.config.pad_to_multiple, self.config.pad_id)
+    return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name))
