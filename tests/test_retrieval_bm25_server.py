@@ -118,8 +118,10 @@ def test_client_survives_server_restart(bm25_dir):
   proc = start_server(bm25_dir, port)
   client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, retries=12, backoff=0.2,
                         max_backoff=1.0, cache_size=0)
-  before = client.search(["Kelthune clockmaking"], 4)
-  stop_server(proc)
+  try:
+    before = client.search(["Kelthune clockmaking"], 4)
+  finally:
+    stop_server(proc)
   holder = {}
 
   def restart():
