@@ -25,7 +25,7 @@ PASSAGES = [
     ("p3", "Quillport Observatory", "The Quillport Observatory studies comets and tides."),
     ("p4", "Tessaly River", "The Tessaly River flows through Quillport into the Amber Sea."),
     ("p5", "Amber Sea", "The Amber Sea borders Zorbland to the south and east."),
-    ("p6", "Fallback", ur2.FALLBACK),
+    ("p6", "", ur2.FALLBACK),        # no title: contents is exactly the fallback sentence
     ("p7", "Long chronicle", " ".join(f"The chronicle of Zorbland lists harbour event number {i}."
                                       for i in range(80))),
 ]
@@ -125,7 +125,8 @@ class ScriptedPolicy:
   def prefill(self, prompts, samples_per_prompt=1, seed=0):
     self.calls["prefill"] += 1
     hist = [list(p) for p in prompts for _ in range(samples_per_prompt)]
-    return ScriptState(hist, np.zeros(len(hist), bool), [0] * len(hist), self.cache_length)
+    self.state = ScriptState(hist, np.zeros(len(hist), bool), [0] * len(hist), self.cache_length)
+    return self.state
 
   def decode(self, state):
     self.calls["decode"] += 1

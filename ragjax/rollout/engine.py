@@ -375,7 +375,7 @@ class RolloutEngine:
                         turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
       metas.append(RowMeta(
           row=i, group_id=row.group_id, prompt_index=row.prompt_index,
-          sample_index=row.sample_index,
+          sample_index=row.sample_index, sampler_row=r,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
           response_text=decode(self.tokenizer, row.tokens[row.prompt_len:]),

@@ -67,6 +67,7 @@ class RowMeta:
   prompt_index: int
   sample_index: int
   clone_of: Optional[int] = None    # Trajectory row this one was cloned from
+  sampler_row: int = -1             # the sampler row it ran in
   answer: Optional[str] = None
   stop_reason: str = ""
   response_text: str = ""
