@@ -1,0 +1,75 @@
+"""A small byte-level BPE tokenizer for from-scratch policies, trained on the synthetic world.
+
+Byte-level, so any text (test-world names, retrieved passages, user prompts) encodes without
+unknown tokens; trained on world 0 only (training passages, train/dev questions, answers and
+hop queries), so test-world names are not merged into single tokens.  The protocol tags are
+added tokens (one id each, kept when decoding with `skip_special_tokens=True`, since the
+rollout parser reads them); pad/bos/eos are special tokens.  Training is deterministic: the
+same `WorldConfig` (seed) gives a byte-identical `tokenizer.json`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional, Sequence
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from ragjax.data.world import World, WorldConfig, generate_world
+
+PROTOCOL_TAGS = ("<think>", "</think>", "<search>", "</search>", "<information>",
+                 "</information>", "<answer>", "</answer>")
+PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
+SPECIAL_TOKENS = (PAD, BOS, EOS)
+
+# Plain role markers so `apply_chat_template` works for rollout code shared with chat models.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def world_training_texts(world: World) -> list[str]:
+  """World-0 text only: passages, train/dev questions, answers and ideal hop queries."""
+  texts = [p["contents"] for p in world.corpus("train")]
+  for split in ("train", "dev"):
+    for ex in world.questions[split]:
+      texts.append(ex.question)
+      texts.extend(ex.golden_answers)
+      texts.extend(h["query"] for h in ex.metadata.get("hops", ()))
+  return texts
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
+                    added_tokens: Sequence[str] = PROTOCOL_TAGS,
+                    min_frequency: int = 2):
+  """Trains the BPE and wraps it as a transformers fast tokenizer of at most `vocab_size` ids
+  (special tokens, bytes, merges, then `added_tokens`; a small corpus may run out of merges
+  with `min_frequency` before the limit, so size the model's embedding with `len(tok)`)."""
+  from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
+  n_merged = vocab_size - len(added_tokens)
+  if n_merged < len(SPECIAL_TOKENS) + 256:
+    raise ValueError(f"vocab_size {vocab_size} too small: need > {len(SPECIAL_TOKENS) + 256 + len(added_tokens)}")
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=n_merged, min_frequency=min_frequency,
+                                special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(list(texts), trainer=trainer)
+  tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS,
+                                 pad_token=PAD, model_max_length=4096)
+  fast.chat_template = CHAT_TEMPLATE
+  return fast
+
+
+def train_world_tokenizer(out_dir: Optional[str] = None, cfg: WorldConfig = WorldConfig(),
+                          vocab_size: int = 2048, world: Optional[World] = None):
+  """Trains on `generate_world(cfg)` and, if `out_dir` is given, saves a directory that
+  `transformers.AutoTokenizer.from_pretrained(out_dir)` loads."""
+  world = world if world is not None else generate_world(cfg)
+  fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size)
+  if out_dir is not None:
+    os.makedirs(out_dir, exist_ok=True)
+    fast.save_pretrained(out_dir)
+  return fast
