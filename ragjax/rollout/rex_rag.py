@@ -1,0 +1,99 @@
+"""REX-RAG's probe policy as a mid-rollout hook (Jiang et al. 2025, "REX-RAG"; seeds §1.4).
+
+When an original (non-clone) row gives a wrong answer in a turn where search is still allowed,
+with probability p it is cloned into a spare row of the same group; the clone loses the
+`<answer>...</answer>` span of that turn (the reasoning before it stays), gets one exploration
+prompt from the pool appended as INJECTED tokens, and keeps rolling.  Clones are never cloned
+again, and answers in the final forced turn are not eligible.  Whether an answer is wrong is
+the caller's business (`is_wrong(group_id, answer)`, EM against the gold answers in `rl`), so
+this module needs nothing above the rollout layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ragjax.rollout.hooks import RowEditor, TurnView
+from ragjax.rollout.labels import Source
+from ragjax.rollout.protocols.base import Kind, first_tag_action
+from ragjax.rollout.segments import Segment
+
+# REX-RAG Table 8, verbatim (each opens <think> and leaves it open).
+EXPLORATION_PROMPTS: tuple[str, ...] = (
+    "<think> Perhaps I've overlooked critical points or slipped up in my logic.",
+    "<think> I wonder if vital information escaped my notice or if I made an error.",
+    "<think> There might be key gaps in my understanding or errors in reasoning.",
+    "<think> It's possible I've missed something important or misunderstood crucial details.",
+    "<think> I suspect errors crept in, or essential points went unnoticed.",
+    "<think> Maybe I've misjudged something important or neglected key facts.",
+    "<think> Reflecting now, I might have overlooked critical data or erred somewhere.",
+    "<think> Possibly, I've missed significant insights or made a mistake.",
+    "<think> I'm sensing a gap or error might be present in my recent reasoning.",
+    "<think> I could have misinterpreted important facts or overlooked necessary details.",
+    "<think> Aware that my reasoning might be flawed or lacking crucial points.",
+    "<think> I need to reconsider—I might've skipped vital information or erred.",
+    "<think> There's a chance my previous thinking has unnoticed mistakes or omissions.",
+    "<think> I feel there might be something critical I overlooked or misunderstood.",
+    "<think> Perhaps my earlier reasoning has hidden mistakes or missing information.",
+    "<think> Concerned I might have overlooked key aspects or made subtle errors.",
+    "<think> I might have unintentionally ignored essential details or misunderstood something.",
+    "<think> Revisiting carefully, perhaps errors or oversights went unnoticed earlier.",
+    "<think> Maybe important points slipped my attention, or I made a miscalculation.",
+    "<think> It's likely I've overlooked something crucial or stumbled in logic.",
+    "<think> Reflecting, I could've missed critical clues or made errors in judgment.",
+    "<think> Possibly, I misunderstood something fundamental or missed key evidence.",
+    "<think> Concerned about potential unnoticed mistakes or overlooked essential details.",
+    "<think> Perhaps my earlier step wasn't entirely accurate or lacked vital points.",
+    "<think> It's conceivable that I've neglected critical information or erred.",
+    "<think> Wondering if I've mistakenly dismissed something important or misunderstood it.",
+    "<think> Maybe my previous reasoning has blind spots or unnoticed errors.",
+    "<think> I'm doubting if crucial points were missed or mistakes made earlier.",
+    "<think> Feeling uncertain—perhaps critical details slipped past or were misunderstood.",
+    "<think> Recognizing possible gaps or missteps I didn't previously notice.",
+)
+ABLATION_FIVE = (1, 11, 12, 14, 24)   # the 5-prompt pool of REX-RAG Table 5
+
+# The code draws random.randint(0, 100) < 20, i.e. 20/101.
+DEFAULT_P = 20 / 101
+
+
+@dataclasses.dataclass
+class RexRagCloneHook:
+  is_wrong: Callable[[int, str], bool]
+  p: float = DEFAULT_P
+  prompts: Sequence[str] = EXPLORATION_PROMPTS
+  seed: int = 0
+  inserted: dict = dataclasses.field(default_factory=dict)   # clone sampler row -> prompt index
+
+  def __post_init__(self):
+    if not 0.0 <= self.p <= 1.0:
+      raise ValueError(f"clone probability p must be in [0, 1], got {self.p}")
+    if not self.prompts:
+      raise ValueError("the exploration prompt pool is empty")
+    self._rng = np.random.default_rng(self.seed)
+
+  def __call__(self, views: Sequence[TurnView], editor: RowEditor) -> None:
+    for v in views:
+      if v.clone_of is not None or v.final or v.action.kind != Kind.ANSWER:
+        continue
+      if not self.is_wrong(v.group_id, v.action.answer or ""):
+        continue
+      if self._rng.random() >= self.p:
+        continue
+      m = first_tag_action(v.text, ("answer",))
+      if m is None:
+        continue
+      which = int(self._rng.integers(len(self.prompts)))
+      dst = editor.clone(v.row)
+      editor.delete_span(dst, m.start())
+      editor.insert(dst, [Segment(self.prompts[which], Source.INJECTED)])
+      editor.resume(dst)
+      self.inserted[dst] = which
+
+
+def pool(indices: Optional[Sequence[int]] = None) -> tuple[str, ...]:
+  """The full pool, or the prompts at `indices` (e.g. ABLATION_FIVE)."""
+  return EXPLORATION_PROMPTS if indices is None else tuple(EXPLORATION_PROMPTS[i] for i in indices)

@@ -1,0 +1,110 @@
+"""Mid-rollout row edits: REX-RAG clones (cache, group, labels, sampler state) and edit errors."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import _rollout_helpers as h  # noqa: E402
+
+from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
+from ragjax.rollout.labels import MaskConfig, Source  # noqa: E402
+from ragjax.rollout.protocols import get_protocol  # noqa: E402
+from ragjax.rollout.rex_rag import ABLATION_FIVE, EXPLORATION_PROMPTS, RexRagCloneHook, pool  # noqa: E402
+
+Q = "What is the capital of Zorbland"
+GOLD = {0: "quillport"}
+
+
+def wrong(group_id, answer):
+  return answer.strip().lower() != GOLD[group_id]
+
+
+def run_rex(p=1.0, mask=MaskConfig(train_injected=True), spare=2):
+  tok = h.tokenizer()
+  proto = get_protocol("rex_rag")
+  scripts = {0: ["<think> guess </think> <answer> Paris </answer>"],
+             1: ["<think> sure </think> <answer> Quillport </answer>"],
+             2: ["</think> <search> Tessaly River </search>", "<answer> Quillport </answer>"]}
+  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
+  ret = h.CountingRetriever(h.bm25_retriever())
+  hook = RexRagCloneHook(is_wrong=wrong, p=p, prompts=pool([0]), seed=3)
+  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig(spare_rows=spare, mask=mask), hooks=[hook])
+  return eng.run([Q], samples_per_prompt=2), pol, ret, eng, tok, hook
+
+
+def test_pool_is_the_papers():
+  assert len(EXPLORATION_PROMPTS) == 30 and len(set(EXPLORATION_PROMPTS)) == 30
+  assert all(p.startswith("<think> ") and "</think>" not in p for p in EXPLORATION_PROMPTS)
+  assert pool(ABLATION_FIVE)[1] == EXPLORATION_PROMPTS[11]
+
+
+def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
+  batch, pol, ret, eng, tok, hook = run_rex()
+  h.check_alignment(batch)
+  m = batch.meta
+  assert len(m) == 3
+  assert [r.clone_of for r in m.rows] == [None, None, 0]
+  assert list(batch.traj.group_id) == [0, 0, 0]
+  assert m.stop_reasons == ["answer", "answer", "answer"]
+  assert m.answers == ["Paris", "Quillport", "Quillport"]
+  assert hook.inserted == {2: 0}
+  t = batch.traj
+  k = int(t.lengths[2])
+  labels, ids, turn = t.labels[2, :k], t.tokens[2, :k].tolist(), t.turn[2, :k]
+  p = int(t.prompt_lengths[2])
+  assert ids[:p] == t.tokens[0, :p].tolist()            # same prompt as its source
+  runs = []
+  j = p
+  while j < k:
+    e = j
+    while e < k and labels[e] == labels[j] and turn[e] == turn[j]:
+      e += 1
+    runs.append((tok.decode(ids[j:e]), Source(labels[j]).name, int(turn[j])))
+    j = e
+  # the space before <answer> is part of the " <" token, so the cut lands before it
+  assert runs[0] == ("<think> guess </think>", "POLICY", 0)
+  assert runs[1] == (EXPLORATION_PROMPTS[0], "INJECTED", 0)
+  assert runs[2] == ("</think> <search> Tessaly River </search>", "POLICY", 1)
+  assert [r[1] for r in runs[3:6]] == ["ENV", "RETRIEVED", "ENV"]
+  assert runs[6] == ("<answer> Quillport </answer>", "POLICY", 2)
+  # injected probe tokens are trained on only when configured; the source row is untouched
+  inj = labels == Source.INJECTED
+  assert inj.sum() > 0 and (t.loss_mask[2, :k][inj] == 1).all()
+  assert "<answer> Paris </answer>" in tok.decode(t.tokens[0, :int(t.lengths[0])].tolist())
+  # the clone's sampler row holds exactly its trajectory; its policy log-probs sit at its slots
+  assert pol.state.histories[m.rows[2].sampler_row] == ids
+  pos = np.nonzero(labels == Source.POLICY)[0]
+  np.testing.assert_allclose(t.sampler_logprobs[2, pos], [h.slot_logprob(j) for j in pos])
+  assert pol.calls["clone_rows"] == 1 and pol.calls["truncate"] == 1
+  assert ret.calls == [(["Tessaly River"], 3)]
+
+
+def test_rex_rag_default_mask_and_no_clone_when_p_zero():
+  batch, *_ = run_rex(mask=MaskConfig())
+  inj = batch.traj.labels == Source.INJECTED
+  assert inj.any() and not batch.traj.loss_mask[inj].any()
+  batch, pol, *_ = run_rex(p=0.0)
+  assert len(batch.meta) == 2 and pol.calls["clone_rows"] == 0
+
+
+def test_clone_without_spare_rows_is_a_clear_error():
+  with pytest.raises(RuntimeError, match="spare_rows"):
+    run_rex(spare=0)
+
+
+def test_deleting_a_span_inside_the_turn_is_refused():
+  tok = h.tokenizer()
+  proto = get_protocol("search_r1")
+
+  def hook(views, editor):
+    for v in views:
+      if v.turn == 0:
+        editor.delete_span(v.row, 0, 3)
+
+  pol = h.ScriptedPolicy(tok, {0: ["<answer> a </answer>"]}, stop_strings=proto.stop_sequences)
+  eng = RolloutEngine(proto, pol, h.bm25_retriever(), tok, hooks=[hook])
+  with pytest.raises(ValueError, match="only a span that ends the last turn"):
+    eng.run([Q])
