@@ -1,0 +1,199 @@
+"""Protocol pieces on their own: prompts (chat and plain), parsers, answer extraction, labels,
+character/token mapping and chat framing."""
+
+import os
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import _rollout_helpers as h  # noqa: E402
+
+from ragjax.rollout.chat import user_turn_framing  # noqa: E402
+from ragjax.rollout.labels import MaskConfig, Source, loss_mask_from_labels  # noqa: E402
+from ragjax.rollout.protocols import (Kind, PromptInput, as_prompt_input,  # noqa: E402
+                                      get_protocol)
+from ragjax.rollout.protocols import autorefine, search_r1, ur2  # noqa: E402
+from ragjax.rollout.renderer import Renderer  # noqa: E402
+from ragjax.rollout.segments import Segment, tokenize_segments  # noqa: E402
+from ragjax.rollout.textspan import decode, tokens_covering, tokens_within  # noqa: E402
+
+SR1_EXPECTED = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every "
+    "time you get new information. After reasoning, if you find you lack some knowledge, you can "
+    "call a search engine by <search> query </search>, and it will return the top searched results "
+    "between <information> and </information>. You can search as many times as you want. If you "
+    "find no further external knowledge needed, you can directly provide the answer inside <answer> "
+    "and </answer> without detailed illustrations. For example, <answer> Beijing </answer>. "
+    "Question: who founded it?")
+
+
+def test_search_r1_prompt_plain_and_chat():
+  proto = get_protocol("search_r1")
+  base = Renderer(proto, h.tokenizer(chat=False))
+  assert not base.chat
+  assert base.prompt_text("  who founded it ") == SR1_EXPECTED
+  assert base.prompt_ids("who founded it") == h.tokenizer(False)(SR1_EXPECTED)["input_ids"]
+  chat = Renderer(proto, h.tokenizer(chat=True))
+  assert chat.prompt_text("who founded it?") == (
+      f"<|im_start|>user\n{SR1_EXPECTED}<|im_end|>\n<|im_start|>assistant\n")
+  # forcing plain prompts on a chat tokenizer is allowed (base models with a template)
+  assert Renderer(proto, h.tokenizer(), chat=False).prompt_text("who founded it") == SR1_EXPECTED
+
+
+def test_other_prompts():
+  tok = h.tokenizer()
+  ar = Renderer(get_protocol("autorefine"), tok).prompt_text("Who won")
+  assert ar.endswith("For example, <answer> Donald Trump </answer>. Question: Who won?\n"
+                     "<|im_end|>\n<|im_start|>assistant\n")
+  assert "three most relevant documents enclosed in <documents> and </documents>" in ar
+  paper = get_protocol("autorefine", template=autorefine.PAPER_TEMPLATE)
+  assert paper.user_message(PromptInput("x")).endswith("<user> Question: x? </user>")
+  r3 = Renderer(get_protocol("r3_rag"), tok).prompt_text("Who won?")
+  assert r3 == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                "<|im_start|>user\nThe question: Who won?<|im_end|>\n<|im_start|>assistant\n")
+  mcq = get_protocol("ur2", task="mcq")
+  inp = PromptInput("Which sea?", options=("Amber", "Red"))
+  assert mcq.user_message(inp) == "Question: Which sea?\nOptions:\nA. Amber\nB. Red"
+  assert mcq.system_message(inp) == ur2.MCQ_RETRIEVAL
+  assert mcq.system_message(PromptInput("q", ("a",), retrieval=False)) == ur2.MCQ_COT
+  with pytest.raises(ValueError, match="no options"):
+    mcq.user_message(PromptInput("Which?"))
+  qa = get_protocol("ur2")
+  assert qa.messages(PromptInput("Who?")) == [{"role": "system", "content": ur2.QA_RETRIEVAL},
+                                             {"role": "user", "content": "Who?"}]
+  assert qa.messages(PromptInput("Who?", retrieval=False)) == [
+      {"role": "user", "content": "Who?\nPlease reason step by step, and put your final answer "
+                                  "within \\boxed{}."}]
+  assert get_protocol("ur2", task="math").user_message(PromptInput("1+1")) == "Question: 1+1"
+  assert ur2.MATH_COT.startswith("You are sovling a math problem.")    # the code's typo, kept
+  with pytest.raises(ValueError, match="task"):
+    get_protocol("ur2", task="poetry")
+
+
+@pytest.mark.parametrize("text,final,kind,query,answer,keep", [
+    ("<think>a</think> <search> q1 </search> tail", False, Kind.SEARCH, "q1", None, 38),
+    ("<search>q1</search><search>q2</search>", False, Kind.SEARCH, "q1", None, 19),
+    ("<answer> A </answer><search>q</search>", False, Kind.ANSWER, None, "A", 20),
+    ("<search> q1 </search>", True, Kind.END, "q1", None, 21),
+    ("<search> unclosed", False, Kind.INVALID, None, None, None),
+    ("<search> unclosed", True, Kind.END, None, None, None),
+    ("<search>  </search>", False, Kind.INVALID, None, None, 19),
+    ("", False, Kind.INVALID, None, None, None),
+    ("<answer></answer>", False, Kind.ANSWER, None, "", 17),
+])
+def test_search_r1_parser(text, final, kind, query, answer, keep):
+  a = get_protocol("search_r1").parse(text, final=final)
+  assert (a.kind, a.answer, a.keep) == (kind, answer, keep)
+  if kind == Kind.SEARCH:
+    assert a.query == query
+
+
+def test_r3_parser():
+  p = get_protocol("r3_rag")
+  a = p.parse("Step 1:\nThe problem analysis: x y.\nThe retrieval query: who is Z? more\nStep 2:",
+              final=False)
+  assert (a.kind, a.query) == (Kind.SEARCH, "who is Z")
+  assert a.keep == len("Step 1:\nThe problem analysis: x y.\nThe retrieval query: who is Z? more")
+  a = p.parse("Step 2:\nThe problem analysis: ok.\nThe final answer: Quillport\n", final=False)
+  assert (a.kind, a.answer) == (Kind.ANSWER, "Quillport")
+  # whichever of query and answer comes first wins
+  a = p.parse("The problem analysis: a\nThe final answer: B\nThe retrieval query: c", final=False)
+  assert (a.kind, a.answer) == (Kind.ANSWER, "B")
+  assert p.parse("The problem analysis: a", final=False).reason == "format_no_query_or_answer"
+  assert p.parse("The problem analysis: \nThe final answer: B", final=False).kind == Kind.END
+  assert p.parse("The problem analysis: a\nThe retrieval query: q", final=True).kind == Kind.END
+
+
+def test_ur2_parser_and_answers():
+  p = get_protocol("ur2")
+  a = p.parse('think <|begin_of_query|> a <|begin_of_query|>  the "big"\n river <|end_of_query|>',
+              final=False)
+  assert (a.kind, a.query) == (Kind.SEARCH, "the big river")
+  assert p.parse("x <|end_of_query|>", final=False).kind == Kind.END   # no opening tag
+  assert ur2.extract_answer("\\boxed{\\frac{1}{2}} then \\boxed{3}") == "3"
+  assert ur2.boxed_contents("a \\boxed{x^{2}} b \\boxed{unclosed") == ["x^{2}"]
+  # pattern order, as in the code: a letter answer beats a later \boxed{}
+  assert ur2.extract_answer("the correct answer is: C. Also \\boxed{7}") == "C"
+  assert ur2.extract_answer("<answer> Quillport </answer>") == "Quillport"
+  assert ur2.extract_answer("nothing") == ""
+  assert ur2.ur2_documents([]) == "None"
+  assert ur2.ur2_documents([{"contents": "12 Title\ntext "}]) == "Title\ntext\n"
+
+
+def test_rezero_parser():
+  p = get_protocol("rezero")
+  a = p.parse("<search>a</search> <search> b </search>", final=False)
+  assert (a.kind, a.query, a.all_queries) == (Kind.SEARCH, "b", ("a", "b"))
+  assert p.parse("<answer>x</answer>", final=False).answer == "x"
+  assert p.parse("<answer>x</answer><search>y</search>", final=False).kind == Kind.SEARCH
+  assert p.parse("plain", final=False).reason == "no_action"
+  assert p.stop_sequences == () and get_protocol("rezero", stop_on_search=True).stop_sequences
+
+
+def test_registry_and_inputs():
+  with pytest.raises(KeyError, match="known:"):
+    get_protocol("nope")
+  with pytest.raises(ValueError, match="'question'"):
+    as_prompt_input({"q": 1})
+  with pytest.raises(TypeError):
+    as_prompt_input(3)
+  assert as_prompt_input({"question": "x", "options": ["a"]}).options == ("a",)
+
+
+def test_loss_mask_from_labels_numpy_and_jax():
+  labels = np.array([[1, 2, 3, 4, 5, 0]], np.int8)
+  np.testing.assert_array_equal(loss_mask_from_labels(labels), [[0, 1, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(loss_mask_from_labels(labels, MaskConfig(train_injected=True)),
+                                [[0, 1, 0, 1, 0, 0]])
+  m = loss_mask_from_labels(jnp.asarray(labels), dtype=jnp.float32)
+  np.testing.assert_array_equal(np.asarray(m), [[0, 1, 0, 0, 0, 0]])
+
+
+def test_segments_and_truncation():
+  tok = h.tokenizer()
+  ids, labels, cut = tokenize_segments(tok, [Segment("\n\n<information>", Source.ENV),
+                                             Segment("Doc 1 a long text", Source.RETRIEVED, 3),
+                                             Segment("", Source.ENV)])
+  head = tok("\n\n<information>", add_special_tokens=False)["input_ids"]
+  assert ids[:len(head)] == head and len(ids) == len(head) + 3 and cut
+  assert labels == [Source.ENV] * len(head) + [Source.RETRIEVED] * 3
+  with pytest.raises(TypeError):
+    tokenize_segments(tok, ["raw string"])
+
+
+def test_char_token_mapping_with_split_characters():
+  tok = h.tokenizer()
+  text = "ab 😀 <answer> é </answer>"
+  ids = tok(text, add_special_tokens=False)["input_ids"]
+  assert decode(tok, ids) == text
+  assert len(ids) > len(text.split())
+  for n in range(len(text) + 1):
+    k = tokens_covering(tok, ids, text, n)
+    assert decode(tok, ids[:k]).startswith(text[:n])
+    assert k == 0 or not decode(tok, ids[:k - 1]).startswith(text[:n])
+    w = tokens_within(tok, ids, text, n)
+    assert text[:n].startswith(decode(tok, ids[:w])) and w <= k
+
+
+LLAMA3ISH = ("{{ '<|endoftext|>' }}{% for m in messages %}{{ '<|im_start|>' + m['role'] + "
+             "'<|im_end|>\n\n' + m['content'] + '<|endoftext|>' }}{% endfor %}"
+             "{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_end|>\n\n' }}{% endif %}")
+
+
+def test_user_turn_framing_reads_any_template():
+  tok = h.tokenizer()
+  f = user_turn_framing(tok)
+  assert (f.close, f.open) == ("<|im_end|>\n<|im_start|>user\n",
+                               "<|im_end|>\n<|im_start|>assistant\n")
+  assert f.close_after("<|im_end|>") == "\n<|im_start|>user\n"
+  assert f.close_after(None) == f.close
+  other = h.tokenizer(chat=False)
+  import copy
+  other = copy.deepcopy(other)
+  other.chat_template = LLAMA3ISH
+  g = user_turn_framing(other, system="sys")
+  assert g.close == "<|endoftext|><|im_start|>user<|im_end|>\n\n"
+  assert g.open == "<|endoftext|><|im_start|>assistant<|im_end|>\n\n"
