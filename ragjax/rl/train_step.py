@@ -18,7 +18,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import abstract_params, param_logical_axes
-from ragjax.parallel.mesh import logical_to_spec, replicated
+from ragjax.parallel import shard
+from ragjax.parallel.mesh import replicated
 from ragjax.rl.batch import TrainBatch
 from ragjax.rl.config import RLConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
@@ -131,7 +132,7 @@ def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTr
       (grads, metrics), _ = jax.lax.scan(body, (zeros, m_zeros), micro)
       grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
     metrics = dict(metrics)
-    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["grad_norm"] = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
@@ -142,18 +143,13 @@ def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTr
 # --- shardings ---------------------------------------------------------------------------
 
 def param_shardings(cfg: DecoderConfig, mesh: Mesh, head: str = "lm"):
-  """NamedShardings for a param tree from its logical axes (FSDP by default)."""
-  logical = param_logical_axes(cfg, head)
-  shapes = abstract_params(cfg, head)
-  return jax.tree.map(lambda spec, s: NamedSharding(mesh, logical_to_spec(tuple(spec), s.shape, mesh)),
-                      logical, shapes, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  """NamedShardings for a decoder's params from its logical axes (FSDP by default)."""
+  return shard.param_shardings(param_logical_axes(cfg, head), abstract_params(cfg, head), mesh)
 
 
 def batch_shardings(batch, mesh: Mesh):
-  """Rows over the batch mesh axes; every per-token array is [B, T]."""
-  def one(x):
-    return NamedSharding(mesh, logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh))
-  return jax.tree.map(one, batch)
+  """Rows over the batch mesh axes (every TrainBatch array is [B, T])."""
+  return jax.tree.map(lambda x: shard.batch_sharding(mesh, x.ndim, x.shape[0]), batch)
 
 
 def _dict_path(path) -> tuple:

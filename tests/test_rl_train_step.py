@@ -1,0 +1,110 @@
+"""The jitted update: micro-batch accumulation = full batch; sharded (8 fake CPUs) = unsharded;
+retrieved tokens cannot move the params."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from _rl_helpers import random_rl_batch, tiny_cfg, tiny_params
+from ragjax.parallel.mesh import make_mesh
+from ragjax.rl.config import OptimConfig, RLConfig
+from ragjax.rl.optim import make_optimizer
+from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
+                                  policy_loss_fn, shard_train_state)
+
+RL = RLConfig(kl_coef=0.01, entropy_coef=0.01, clip_high=0.28, logprob_chunk=200)
+ADAM = OptimConfig(lr=1e-2, warmup_steps=1, schedule="cosine", total_steps=10)
+
+
+def _optimizer(kind):
+  # Equality tests use SGD: Adam divides by sqrt(v), which turns 1e-8 float reordering of a
+  # near-zero gradient into a visible param difference and would hide real mismatches.
+  return make_optimizer(ADAM) if kind == "adam" else optax.sgd(0.5)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(kind="sgd", num_micro=1, sharded=False, steps=2):
+  cfg, params = tiny_cfg(), tiny_params()
+  batch = random_rl_batch(cfg, params)
+  p0 = jax.device_get(params)  # the update donates its state
+  opt = _optimizer(kind)
+  state = init_train_state(params, opt)
+  loss_fn, denom = policy_loss_fn(cfg, RL)
+  update = make_update(loss_fn, denom, opt, num_micro)
+  mesh = make_mesh(data=2, fsdp=2, tensor=2) if sharded else None
+  if mesh is not None:
+    state = shard_train_state(state, cfg, mesh, opt)
+    batch = jax.device_put(batch, batch_shardings(batch, mesh))
+  step = jit_update(update, state, batch, mesh)
+  metrics = []
+  for _ in range(steps):
+    state, m = step(state, batch)
+    metrics.append(jax.device_get(m))
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+  return jax.device_get(state), metrics, p0, shardings
+
+
+def _close(a, b, tol=1e-6):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+def test_update_moves_params_and_reports_metrics():
+  state, metrics, p0, _ = _run("adam")   # step 0 has lr 0 (one warmup step), step 1 moves
+  assert int(state.step) == 2
+  moved = [np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in
+           zip(jax.tree.leaves(state.params), jax.tree.leaves(p0))]
+  assert min(moved) > 0
+  m = metrics[1]
+  for k in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "grad_norm"):
+    assert np.isfinite(m[k]), k
+  assert m["entropy"] > 1.0 and m["kl"] > 0
+
+
+def test_micro_batches_equal_full_batch():
+  full, mf, p0, _ = _run("sgd", 1)
+  micro, mm, _, _ = _run("sgd", 4)
+  assert max(np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in
+             zip(jax.tree.leaves(full.params), jax.tree.leaves(p0))) > 1e-3
+  _close(full.params, micro.params)
+  for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm"):
+    np.testing.assert_allclose(mf[-1][k], mm[-1][k], rtol=1e-5, atol=1e-6)
+
+
+def test_sharded_equals_unsharded_on_8_devices():
+  assert jax.device_count() == 8
+  ref, mr, _, _ = _run("sgd", 1)
+  got, mg, _, sh = _run("sgd", 2, sharded=True)
+  _close(ref.params, got.params)
+  np.testing.assert_allclose(mr[-1]["loss"], mg[-1]["loss"], rtol=1e-5)
+  # the params really are split: embedding [V, E] over tensor x fsdp
+  emb = sh.params["embed_tokens"]["embedding"]
+  assert len(emb.device_set) == 8 and not emb.is_fully_replicated
+
+
+def test_sharded_adam_state_matches_and_follows_param_sharding():
+  ref, _, _, _ = _run("adam", 1, steps=1)
+  got, _, _, sh = _run("adam", 2, sharded=True, steps=1)
+  _close(ref.opt_state, got.opt_state)          # mu, nu = f(grads) after one step
+  mu = sh.opt_state[1][0].mu["embed_tokens"]["embedding"]
+  assert mu == sh.params["embed_tokens"]["embedding"]
+
+
+def test_retrieved_tokens_do_not_change_param_gradients():
+  cfg, params = tiny_cfg(), tiny_params()
+  batch = random_rl_batch(cfg, params)
+  retrieved = (np.asarray(batch.loss_mask) == 0) & (np.asarray(batch.attention_mask) == 1)
+  assert retrieved.sum() > 8
+  noise = jnp.asarray(np.where(retrieved, 5.0, 0.0), jnp.float32)
+  poisoned = dataclasses.replace(batch, advantages=batch.advantages + noise,
+                                 old_logprobs=batch.old_logprobs - noise,
+                                 ref_logprobs=batch.ref_logprobs + noise)
+  loss_fn, denom = policy_loss_fn(cfg, RL)
+  g = jax.jit(jax.grad(lambda p, b: loss_fn(p, b, denom(b))[0]))
+  ga, gb = g(params, batch), g(params, poisoned)
+  for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
