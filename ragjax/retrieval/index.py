@@ -51,6 +51,18 @@ def encoder_fingerprint(encoder, spec: EncoderSpec) -> dict:
           "passage_prefix": cfg.passage_prefix, "max_length": cfg.max_length, "dim": encoder.dim}
 
 
+def encode_by_length(encoder, texts) -> "np.ndarray":
+  """Encodes passages sorted by length and restores their order: batches of similar length pad
+  to the same small bucket, which on the 31k corpus is ~2x less work than corpus order."""
+  import numpy as np
+  texts = list(texts)
+  order = np.argsort([len(t) for t in texts], kind="stable")
+  vecs = encoder.encode([texts[i] for i in order], kind="passage")
+  out = np.empty_like(vecs)
+  out[order] = vecs
+  return out
+
+
 def _read_meta(directory: str) -> dict:
   path = os.path.join(directory, META)
   if not os.path.exists(path):
@@ -96,7 +108,7 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
     emb_dir = os.path.join(out_dir, "embeddings")
     embed_store.build_embeddings(
         emb_dir, len(store), encoder.dim, lambda a, b: store.contents(list(range(a, b))),
-        lambda texts: encoder.encode(texts, kind="passage"), fp, chunk_rows=chunk_rows,
+        lambda texts: encode_by_length(encoder, texts), fp, chunk_rows=chunk_rows,
         progress=progress)
     meta["encoder"] = dataclasses.asdict(encoder_spec)
     meta["dim"] = encoder.dim
