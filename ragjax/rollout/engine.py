@@ -68,6 +68,7 @@ class _Row:
   sample_index: int
   sampler_len: int                       # the sampler's length for this row
   clone_of: Optional[int] = None
+  cloned_at_turn: Optional[int] = None
   done: bool = False
   answer: Optional[str] = None
   stop_reason: str = ""
@@ -328,7 +329,7 @@ class RolloutEngine:
     dst = self._free.pop(0)
     self._state = self.policy.clone_rows(self._state, [src], [dst])
     row = copy.deepcopy(self._rows[src])
-    row.clone_of = src
+    row.clone_of, row.cloned_at_turn = src, t
     self._rows[dst] = row
     return dst
 
@@ -375,7 +376,7 @@ class RolloutEngine:
                         turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
       metas.append(RowMeta(
           row=i, group_id=row.group_id, prompt_index=row.prompt_index,
-          sample_index=row.sample_index, sampler_row=r,
+          sample_index=row.sample_index, sampler_row=r, cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
           response_text=decode(self.tokenizer, row.tokens[row.prompt_len:]),

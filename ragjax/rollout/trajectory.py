@@ -68,6 +68,7 @@ class RowMeta:
   sample_index: int
   clone_of: Optional[int] = None    # Trajectory row this one was cloned from
   sampler_row: int = -1             # the sampler row it ran in
+  cloned_at_turn: Optional[int] = None  # turns before this one are the source's history
   answer: Optional[str] = None
   stop_reason: str = ""
   response_text: str = ""
