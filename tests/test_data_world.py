@@ -1,0 +1,238 @@
+"""Properties of the synthetic search world (the embedded default's task)."""
+
+import dataclasses
+import filecmp
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ragjax.data.world import (QTYPES, WorldConfig, contains_words, generate_world, norm_words,
+                               write_flashrag)
+
+SMALL = WorldConfig(num_people=30, num_places=10, num_orgs=8, num_works=15, retry_groups=6,
+                    num_train=120, num_dev=20, num_test=40)
+
+
+@pytest.fixture(scope="module")
+def world():
+  return generate_world()  # the default the embedded run uses
+
+
+def _passages(world):
+  return {p["id"]: p for p in world.passages}
+
+
+def _all_questions(world):
+  return [e for split in ("train", "dev", "test") for e in world.questions[split]]
+
+
+def test_sizes_types_and_lengths(world):
+  cfg = world.config
+  weights = dict(cfg.qtype_weights)
+  for split in ("train", "dev", "test"):
+    exs = world.questions[split]
+    assert len(exs) == getattr(cfg, f"num_{split}")
+    counts = {q: sum(e.metadata["qtype"] == q for e in exs) for q in QTYPES}
+    for q in QTYPES:  # largest-remainder rounding: within one of the exact share
+      assert abs(counts[q] - len(exs) * weights[q]) <= 1, (split, counts)
+    assert len({e.id for e in exs}) == len(exs)
+    assert len({e.question for e in exs}) == len(exs)
+  words = [len(p["text"].split()) for p in world.passages]
+  assert min(words) >= 20 and max(words) <= 60
+  for p in world.passages:
+    assert p["contents"] == f'"{p["title"]}"\n{p["text"]}'
+  assert len({p["id"] for p in world.passages}) == len(world.passages)
+
+
+def test_every_hop_is_answered_by_its_passage(world):
+  ps = _passages(world)
+  for e in _all_questions(world):
+    hops = e.metadata["hops"]
+    assert hops and e.metadata["num_hops"] == len(hops)
+    assert list(e.supporting_ids) == list(dict.fromkeys(p for h in hops for p in h["passage_ids"]))
+    for h in hops:
+      for pid in h["passage_ids"]:
+        words = norm_words(ps[pid]["contents"])
+        assert contains_words(words, norm_words(h["answer"])), (e.question, h, ps[pid]["text"])
+    if e.metadata["qtype"] in ("1hop", "retry", "2hop"):
+      assert hops[-1]["answer"] == e.golden_answers[0]
+
+
+def test_two_hop_questions_need_two_distinct_passages(world):
+  ps = _passages(world)
+  words_of = {split: [norm_words(p["contents"]) for p in world.corpus(split)] for split in ("train", "test")}
+  two_hop = [e for e in _all_questions(world) if e.metadata["qtype"] == "2hop"]
+  assert len(two_hop) >= 100
+  for e in two_hop:
+    hops = e.metadata["hops"]
+    assert len(hops) >= 2
+    pids = [h["passage_ids"][0] for h in hops]
+    assert len(set(pids)) == len(pids), e.question
+    # The question names the first hop's subject; no single passage of its world holds that
+    # name together with the final answer, so one retrieval cannot answer it.
+    topic = norm_words(ps[pids[0]]["title"])
+    final = norm_words(e.golden_answers[0])
+    assert contains_words(norm_words(e.question), topic)
+    wi = e.metadata["world"]
+    for words in words_of["test" if wi else "train"]:
+      assert not (contains_words(words, topic) and contains_words(words, final)), (e.question, words)
+    # The bridge entity (hop 1's answer) is never named in the question.
+    assert not contains_words(norm_words(e.question), norm_words(hops[0]["answer"]))
+
+
+def test_comparisons_need_both_entities(world):
+  comps = [e for e in _all_questions(world) if e.metadata["qtype"] == "comparison"]
+  assert {e.golden_answers[0] for e in comps} == {"yes", "no"}
+  yes = sum(e.golden_answers[0] == "yes" for e in comps) / len(comps)
+  assert 0.3 < yes < 0.7
+  for e in comps:
+    h1, h2 = e.metadata["hops"]
+    assert h1["passage_ids"] != h2["passage_ids"]
+    same = h1["answer"] == h2["answer"]
+    if e.metadata["comparison"].startswith("same"):
+      assert (e.golden_answers[0] == "yes") == same
+    else:
+      assert (e.golden_answers[0] == "yes") == (int(h1["answer"]) < int(h2["answer"]))
+
+
+def test_no_answer_string_appears_in_its_question(world):
+  for e in _all_questions(world):
+    q = norm_words(e.question)
+    for a in e.golden_answers:
+      assert not contains_words(q, norm_words(a)), (e.question, a)
+      assert a.lower() not in e.question.lower() or len(a) <= 3, (e.question, a)
+
+
+def test_test_world_entities_are_disjoint_from_train(world):
+  train_names = world.entity_names(0)
+  test_names = world.entity_names(1)
+  assert len(test_names) > 100
+  assert not set(train_names) & set(test_names)
+  train_words = {w for n in train_names for w in n.split()} - {"Company", "Guild", "Bank", "School", "Club", "Press"}
+  test_words = {w for n in test_names for w in n.split()} - {"Company", "Guild", "Bank", "School", "Club", "Press"}
+  assert not train_words & test_words
+  train_corpus = {p["id"] for p in world.corpus("train")}
+  test_corpus = {p["id"] for p in world.corpus("test")}
+  assert not train_corpus & test_corpus and len(train_corpus) + len(test_corpus) == len(world.passages)
+  lower_train = {w.lower() for w in train_words}
+  for e in world.questions["test"]:
+    assert set(e.supporting_ids) <= test_corpus
+    assert not set(norm_words(e.question)) & lower_train, e.question
+  for e in world.questions["train"] + world.questions["dev"]:
+    assert set(e.supporting_ids) <= train_corpus
+  # Train and dev share a world but not questions about the same facts.
+  keys = lambda exs: {tuple((h["entity"], h["relation"]) for h in e.metadata["hops"]) for e in exs}
+  assert not keys(world.questions["train"]) & keys(world.questions["dev"])
+
+
+def test_retry_questions_obvious_query_misses_refined_query_hits(world):
+  """Namesakes make the first query land on a decoy; the refined query finds the target.
+  Measured with a real BM25 index over the split's own corpus, top-3."""
+  import bm25s
+  for split in ("train", "test"):
+    corpus = world.corpus(split)
+    ids = [p["id"] for p in corpus]
+    index = bm25s.BM25()
+    index.index(bm25s.tokenize([p["contents"] for p in corpus], show_progress=False), show_progress=False)
+    retry = [e for e in world.questions[split] if e.metadata["qtype"] == "retry"]
+    ps = _passages(world)
+    for e in retry:
+      target = ps[e.supporting_ids[0]]
+      decoys = [ps[d] for d in e.metadata["decoy_passage_ids"]]
+      assert decoys and all(d["title"].split(" (")[0] == target["title"].split(" (")[0] for d in decoys)
+      assert all(not contains_words(norm_words(d["text"]), norm_words(e.golden_answers[0])) for d in decoys)
+
+    def hit_rate(queries):
+      res, _ = index.retrieve(bm25s.tokenize(queries, show_progress=False), k=3, show_progress=False)
+      return np.mean([e.supporting_ids[0] in {ids[j] for j in row} for row, e in zip(res, retry)])
+    first = hit_rate([e.metadata["first_query"] for e in retry])
+    refined = hit_rate([e.metadata["hops"][0]["query"] for e in retry])
+    assert refined >= 0.95 and first <= 0.8 and refined - first >= 0.2, (split, first, refined)
+
+
+def test_two_hop_question_alone_does_not_retrieve_both_passages(world):
+  import bm25s
+  corpus = world.corpus("train")
+  ids = [p["id"] for p in corpus]
+  index = bm25s.BM25()
+  index.index(bm25s.tokenize([p["contents"] for p in corpus], show_progress=False), show_progress=False)
+  exs = [e for e in world.questions["train"] if e.metadata["qtype"] == "2hop"]
+  res, _ = index.retrieve(bm25s.tokenize([e.question for e in exs], show_progress=False), k=3, show_progress=False)
+  both = np.mean([set(e.supporting_ids) <= {ids[j] for j in row} for row, e in zip(res, exs)])
+  hops = [h for e in exs for h in e.metadata["hops"]]
+  res, _ = index.retrieve(bm25s.tokenize([h["query"] for h in hops], show_progress=False), k=3, show_progress=False)
+  per_hop = np.mean([h["passage_ids"][0] in {ids[j] for j in row} for row, h in zip(res, hops)])
+  assert both < 0.1 and per_hop > 0.95, (both, per_hop)
+
+
+def test_same_seed_byte_identical_and_seed_matters(tmp_path):
+  a = write_flashrag(generate_world(SMALL), str(tmp_path / "a"))
+  b = write_flashrag(generate_world(SMALL), str(tmp_path / "b"))
+  c = write_flashrag(generate_world(dataclasses.replace(SMALL, seed=1)), str(tmp_path / "c"))
+  for key in a:
+    assert filecmp.cmp(a[key], b[key], shallow=False), key
+    assert not filecmp.cmp(a[key], c[key], shallow=False), key
+
+
+def test_tfds_world_builder_is_byte_identical_and_round_trips(tmp_path):
+  import tensorflow_datasets as tfds
+  from ragjax.data.builders import RagjaxWorld
+  from ragjax.data.load import load_split
+  tfds.disable_progress_bar()
+  dirs = []
+  for name in ("x", "y"):
+    b = RagjaxWorld(config="small", data_dir=str(tmp_path / name))
+    b.download_and_prepare()
+    dirs.append(b.data_dir)
+  shards = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dirs[0], "*.array_record*")))
+  assert len(shards) == 3
+  for s in shards:
+    assert filecmp.cmp(os.path.join(dirs[0], s), os.path.join(dirs[1], s), shallow=False), s
+  world = generate_world(RagjaxWorld.builder_configs["small"].world)
+  for split in ("train", "dev", "test"):
+    rows = load_split("ragjax_world/small", split, data_dir=str(tmp_path / "x"))
+    assert [r for r in rows] == [e.to_record() for e in world.questions[split]]
+
+
+def test_flashrag_files_round_trip_through_the_flashrag_builder(tmp_path):
+  from ragjax.data.builders import FilesConfig, RagjaxFlashrag
+  from ragjax.data.corpus import read_corpus
+  from ragjax.data.flashrag import read_flashrag
+  from ragjax.data.load import load_split
+  world = generate_world(SMALL)
+  paths = write_flashrag(world, str(tmp_path / "flat"))
+  assert [p.to_record() for p in read_corpus(paths["corpus"])] == world.passages
+  back = list(read_flashrag(paths["dev"]))
+  assert back == world.questions["dev"]
+  b = RagjaxFlashrag(config=FilesConfig(name="w", files={s: [paths[s]] for s in ("train", "dev", "test")}),
+                     data_dir=str(tmp_path / "tfds"))
+  b.download_and_prepare()
+  assert load_split(b, "test")[:] == [e.to_record() for e in world.questions["test"]]
+
+
+def test_knobs_hops_paraphrases_and_errors():
+  deep = generate_world(dataclasses.replace(SMALL, max_hops=3, num_train=200, num_dev=20, num_test=40))
+  lengths = {e.metadata["num_hops"] for e in deep.questions["train"] if e.metadata["qtype"] == "2hop"}
+  assert lengths == {2, 3}
+  for e in deep.questions["train"]:
+    pids = [h["passage_ids"][0] for h in e.metadata["hops"]]
+    if e.metadata["num_hops"] == 3:
+      assert len(set(pids)) == 3
+  plain = generate_world(dataclasses.replace(SMALL, paraphrases=1))
+  born = [e.question for e in plain.questions["train"]
+          if e.metadata["qtype"] == "1hop" and e.metadata["hops"][0]["relation"] == "born_in"]
+  assert born and all(q.startswith("In which town was ") for q in born)
+  varied = generate_world(SMALL)
+  starts = {re.sub(r"[A-Z]\w+", "N", e.question) for e in varied.questions["train"] if e.metadata["qtype"] == "1hop"}
+  plain_starts = {re.sub(r"[A-Z]\w+", "N", e.question) for e in plain.questions["train"] if e.metadata["qtype"] == "1hop"}
+  assert len(starts) > len(plain_starts)
+  no_hop = generate_world(dataclasses.replace(
+      SMALL, max_hops=1, qtype_weights=(("1hop", 0.7), ("comparison", 0.2), ("retry", 0.1))))
+  assert all(e.metadata["num_hops"] == 1 for e in no_hop.questions["train"] if e.metadata["qtype"] != "comparison")
+  with pytest.raises(ValueError, match="2hop"):
+    WorldConfig(max_hops=1)
+  with pytest.raises(ValueError, match="retry_groups"):
+    generate_world(dataclasses.replace(SMALL, num_train=5000))
