@@ -1,0 +1,76 @@
+"""The small-policy tokenizer: trained on world 0, loadable by transformers, deterministic."""
+
+import dataclasses
+import filecmp
+import os
+
+import pytest
+
+from ragjax.data.tokenizer import PROTOCOL_TAGS, SPECIAL_TOKENS, train_world_tokenizer
+from ragjax.data.world import WorldConfig, generate_world
+
+CFG = WorldConfig(num_people=30, num_places=10, num_orgs=8, num_works=15, retry_groups=6,
+                  num_train=120, num_dev=20, num_test=40)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+  world = generate_world(CFG)
+  out = str(tmp_path_factory.mktemp("tok") / "a")
+  train_world_tokenizer(out, world=world, vocab_size=1024)
+  return world, out
+
+
+def test_loads_with_autotokenizer_and_tags_are_single_tokens(saved):
+  from transformers import AutoTokenizer
+  world, out = saved
+  tok = AutoTokenizer.from_pretrained(out)
+  assert 300 < len(tok) <= 1024
+  assert [tok.pad_token, tok.bos_token, tok.eos_token] == list(SPECIAL_TOKENS)
+  assert [tok.pad_token_id, tok.bos_token_id, tok.eos_token_id] == [0, 1, 2]
+  tag_ids = tok.convert_tokens_to_ids(list(PROTOCOL_TAGS))
+  assert len(set(tag_ids)) == len(PROTOCOL_TAGS) and max(tag_ids) == len(tok) - 1
+  ex = world.questions["train"][0]
+  text = (f"<think>I should search.</think><search>{ex.metadata['hops'][0]['query']}</search>"
+          f"<information>{world.passages[0]['contents']}</information><answer>{ex.golden_answers[0]}</answer>")
+  ids = tok.encode(text, add_special_tokens=False)
+  for tag, tid in zip(PROTOCOL_TAGS, tag_ids):
+    assert ids.count(tid) == 1, tag
+  # Tags survive skip_special_tokens (the rollout parser reads them); pad/eos do not.
+  assert tok.decode(ids + [tok.eos_token_id], skip_special_tokens=True) == text
+  assert tok.decode(ids + [tok.eos_token_id]) == text + tok.eos_token
+
+
+def test_round_trips_unseen_test_world_text_and_compresses_world_text(saved):
+  from transformers import AutoTokenizer
+  world, out = saved
+  tok = AutoTokenizer.from_pretrained(out)
+  for p in world.corpus("test")[:50]:  # names never seen in training: bytes still cover them
+    assert tok.decode(tok.encode(p["contents"], add_special_tokens=False)) == p["contents"]
+  odd = "Ünïcode ✓ 東京 \t tabs"
+  assert tok.decode(tok.encode(odd, add_special_tokens=False)) == odd
+  words = sum(len(p["text"].split()) for p in world.corpus("train"))
+  tokens = sum(len(tok.encode(p["text"], add_special_tokens=False)) for p in world.corpus("train"))
+  assert tokens / words < 2.0, tokens / words  # merges learned; raw bytes would be ~6
+
+
+def test_same_seed_gives_identical_files_and_seed_matters(saved, tmp_path):
+  world, out = saved
+  again = str(tmp_path / "b")
+  train_world_tokenizer(again, cfg=CFG, vocab_size=1024)
+  for name in sorted(os.listdir(out)):
+    assert filecmp.cmp(os.path.join(out, name), os.path.join(again, name), shallow=False), name
+  other = str(tmp_path / "c")
+  train_world_tokenizer(other, cfg=dataclasses.replace(CFG, seed=5), vocab_size=1024)
+  assert not filecmp.cmp(os.path.join(out, "tokenizer.json"), os.path.join(other, "tokenizer.json"), shallow=False)
+
+
+def test_chat_template_and_vocab_guard(saved):
+  from transformers import AutoTokenizer
+  _, out = saved
+  tok = AutoTokenizer.from_pretrained(out)
+  s = tok.apply_chat_template([{"role": "user", "content": "Where was Kalo Venn born?"}], tokenize=False,
+                              add_generation_prompt=True)
+  assert s == "user: Where was Kalo Venn born?\nassistant: "
+  with pytest.raises(ValueError, match="too small"):
+    train_world_tokenizer(None, world=generate_world(CFG), vocab_size=200)
