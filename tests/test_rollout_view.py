@@ -1,0 +1,107 @@
+"""Trajectory dump (JSONL), the HTML / terminal viewer and `python -m ragjax.rollout.view`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import _rollout_helpers as h  # noqa: E402
+
+from ragjax.rollout.dump import DumpError, dump_batch, read_jsonl  # noqa: E402
+from ragjax.rollout.engine import RolloutEngine  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
+from ragjax.rollout.protocols import get_protocol  # noqa: E402
+from ragjax.rollout.viewer import page_html, terminal_text  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_batch():
+  tok = h.tokenizer()
+  proto = get_protocol("search_r1")
+  scripts = {0: ["<think> a & b </think> <search> Tessaly River </search>",
+                 "<answer> Quillport </answer>"],
+             1: ["<answer> Paris </answer>"]}
+  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
+  return RolloutEngine(proto, pol, h.bm25_retriever(), tok).run(["Where?"], 2), tok
+
+
+@pytest.fixture()
+def dumped(tmp_path):
+  batch, tok = small_batch()
+  path = str(tmp_path / "roll.jsonl")
+  assert dump_batch(path, batch, tok, rewards=[1.0, 0.0]) == 2
+  return path, batch
+
+
+def test_dump_round_trips_tokens_labels_and_metadata(dumped):
+  path, batch = dumped
+  recs = read_jsonl(path)
+  t = batch.traj
+  for i, rec in enumerate(recs):
+    k = int(t.lengths[i])
+    ids = [x for s in rec["spans"] for x in s["ids"]]
+    labels = [Source[s["label"]] for s in rec["spans"] for _ in s["ids"]]
+    assert ids == t.tokens[i, :k].tolist()
+    assert labels == t.labels[i, :k].tolist()
+    assert sum(s["trained"] for s in rec["spans"]) == int(t.loss_mask[i].sum())
+  assert [r["reward"] for r in recs] == [1.0, 0.0]
+  assert recs[0]["turns"][0]["query"] == "Tessaly River"
+  assert recs[0]["turns"][0]["doc_ids"] == ["p4"]
+  assert [r["answer"] for r in recs] == ["Quillport", "Paris"]
+  pol = [s for s in recs[0]["spans"] if s["label"] == "POLICY"]
+  pos = np.nonzero(t.labels[0] == Source.POLICY)[0]
+  assert sum(s["logprob_sum"] for s in pol) == pytest.approx(float(t.sampler_logprobs[0, pos].sum()))
+
+
+def test_html_and_terminal_rendering(dumped):
+  path, _ = dumped
+  recs = read_jsonl(path)
+  page = page_html(recs)
+  assert "&lt;search&gt; Tessaly River &lt;/search&gt;" in page      # escaped policy text
+  assert "a &amp; b" in page
+  assert 'Doc 1(Title: &quot;Tessaly River&quot;)' in page
+  assert page.count('class="traj"') == 2 and 'id="row-1"' in page
+  assert "#dde9ff" in page and "reward</b> 1.0" in page
+  plain = terminal_text(recs, color=False)
+  assert "[RETRIEVED]Doc 1(Title: \"Tessaly River\")" in plain
+  assert "[POLICY]<answer> Quillport </answer>[/POLICY]" in plain
+  assert "[PROMPT]" not in plain and "[PROMPT]" in terminal_text(recs, True, color=False)
+  assert "\x1b[36m" in terminal_text(recs)
+
+
+def test_view_cli_writes_html_and_prints(dumped, tmp_path):
+  path, _ = dumped
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path], capture_output=True,
+                     text=True, env=env, cwd=ROOT, timeout=120)
+  assert r.returncode == 0, r.stderr
+  out = r.stdout.strip()
+  assert out == path[:-len(".jsonl")] + ".html"
+  assert "&lt;answer&gt; Quillport &lt;/answer&gt;" in open(out, encoding="utf-8").read()
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path, "--terminal",
+                      "--no-color", "--rows", "1"], capture_output=True, text=True, env=env,
+                     cwd=ROOT, timeout=120)
+  assert r.returncode == 0 and "=== row 1" in r.stdout and "=== row 0" not in r.stdout
+
+
+def test_bad_dumps_name_file_line_and_field(tmp_path):
+  p = tmp_path / "bad.jsonl"
+  p.write_text('{"row": 0, "group_id": 0, "stop_reason": "x", "spans": [], "turns": []}\nnot json\n')
+  with pytest.raises(DumpError, match=r"bad.jsonl:2: not JSON"):
+    read_jsonl(str(p))
+  p.write_text('{"row": 0, "group_id": 0, "spans": [], "turns": []}\n')
+  with pytest.raises(DumpError, match=r"bad.jsonl:1: .*'stop_reason'"):
+    read_jsonl(str(p))
+  p.write_text(json.dumps({"row": 0, "group_id": 0, "stop_reason": "x", "turns": [],
+                           "spans": [{"label": "WAT", "text": ""}]}) + "\n")
+  with pytest.raises(DumpError, match="unknown label 'WAT'"):
+    read_jsonl(str(p))
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", str(tmp_path / "none.jsonl")],
+                     capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                     cwd=ROOT, timeout=120)
+  assert r.returncode == 2 and "no such trajectory dump" in r.stderr
