@@ -1,0 +1,101 @@
+"""The sampler against transformers: greedy tokens identical, log-probs equal a teacher-forced
+forward, sampling settings behave as specified."""
+
+import numpy as np
+import pytest
+
+from _sampling_helpers import hf_greedy, hf_model, ragjax_from_hf, teacher_forced_logprobs
+from ragjax.sampling import EOS, BUDGET, Sampler, SamplerConfig
+
+PROMPTS = [[5, 17, 33], [7, 8, 9, 10, 11, 12, 100, 200, 3], [42], [300, 301, 302, 303, 5, 6]]
+NEW = 20
+
+
+def _config(**kw):
+  base = dict(max_cache_length=48, max_new_tokens=NEW, prompt_buckets=(16,), extend_buckets=(8,))
+  base.update(kw)
+  return SamplerConfig(**base)
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def model(request):
+  m = hf_model(request.param)
+  cfg, params = ragjax_from_hf(m)
+  return m, cfg, params
+
+
+def test_greedy_matches_transformers_generate(model):
+  m, cfg, params = model
+  ref = hf_greedy(m, PROMPTS, NEW)
+  sampler = Sampler(cfg, params, None, _config(greedy=True))
+  _, out = sampler.decode(sampler.prefill(PROMPTS))
+  got = out.token_lists()
+  reasons = np.asarray(out.stop_reason)
+  for b, toks in enumerate(got):
+    assert toks == ref[b, :len(toks)].tolist(), f"row {b}"
+    if reasons[b] == EOS:                 # transformers pads after eos
+      assert toks[-1] in cfg.eos_ids and (ref[b, len(toks):] == 0).all()
+    else:
+      assert reasons[b] == BUDGET and len(toks) == NEW
+  # Log-probs equal a teacher-forced forward over prompt + generated tokens.
+  lps = np.asarray(out.logprobs)
+  tfs = teacher_forced_logprobs(cfg, params, [p + t for p, t in zip(PROMPTS, got)])
+  for b, (toks, tf) in enumerate(zip(got, tfs)):
+    n = len(PROMPTS[b])
+    want = tf[np.arange(n - 1, n - 1 + len(toks)), toks]
+    np.testing.assert_allclose(lps[b, :len(toks)], want, atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def qwen():
+  return ragjax_from_hf(hf_model("qwen2"))
+
+
+def test_sampled_logprobs_match_teacher_forced_and_are_seeded(qwen):
+  cfg, params = qwen
+  temp = 0.7
+  sampler = Sampler(cfg, params, None, _config(temperature=temp, eos_ids=()))
+  state = sampler.prefill(PROMPTS[:2], samples_per_prompt=3, seed=7)
+  _, out = sampler.decode(state)
+  toks, lps = out.token_lists(), np.asarray(out.logprobs)
+  np.testing.assert_array_equal(np.asarray(out.sampling_logprobs), lps)   # nothing truncated
+  tfs = teacher_forced_logprobs(cfg, params, [PROMPTS[b // 3] + toks[b] for b in range(6)],
+                                temperature=temp)
+  for b, tf in enumerate(tfs):
+    prompt = PROMPTS[b // 3]
+    n = len(prompt)
+    np.testing.assert_allclose(lps[b], tf[np.arange(n - 1, n - 1 + NEW), toks[b]], atol=1e-4)
+  # The G samples of one prompt differ; the same seed repeats them, another seed does not.
+  assert len({tuple(t) for t in toks[:3]}) == 3
+  _, again = sampler.decode(sampler.prefill(PROMPTS[:2], samples_per_prompt=3, seed=7))
+  assert again.token_lists() == toks
+  _, other = sampler.decode(sampler.prefill(PROMPTS[:2], samples_per_prompt=3, seed=8))
+  assert other.token_lists() != toks
+
+
+def test_top_k_top_p_sample_inside_the_truncated_set(qwen):
+  cfg, params = qwen
+  top_k, top_p = 8, 0.6
+  temp = 1.3
+  sampler = Sampler(cfg, params, None, _config(temperature=temp, top_k=top_k, top_p=top_p,
+                                               eos_ids=(), max_new_tokens=8))
+  _, out = sampler.decode(sampler.prefill(PROMPTS, samples_per_prompt=2, seed=3))
+  toks, slps = out.token_lists(), np.asarray(out.sampling_logprobs)
+  tfs = teacher_forced_logprobs(cfg, params, [PROMPTS[b // 2] + toks[b] for b in range(8)],
+                                temperature=temp)
+  for b, tf in enumerate(tfs):
+    prompt = PROMPTS[b // 2]
+    for i, t in enumerate(toks[b]):
+      lp = tf[len(prompt) - 1 + i].astype(np.float64)
+      order = np.argsort(-lp, kind="stable")
+      keep = order[:top_k] if top_k else order
+      probs = np.exp(lp[keep] - np.logaddexp.reduce(lp[keep]))
+      before = np.cumsum(probs) - probs
+      # A token whose preceding mass is within float32 rounding of top_p may go either way.
+      wants = []
+      for eps in (-1e-5, 1e-5):
+        kept = keep[before < top_p + eps]
+        if t in kept:
+          wants.append(lp[t] - np.logaddexp.reduce(lp[kept]))
+      assert wants, f"row {b} step {i}: token {t} outside the top-k/top-p set"
+      assert min(abs(w - slps[b, i]) for w in wants) < 1e-4, (b, i, wants, slps[b, i])
