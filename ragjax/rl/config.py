@@ -133,3 +133,53 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     else:
       out[key] = list(v) if isinstance(v, tuple) else v
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """The loop around the update: how long, how often to evaluate / save / log, where."""
+  seed: int = 0
+  num_steps: int = 1005               # RL steps (one rollout batch each)
+  batch_prompts: int = 512            # prompts per step (x group_size trajectories)
+  eval_every: int = 0                 # 0 = never during training
+  eval_prompts: int = 0               # dev prompts per evaluation; 0 = all
+  save_every: int = 1
+  max_to_keep: int = 2
+  keep_best_metric: str = "dev/em"    # chosen on dev, never test
+  workdir: str = "/tmp/ragjax_run"
+  progress: bool = True
+  tensorboard: bool = True
+
+
+# Fields a resumed run may change without being refused (they do not alter the trajectory).
+RESUME_MUTABLE = frozenset({"trainer.num_steps", "trainer.workdir", "trainer.progress",
+                            "trainer.tensorboard", "trainer.save_every", "trainer.max_to_keep",
+                            "trainer.eval_every", "trainer.eval_prompts"})
+
+
+def config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
+  """The flattened config minus RESUME_MUTABLE: what a checkpoint must agree with."""
+  return {k: v for k, v in flatten(cfg).items() if k not in RESUME_MUTABLE}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """The sections of an experiment ConfigDict that ragjax.rl reads."""
+  rl: RLConfig
+  optim: OptimConfig
+  trainer: TrainerConfig
+  critic_optim: Optional[OptimConfig] = None
+
+
+def parse_run_config(cfg) -> RunConfig:
+  """Validates the rl / optim / critic_optim / trainer sections of an experiment ConfigDict
+  (other sections belong to the model, data and rollout owners)."""
+  d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+  sections = {k: d[k] for k in ("rl", "optim", "trainer", "critic_optim") if k in d and d[k] is not None}
+  missing = [k for k in ("rl", "optim", "trainer") if k not in sections]
+  if missing:
+    raise ValueError(f"config lacks section(s) {missing}")
+  run = from_dict(RunConfig, sections)
+  if run.rl.uses_critic and run.critic_optim is None:
+    raise ValueError("rl.advantage='gae' (PPO) needs a critic_optim section")
+  return run
