@@ -54,7 +54,7 @@ RELATIONS: dict[str, Relation] = {r.name: r for r in (
              ("{s} worked for {o}.", "{s} had a job at {o}.", "{s} was a member of {o}."),
              ("Which group did {s} work for?", "Where did {s} work?", "For which group did {s} work?"),
              "{s} worked for",
-             ("the employer of {s}", "the group that {s} worked for", "the group {s} belonged to")),
+             ("the employer of {s}", "the group that {s} worked for", "the group of {s}")),
     Relation("place_year", "place", "attr",
              ("{s} was founded in {o}.", "The town of {s} was built in {o}.", "{s} was first settled in {o}."),
              ("In what year was {s} founded?", "When was {s} founded?", "When was {s} built?"),
