@@ -1,0 +1,87 @@
+"""The build and evaluate command lines, run as a user would (subprocesses, real files)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _retrieval_helpers import REPO, small_corpus, write_jsonl
+import ragjax.retrieval as retrieval
+from ragjax.retrieval.recall import has_answer, normalize_answer, read_questions
+
+
+def _run(*args):
+  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=300)
+
+
+def test_build_reports_bad_lines_then_evaluate_prints_recall(tmp_path):
+  rows = small_corpus(40)
+  corpus = write_jsonl(tmp_path / "c.jsonl", rows, raw_lines={5: "{not json", 9: '{"id": "p1", "contents": "dup"}'})
+  out = tmp_path / "idx"
+  r = _run("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(out), "--backend", "bm25")
+  assert r.returncode == 0, r.stderr
+  assert f"{corpus}:6: malformed: invalid JSON" in r.stderr
+  assert f"{corpus}:10: duplicate_id: id 'p1' already seen" in r.stderr
+  meta = json.loads(r.stdout.strip().splitlines()[-1])
+  assert meta["backend"] == "bm25" and meta["n"] == len(rows)
+
+  r = _run("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(tmp_path / "idx2"),
+           "--backend", "bm25", "--on-error", "fail")
+  assert r.returncode == 2 and f"{corpus}:6: malformed" in r.stderr
+
+  # Two hotpot-format questions with hand-known outcomes: BM25 finds the first gold passage
+  # (shared words) and nothing for the second (no word in common with the corpus).
+  questions = [{"_id": "q1", "question": "Zürich Käse Schokolade", "answer": "Schokolade",
+                "supporting_facts": [["Zürich Grüße", 0]]},
+               {"_id": "q2", "question": "Tokyo tower", "answer": "電波塔",
+                "supporting_facts": [["東京タワー", 0], ["Zürich Grüße", 0]]}]
+  qfile = tmp_path / "q.json"
+  qfile.write_text(json.dumps(questions, ensure_ascii=False))
+  r = _run("ragjax.retrieval.evaluate", "--index", str(out), "--questions", str(qfile), "--k", "10")
+  assert r.returncode == 0, r.stderr
+  result = json.loads(r.stdout.strip().splitlines()[-1])
+  assert result["questions"] == 2
+  for k in ("1", "3", "10"):
+    assert result["recall"][k]["support_recall"] == pytest.approx(0.5)    # (1 + 0) / 2
+    assert result["recall"][k]["support_all"] == pytest.approx(0.5)
+    assert result["recall"][k]["answer_recall"] == pytest.approx(0.5)
+  assert "support recall" in r.stdout and "answer recall" in r.stdout
+
+  # The package-level entry point opens the same index.
+  hits = retrieval.open_index(str(out)).search(["Zürich Käse Schokolade"], 1)
+  assert hits[0][0].title == "Zürich Grüße"
+
+
+def test_cli_argument_errors_are_clear(tmp_path):
+  r = _run("ragjax.retrieval.build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"))
+  assert r.returncode == 2 and "--corpus file not found" in r.stderr
+  r = _run("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
+  assert r.returncode == 2 and "--questions file not found" in r.stderr
+  (tmp_path / "q.json").write_text("[]")
+  r = _run("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
+  assert r.returncode != 0 and "is not a ragjax index" in r.stderr
+
+
+def test_question_formats_and_answer_matching(tmp_path):
+  hf = {"id": "h", "question": "q?", "answer": "Tulsa",
+        "supporting_facts": {"title": ["A", "B", "A"], "sent_id": [0, 1, 2]}}
+  flash = {"id": "f", "question": "q?", "golden_answers": ["x", "y"],
+           "metadata": {"supporting_facts": [["C", 0]]}}
+  musique = {"id": "m", "question": "q?", "answer": "Paris", "answer_aliases": ["City of Light"],
+             "paragraphs": [{"title": "D", "paragraph_text": "t", "is_supporting": True},
+                            {"title": "E", "paragraph_text": "t", "is_supporting": False}]}
+  write_jsonl(tmp_path / "q.jsonl", [hf, flash, musique])
+  qs = read_questions(str(tmp_path / "q.jsonl"))
+  assert [q.gold_titles for q in qs] == [("A", "B"), ("C",), ("D",)]
+  assert qs[2].answers == ("Paris", "City of Light")
+  assert normalize_answer("The  Beatles!") == "beatles"
+  assert has_answer(["the Beatles"], "A song by The Beatles, 1965.")
+  assert not has_answer(["Tuls"], "Tulsa, Oklahoma")        # whole tokens only
+  (tmp_path / "bad.jsonl").write_text('{"question": "q"}\n')
+  with pytest.raises(ValueError, match=r"bad\.jsonl:1: record has neither 'golden_answers' nor 'answer'"):
+    read_questions(str(tmp_path / "bad.jsonl"))
