@@ -214,3 +214,20 @@ def test_builders_reject_duplicate_ids_and_unknown_splits(tmp_path):
   with pytest.raises(Exception) as info:
     b3.download_and_prepare()
   assert "bad.jsonl line 1" in str(info.value) and "golden_answers[0]" in str(info.value)
+
+
+def test_records_round_trip_and_prepared_directory_loads(tmp_path):
+  import tensorflow_datasets as tfds
+  from ragjax.data.builders import FilesConfig, RagjaxMultipleChoice
+  from ragjax.data.load import load_split
+  from ragjax.data.schema import example_from_record
+  tfds.disable_progress_bar()
+  p = _jsonl(tmp_path / "mc.jsonl", [{"question_id": 1, "question": "Pick?", "options": ["a", "b"],
+                                      "answer": "B", "answer_index": 1}])
+  b = RagjaxMultipleChoice(config=FilesConfig(name="mc", files={"test": [p]}), data_dir=str(tmp_path / "t"))
+  b.download_and_prepare()
+  rows = load_split(b.data_dir, "test")  # a prepared directory needs no builder class
+  (ex,) = read_multiple_choice(p)
+  assert example_from_record(rows[0]) == ex
+  with pytest.raises(DataError, match="'golden_answers': empty list"):
+    example_from_record(dict(rows[0], golden_answers=[]), "row 0")

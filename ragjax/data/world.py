@@ -22,11 +22,11 @@ import itertools
 import os
 import random
 import re
-from typing import Callable, Optional
+from typing import Optional
 
 from ragjax.data.corpus import make_contents, write_jsonl
 from ragjax.data.schema import Example, make_example
-from ragjax.data.world_language import (COMPARISONS, ENTITY_TYPES, FILLERS, MENTIONS, OCCUPATIONS,
+from ragjax.data.world_language import (COMPARISONS, FILLERS, MENTIONS, OCCUPATIONS,
                                         ORG_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
                                         RETRY_RELATIONS, WORK_KINDS, YEAR_RANGES, Relation)
 from ragjax.data.world_names import NamePool
