@@ -35,7 +35,7 @@ class SamplerState:
   def history(self, row: int) -> list[int]:
     """Row's tokens so far (host copy)."""
     n = int(np.asarray(self.lengths)[row])
-    return np.asarray(self.tokens[row, :n]).tolist()
+    return np.asarray(self.tokens)[row, :n].tolist()
 
 
 @flax.struct.dataclass

@@ -1,0 +1,123 @@
+"""Multi-turn behaviour: extend == re-prefill, clone/truncate, stop reasons, no recompiles,
+and the sharded sampler == the unsharded one."""
+
+import jax
+import numpy as np
+import pytest
+
+from _sampling_helpers import hf_model, ragjax_from_hf, teacher_forced_logprobs
+from ragjax.parallel.mesh import make_mesh
+from ragjax.sampling import BUDGET, CACHE_FULL, EOS, NOT_RUN, Sampler, SamplerConfig
+
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13]]
+OBS = {0: [20, 21, 22], 3: [30]}
+SAMPLED = SamplerConfig(max_cache_length=64, max_new_tokens=6, prompt_buckets=(8, 16),
+                        extend_buckets=(4, 8), temperature=0.8, eos_ids=())
+
+
+@pytest.fixture(scope="module")
+def model():
+  return ragjax_from_hf(hf_model("llama", seed=1))
+
+
+@pytest.fixture(scope="module")
+def sampled(model):
+  return Sampler(*model, None, SAMPLED)
+
+
+def _two_turns(sampler, prompts=PROMPTS, obs=OBS, seed=1):
+  state = sampler.prefill(prompts, samples_per_prompt=2, seed=seed)
+  state, first = sampler.decode(state)
+  state = sampler.extend(state, list(obs), list(obs.values()))
+  state, second = sampler.decode(state)
+  return state, first, second
+
+
+def test_extend_then_continue_equals_reprefilling_the_history(sampled):
+  state, first, second = _two_turns(sampled)
+  n2 = np.asarray(second.lengths)
+  histories = [state.history(r)[:len(state.history(r)) - n2[r]] for r in range(4)]
+  for r in range(4):
+    want = PROMPTS[r // 2] + first.token_lists()[r] + OBS.get(r, [])
+    assert histories[r] == want
+  ref_state = sampled.prefill(histories, samples_per_prompt=1, seed=1)
+  _, ref = sampled.decode(ref_state)
+  assert second.token_lists() == ref.token_lists()
+  np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(ref.logprobs), atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(second.stop_reason), [BUDGET] * 4)
+
+
+def test_compile_count_flat_across_turns_and_same_bucket_batches(sampled):
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, *a, **k: compiles.append(event)
+      if event == "/jax/core/compile/backend_compile_duration" else None)
+  _two_turns(sampled)                                 # warm: every program once
+  before = dict(sampled.trace_counts)
+  n_compiles = len(compiles)
+  for seed, prompts, obs in [(5, [[1, 2], [3, 4, 5, 6, 7, 8]], {1: [9, 9], 2: [7, 7, 7, 7]}),
+                             (6, [[40] * 8, [41]], {0: [1], 1: [2], 2: [3], 3: [4]})]:
+    state, _, _ = _two_turns(sampled, prompts, obs, seed)
+    state, _ = sampled.decode(state)                  # a third turn without an extend
+    jax.block_until_ready(state.tokens)
+  assert dict(sampled.trace_counts) == before
+  assert before["decode"] == 1 and before["extend"] == 1
+  assert len(compiles) == n_compiles, compiles[n_compiles:]
+  jax.jit(lambda x: x * 3 + 1)(np.arange(5))          # the listener does see a compile
+  assert len(compiles) > n_compiles
+
+
+def _greedy_reference(cfg, params, history, steps):
+  """Greedy continuation and its log-probs from full forwards (no cache)."""
+  hist, toks, lps = list(history), [], []
+  for _ in range(steps):
+    lp = teacher_forced_logprobs(cfg, params, [hist])[0][-1]
+    t = int(np.argmax(lp))
+    toks.append(t), lps.append(lp[t]), hist.append(t)
+  return toks, np.asarray(lps)
+
+
+def test_stop_reasons_clone_truncate_and_set_done(model):
+  cfg, params = model
+  prompts = [[3, 4, 5], [60, 61, 62, 63, 64, 65, 66, 67], [8, 9]]
+  refs = [_greedy_reference(cfg, params, p, 14)[0] for p in prompts]
+  # An eos that row 0 reaches early and row 1 never produces before its cache fills.
+  eos = next(t for t in refs[0][1:6] if t not in refs[1][:8] and t not in refs[2][:12])
+  sampler = Sampler(cfg, params, None, SamplerConfig(
+      max_cache_length=16, max_new_tokens=12, prompt_buckets=(8,), extend_buckets=(4,),
+      greedy=True, eos_ids=(eos,)))
+  state, out = sampler.decode(sampler.prefill(prompts))
+  got, reasons = out.token_lists(), np.asarray(out.stop_reason)
+  assert got[0] == refs[0][:refs[0].index(eos) + 1] and reasons[0] == EOS
+  assert got[1] == refs[1][:8] and reasons[1] == CACHE_FULL
+  assert got[2] == refs[2][:12] and reasons[2] == BUDGET
+  # Row 0 becomes a copy of row 2 cut back to prompt + 3 tokens; row 1 is set done.
+  state = sampler.clone_rows(state, [2], [0])
+  state = sampler.truncate(state, [0], [len(prompts[2]) + 3])
+  assert state.history(0) == prompts[2] + refs[2][:3]
+  assert not np.array_equal(np.asarray(state.keys)[0], np.asarray(state.keys)[2])
+  state = sampler.set_done(state, [1])
+  state, out = sampler.decode(state)
+  got, reasons = out.token_lists(), np.asarray(out.stop_reason)
+  want, want_lp = _greedy_reference(cfg, params, prompts[2] + refs[2][:3], 11)
+  assert got[0] == want and reasons[0] == CACHE_FULL           # 16 - 5 slots left
+  np.testing.assert_allclose(np.asarray(out.logprobs)[0, :11], want_lp, atol=1e-4)
+  assert got[1] == [] and reasons[1] == NOT_RUN
+  assert got[2] == refs[2][12:14] and reasons[2] == CACHE_FULL
+  with pytest.raises(ValueError, match="row 2 holds 16 tokens"):
+    sampler.extend(state, [2], [[1]])
+  with pytest.raises(ValueError, match="prompt 1 has 9 tokens"):
+    sampler.prefill([[1], [2] * 9])
+
+
+def test_sharded_sampler_matches_unsharded(model, sampled):
+  mesh = make_mesh(data=2, fsdp=2, tensor=2)
+  sharded = Sampler(*model, None, SAMPLED, mesh=mesh)
+  state, first, second = _two_turns(sharded)
+  _, ref_first, ref_second = _two_turns(sampled)
+  assert first.token_lists() == ref_first.token_lists()
+  assert second.token_lists() == ref_second.token_lists()
+  np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(ref_second.logprobs),
+                             atol=1e-4)
+  spec = state.cache["k"].sharding.spec
+  assert spec[1] == ("data", "fsdp") and spec[3] == "tensor", spec
