@@ -1,0 +1,85 @@
+"""Exact resume across SIGKILL, and refusal of a checkpoint written under another config."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ragjax.rl.checkpoint import ConfigMismatchError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 4
+
+
+def _probe(workdir, *extra, cache=None):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  if cache:  # the resumed process reuses the first runs' compiled executables
+    env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  return subprocess.Popen([sys.executable, "-m", "ragjax.rl._resume_probe", "--workdir", workdir,
+                           "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(l) for l in f if l.strip()]
+  return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"}
+          for r in rows]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  full = str(tmp_path_factory.mktemp("full"))
+  cache = str(tmp_path_factory.mktemp("jax_cache"))
+  killed = str(tmp_path_factory.mktemp("killed"))
+  p_full = _probe(full, cache=cache)
+  p_kill = _probe(killed, "--pause_after", str(STEPS // 2), cache=cache)
+  for line in p_kill.stdout:                      # wait for step N/2's checkpoint on disk
+    if line.startswith(f"CHECKPOINTED {STEPS // 2}"):
+      break
+  else:
+    pytest.fail(f"probe exited before checkpointing: rc={p_kill.wait()}")
+  os.kill(p_kill.pid, signal.SIGKILL)
+  assert p_kill.wait() == -signal.SIGKILL
+  assert not os.path.exists(os.path.join(killed, "final.npz"))
+  out, _ = p_full.communicate(timeout=600)
+  assert p_full.returncode == 0, out[-3000:]
+  p_res = _probe(killed, cache=cache)
+  out, _ = p_res.communicate(timeout=600)
+  assert p_res.returncode == 0, out[-3000:]
+  return full, killed
+
+
+def test_resume_after_sigkill_gives_identical_params_and_metrics(runs):
+  full, killed = runs
+  a, b = np.load(os.path.join(full, "final.npz")), np.load(os.path.join(killed, "final.npz"))
+  assert sorted(a.files) == sorted(b.files) and len(a.files) > 5
+  worst = max(float(np.abs(a[k] - b[k]).max()) for k in a.files)
+  assert worst <= 1e-6, f"resumed params differ by {worst}"
+  ma, mb = _metrics(full), _metrics(killed)
+  assert [m["step"] for m in ma] == list(range(1, STEPS + 1)) == [m["step"] for m in mb]
+  for x, y in zip(ma, mb):
+    assert x.keys() == y.keys()
+    for k in x:
+      assert x[k] == pytest.approx(y[k], rel=1e-6, abs=1e-7), (x["step"], k)
+  assert ma[-1]["kl"] > 0 and ma[-1]["grad_norm"] > 0     # the run actually trained
+
+
+def test_checkpoint_from_other_config_is_refused(runs):
+  from ragjax.rl._resume_probe import build_trainer
+  _, killed = runs
+  trainer = build_trainer(killed, STEPS + 2, ["rl.kl_coef=0.02", "rl.clip_high=0.28"])
+  with pytest.raises(ConfigMismatchError) as e:
+    trainer.maybe_resume()
+  msg = str(e.value)
+  assert "rl.kl_coef: checkpoint=0.01 now=0.02" in msg and "rl.clip_high" in msg
+  assert "rl.group_size" not in msg
+  # fields that do not change the trajectory (here num_steps) may differ on resume
+  ok = build_trainer(killed, STEPS + 2)
+  assert ok.maybe_resume() == STEPS
