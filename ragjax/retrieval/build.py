@@ -32,6 +32,8 @@ def main(argv=None) -> int:
   ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                   help="malformed / duplicate corpus records: report and skip, or stop")
   ap.add_argument("--scann", default="{}", help='JSON overrides of ScannConfig, e.g. \'{"reorder": 100}\'')
+  ap.add_argument("--shard", action="store_true",
+                  help="encode with the batch split over all local devices (data axis of the mesh)")
   ap.add_argument("--no-progress", action="store_true")
   args = ap.parse_args(argv)
 
@@ -48,10 +50,15 @@ def main(argv=None) -> int:
   spec = EncoderSpec(args.encoder, pooling=args.pooling, query_prefix=args.query_prefix,
                      passage_prefix=args.passage_prefix, max_length=args.max_length,
                      batch_size=args.batch_size)
+  mesh = None
+  if args.shard:
+    from ragjax.parallel.mesh import make_mesh
+    mesh = make_mesh(data=-1, fsdp=1, tensor=1)
   t0 = time.time()
   try:
     meta = build_index(args.corpus, args.out, args.backend, encoder_spec=spec, scann_config=scann_cfg,
-                       on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress)
+                       on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress,
+                       mesh=mesh)
   except CorpusError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -56,8 +56,9 @@ class ExactIndex:
     self.mesh = mesh
     shards = 1
     if mesh is not None:
-      self._row_spec = logical_to_spec(("batch", None), (mesh.devices.size * 1024, self.dim), mesh)
-      axes = self._row_spec[0]
+      # Database rows play the role of the batch axis (the rules table maps it to data x fsdp);
+      # the probe shape is divisible by every mesh axis so the spec names all of them.
+      axes = logical_to_spec(("batch", None), (mesh.devices.size, self.dim), mesh)[0]
       axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
       shards = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
       self._axes = axes
