@@ -346,3 +346,18 @@ def test_rezero_turn_without_eos_gets_full_framing_and_budget_stops():
   env = batch.traj.labels[0, :k] == ENV
   assert "<|im_end|>" in tok.decode(batch.traj.tokens[0, :k][env].tolist())
   assert batch.meta.stop_reasons == ["budget"]
+
+
+def test_forced_final_text_that_does_not_fit_ends_the_row():
+  forced = "\nI have used my searches, so I answer now.\n"
+  proto = get_protocol("search_r1", max_turns=1, force_answer_text=forced)
+  tok = h.tokenizer()
+  s = "<search> Tessaly River </search>"
+  # room for turn 0 and its observation, not for the forced text as well
+  probe, *_ = rollout(get_protocol("search_r1", max_turns=1), {0: [s, s]})
+  used = int(probe.traj.lengths[0]) - len(tok(s, add_special_tokens=False)["input_ids"])
+  batch, pol, ret, eng, tok = rollout(proto, {0: [s, s]}, cache_length=used + 3)
+  assert batch.meta.stop_reasons == ["budget"]
+  k = int(batch.traj.lengths[0])
+  assert forced not in tok.decode(batch.traj.tokens[0, :k].tolist())
+  assert pol.calls["decode"] == 1

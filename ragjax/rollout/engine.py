@@ -148,6 +148,9 @@ class RolloutEngine:
       final = t == total_turns - 1
       if final and self.protocol.final_turn:
         self._final_turn_prefix(live, t)
+        live = [r for r in live if not self._rows[r].done]
+        if not live:
+          break
       self._turn(live, t, final)
 
     for row in self._rows.values():
@@ -157,14 +160,24 @@ class RolloutEngine:
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
+    """Appends the protocol's forced-answer text (ENV) to every live row before the last turn."""
     segs = self.protocol.final_turn_segments()
     if not segs:
       return
     ids, labels, _ = self.renderer.tokenize(segs)
+    go, stop = [], []
     for r in live:
-      self._rows[r].append(ids, Source.ENV, t)
-      self._rows[r].labels[-len(ids):] = labels
-    self._extend(live, [ids] * len(live))
+      row = self._rows[r]
+      if self._over_budget(row, len(ids)):
+        row.done, row.stop_reason = True, "budget"
+        stop.append(r)
+        continue
+      row.append(ids, Source.ENV, t)
+      row.labels[-len(ids):] = labels
+      go.append(r)
+    self._extend(go, [list(ids) for _ in go])
+    if stop:
+      self._state = self.policy.set_done(self._state, stop)
 
   def _turn(self, live, t, final):
     self._state, out = self.policy.decode(self._state)

@@ -1,0 +1,126 @@
+"""The engine on the real `ragjax.sampling.Sampler` (tiny decoder, on-device stop strings).
+
+Two models: a random one (sampling at temperature 1: whatever it writes is an invalid action)
+and one whose weights make greedy decoding write `<search> Tessaly River </search>` after every
+newline (attention and MLP outputs zeroed, so the next token is a function of the current one).
+Both check that the trajectory is exactly the sampler's history and that the sampler's log-probs
+equal a teacher-forced forward over the trajectory, the number the trainer will recompute.
+"""
+
+import dataclasses
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import _rollout_helpers as h  # noqa: E402
+
+from ragjax.models.decoder import Decoder, init_params  # noqa: E402
+from ragjax.models.presets import PRESETS  # noqa: E402
+from ragjax.rollout.engine import RolloutEngine  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
+from ragjax.rollout.protocols import get_protocol  # noqa: E402
+from ragjax.sampling import Sampler, SamplerConfig  # noqa: E402
+
+SEARCH = "<search> Tessaly River </search>"
+
+
+def sampler_for(cfg, params, tok, proto, **kw):
+  conf = SamplerConfig(max_cache_length=768, max_new_tokens=16, prompt_buckets=(256,),
+                       extend_buckets=(32, 128, 512), stop_strings=proto.stop_sequences,
+                       eos_ids=(tok.eos_token_id,), **kw)
+  return Sampler(cfg, params, tok, conf)
+
+
+def check_against_sampler(batch, sampler, state, cfg, params):
+  t = batch.traj
+  tokens = jnp.asarray(t.tokens)          # right padding: causal, so it never affects a row
+  logits, _ = jax.jit(lambda p, x: Decoder(cfg).apply({"params": p}, x))(params, tokens)
+  lp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1))
+  for i, meta in enumerate(batch.meta.rows):
+    k = int(t.lengths[i])
+    ids = t.tokens[i, :k].tolist()
+    assert state.history(meta.sampler_row)[:k] == ids
+    pos = np.nonzero(t.labels[i, :k] == Source.POLICY)[0]
+    assert len(pos) > 0
+    want = lp[i, pos - 1, np.asarray(ids)[pos]]
+    np.testing.assert_allclose(t.sampler_logprobs[i, pos], want, atol=2e-4, rtol=1e-4)
+
+
+class Keep:
+  """Remembers the sampler state after the last call (the engine donates old states)."""
+
+  def __init__(self, sampler):
+    self.s = sampler
+    self.eos_ids, self.config = sampler.eos_ids, sampler.config
+
+  def __getattr__(self, name):
+    fn = getattr(self.s, name)
+
+    def call(*a, **kw):
+      out = fn(*a, **kw)
+      self.state = out[0] if isinstance(out, tuple) else out
+      return out
+    return call
+
+
+def test_random_model_rollout_matches_sampler_and_teacher_forcing():
+  tok = h.tokenizer()
+  cfg = PRESETS["tiny"]
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  proto = get_protocol("search_r1", max_turns=2)
+  pol = Keep(sampler_for(cfg, params, tok, proto))
+  ret = h.CountingRetriever(h.bm25_retriever())
+  batch = RolloutEngine(proto, pol, ret, tok).run(["Where is Quillport", "Who founded it"],
+                                                  samples_per_prompt=2, seed=5)
+  h.check_alignment(batch)
+  assert list(batch.traj.group_id) == [0, 0, 1, 1]
+  assert len(ret.calls) == sum(1 for t in range(3) if any(
+      r.action == "search" and r.turn == t for m in batch.meta.rows for r in m.turns))
+  check_against_sampler(batch, pol.s, pol.state, cfg, params)
+
+
+def search_chain_params(tok, seed=0):
+  """Weights whose greedy continuation of a newline is `SEARCH` (a first-order token chain)."""
+  cfg = dataclasses.replace(PRESETS["tiny"], tie_word_embeddings=False)
+  params = jax.tree_util.tree_map(np.asarray, init_params(cfg, jax.random.PRNGKey(seed)))
+  params = jax.tree_util.tree_map(np.array, params)
+  for name in params:
+    if name.startswith("layers_"):
+      params[name]["self_attn"]["o_proj"]["kernel"][:] = 0
+      params[name]["mlp"]["down_proj"]["kernel"][:] = 0
+  emb = np.random.default_rng(seed).normal(size=params["embed_tokens"]["embedding"].shape)
+  params["embed_tokens"]["embedding"][:] = emb
+  head = np.zeros_like(params["lm_head"]["kernel"])
+  chain = tok("\n", add_special_tokens=False)["input_ids"] + \
+      tok(SEARCH, add_special_tokens=False)["input_ids"]
+  for u, v in zip(chain[:-1], chain[1:]):
+    head[:, v] += 30.0 * emb[u] / np.linalg.norm(emb[u])
+  params["lm_head"]["kernel"][:] = head
+  return cfg, jax.tree_util.tree_map(jnp.asarray, params)
+
+
+def test_scripted_weights_search_every_turn_through_real_sampler():
+  tok = h.tokenizer()
+  cfg, params = search_chain_params(tok)
+  proto = get_protocol("search_r1", max_turns=2)
+  pol = Keep(sampler_for(cfg, params, tok, proto, greedy=True))
+  ret = h.CountingRetriever(h.bm25_retriever())
+  batch = RolloutEngine(proto, pol, ret, tok).run(["Where is Quillport"], samples_per_prompt=2)
+  h.check_alignment(batch)
+  for m in batch.meta.rows:
+    assert [r.action for r in m.turns] == ["search", "search", "end"]
+    assert m.queries == ["Tessaly River", "Tessaly River"]
+    assert m.stop_reason == "max_turns"
+    assert all(r.text == SEARCH for r in m.turns)
+  # one call per turn, both rows' queries in it; the final turn's search is not served
+  assert ret.calls == [(["Tessaly River"] * 2, 3)] * 2
+  t = batch.traj
+  k = int(t.lengths[0])
+  assert tok.decode(t.tokens[0, :k][t.labels[0, :k] == Source.RETRIEVED].tolist()) == (
+      'Doc 1(Title: "Tessaly River") The Tessaly River flows through Quillport into the Amber '
+      'Sea.') * 2
+  check_against_sampler(batch, pol.s, pol.state, cfg, params)
