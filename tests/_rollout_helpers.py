@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tempfile
+import types
 
 import numpy as np
 
@@ -119,6 +120,9 @@ class ScriptedPolicy:
     self.stop_strings = tuple(stop_strings)
     self.max_new_tokens, self.cache_length = max_new_tokens, cache_length
     self.eos_ids = (tok.convert_tokens_to_ids("<|im_end|>"),)
+    # what the engine reads off a real Sampler's config; small extend buckets make long
+    # observations go in several extend calls, as with the real sampler
+    self.config = types.SimpleNamespace(stop_strings=self.stop_strings, extend_buckets=(16, 64))
     self.calls = {"prefill": 0, "decode": 0, "extend": 0, "set_done": 0, "clone_rows": 0,
                   "truncate": 0}
 
@@ -172,6 +176,8 @@ class ScriptedPolicy:
     for r, ids in zip(rows, token_lists):
       if not ids:
         raise ValueError(f"extend: token list for row {r} is empty")
+      if len(ids) > self.config.extend_buckets[-1]:
+        raise ValueError(f"extend: {len(ids)} tokens exceed the largest bucket")
       if len(state.histories[r]) + len(ids) > state.cache_length:
         raise ValueError(f"extend: row {r} would exceed the cache")
       state.histories[r].extend(int(i) for i in ids)

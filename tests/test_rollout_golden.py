@@ -142,7 +142,8 @@ def test_search_r1_two_searches_in_one_turn():
   assert pol.calls["truncate"] == 0
   # a sampler without stop strings generates both: Search-R1 cuts after the first action and
   # the sampler row is truncated to match (tokens after the cut never reach the trajectory)
-  batch, pol, ret, eng, tok = rollout(proto, scripts, policy_stops=())
+  with pytest.warns(UserWarning, match="does not stop on"):
+    batch, pol, ret, eng, tok = rollout(proto, scripts, policy_stops=())
   expect_row(batch, eng, tok, 0, [
       ("<think> both </think> <search> Tessaly River </search>", POL, 0),
       ("\n\n<information>", ENV, 0), (DOC_TESSALY, RET, 0), ("</information>\n\n", ENV, 0),
@@ -154,22 +155,23 @@ def test_search_r1_two_searches_in_one_turn():
 
 
 def test_search_r1_overlong_observation_is_cut_in_tokens():
-  proto = get_protocol("search_r1", obs_max_tokens=40)
+  proto = get_protocol("search_r1", obs_max_tokens=100)
   scripts = {0: ["<search> chronicle harbour event </search>", "<answer> a </answer>"]}
   batch, pol, ret, eng, tok = rollout(proto, scripts)
   hits = h.bm25_retriever().search(["chronicle harbour event"], 3)[0]
   docs = search_r1_docs(hits).strip()
   doc_ids = tok(docs, add_special_tokens=False)["input_ids"]
-  assert len(doc_ids) > 40
+  assert len(doc_ids) > 100
   t = batch.traj
   k = int(t.lengths[0])
   ret_pos = np.nonzero(t.labels[0, :k] == RET)[0]
-  assert len(ret_pos) == 40
-  assert list(t.tokens[0, ret_pos]) == doc_ids[:40]
+  assert len(ret_pos) == 100
+  assert list(t.tokens[0, ret_pos]) == doc_ids[:100]
   # the closing wrapper survives the cut
   after = tok.decode(t.tokens[0, ret_pos[-1] + 1:k].tolist())
   assert after.startswith("</information>\n\n")
   assert batch.meta.rows[0].turns[0].obs_truncated
+  assert pol.calls["extend"] == 2      # 100 + wrapper tokens go in two 64-token extends
   check_logprobs_and_history(batch, pol)
 
 

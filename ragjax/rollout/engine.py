@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -107,6 +108,12 @@ class RolloutEngine:
     self.response_budget = min(caps) if caps else None
     ext = getattr(getattr(policy, "config", None), "extend_buckets", None)
     self.max_extend = int(ext[-1]) if ext else None
+    stops = getattr(getattr(policy, "config", None), "stop_strings", None)
+    missing = [s for s in protocol.stop_sequences if stops is not None and s not in stops]
+    if missing:
+      warnings.warn(f"the sampler does not stop on {missing} ({protocol.name}); turns run to the "
+                    f"per-turn budget and are cut after the action, which wastes decode steps",
+                    stacklevel=2)
 
   # ------------------------------------------------------------------------------------------
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,

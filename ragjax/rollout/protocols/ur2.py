@@ -221,6 +221,9 @@ class UR2(Protocol):
     return ur2_documents(hits)
 
   def observation(self, query: str, hits: Sequence) -> list[Segment]:
+    # Byte layout of the code's context update.  Deviations (seeds §A2.4/§A2.3 [D]): the "\n\n"
+    # before the documents tag and the fallback notice are environment text here, so masked;
+    # the code trains on both.  `<|end_of_query|>` is the policy's own stop string (trained).
     docs = self.format_documents(hits)
     segs = [Segment(f"\n\n{BEGIN_DOCS}\n", Source.ENV), self.retrieved_segment(docs),
             Segment(f"{END_DOCS}\n\n", Source.ENV)]
