@@ -109,7 +109,10 @@ def from_dict(cls, data: Mapping[str, Any], path: str = ""):
   kw = {}
   for name, value in data.items():
     tp = hints.get(name)
-    if _is_dataclass_type(tp):
+    if typing.get_origin(tp) is typing.Union:   # Optional[SomeConfig]
+      inner = [a for a in typing.get_args(tp) if a is not type(None)]
+      tp = inner[0] if len(inner) == 1 else tp
+    if value is not None and _is_dataclass_type(tp):
       value = from_dict(tp, value, f"{path}.{name}" if path else name)
     elif hasattr(value, "to_dict"):
       value = value.to_dict()
