@@ -1,0 +1,120 @@
+"""Policy-update throughput: tokens/s and MFU of the jitted GRPO train step for a preset.
+
+  python -m ragjax.bench.train_step --preset tiny --seq 256 [--batch 8] [--micro 1] [--steps 5]
+
+Model FLOPs per token = 6 * N_matmul + 12 * L * H * D * T (attention, PaLM convention), where
+N_matmul counts the unembedding once and not the input lookup.  The reference measured in the
+same run is the device's matmul peak (a large bf16 matmul on accelerators, float32 on CPU);
+on GPUs MFU against the published dense bf16 peak is reported too.  Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ragjax.models.decoder import init_params
+from ragjax.models.presets import get_preset
+from ragjax.parallel.mesh import make_mesh
+from ragjax.rl.batch import TrainBatch
+from ragjax.rl.config import OptimConfig, RLConfig
+from ragjax.rl.optim import make_optimizer
+from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
+                                  policy_loss_fn, shard_train_state)
+
+PUBLISHED_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def model_flops_per_token(cfg, seq: int) -> float:
+  n = cfg.num_params()
+  if cfg.tie_word_embeddings:
+    n += cfg.vocab_size * cfg.hidden_size      # the embedding is used again as the unembedding
+  n -= cfg.vocab_size * cfg.hidden_size        # the input lookup is not a matmul
+  return 6.0 * n + 12.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * seq
+
+
+def measured_matmul_peak(dtype, n: int, reps: int = 5) -> float:
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  t = time.perf_counter()
+  for _ in range(reps):
+    out = f(a)
+  out.block_until_ready()
+  return 2.0 * n ** 3 * reps / (time.perf_counter() - t)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--preset", default="tiny")
+  ap.add_argument("--seq", type=int, default=256)
+  ap.add_argument("--batch", type=int, default=0, help="rows; default = number of devices x 1")
+  ap.add_argument("--micro", type=int, default=1)
+  ap.add_argument("--steps", type=int, default=5)
+  ap.add_argument("--dtype", default="")
+  ap.add_argument("--remat", action="store_true")
+  ap.add_argument("--scan", action="store_true")
+  ap.add_argument("--chunk", type=int, default=8192)
+  args = ap.parse_args(argv)
+
+  on_accel = jax.default_backend() != "cpu"
+  dtype = args.dtype or ("bfloat16" if on_accel else "float32")
+  cfg = get_preset(args.preset).replace(dtype=dtype, param_dtype="float32", remat=args.remat,
+                                        scan_layers=args.scan)
+  ndev = jax.device_count()
+  b = args.batch or ndev
+  rl = RLConfig(kl_coef=0.001, logprob_chunk=args.chunk)
+  opt = make_optimizer(OptimConfig(lr=1e-6))
+  mesh = make_mesh(fsdp=-1)
+  params = jax.jit(lambda k: init_params(cfg, k))(jax.random.PRNGKey(0))
+  state = shard_train_state(init_train_state(params, opt), cfg, mesh, opt)
+  del params
+  rng = np.random.default_rng(0)
+  t = args.seq
+  tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, t)), jnp.int32)
+  mask = np.ones((b, t), np.float32)
+  mask[:, : t // 4] = 0                                  # prompt
+  mask[:, t // 2: t // 2 + t // 8] = 0                   # a retrieved block
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  batch = TrainBatch(tokens=tokens, positions=jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)),
+                     attention_mask=jnp.ones((b, t), jnp.int32), loss_mask=f32(mask),
+                     advantages=f32(rng.normal(size=(b, 1)) * mask),
+                     old_logprobs=f32(np.full((b, t), -8.0)), ref_logprobs=f32(np.full((b, t), -8.0)))
+  batch = jax.device_put(batch, batch_shardings(batch, mesh))
+  loss_fn, denom = policy_loss_fn(cfg, rl)
+  step = jit_update(make_update(loss_fn, denom, opt, args.micro), state, batch, mesh)
+  t0 = time.perf_counter()
+  state, m = step(state, batch)
+  jax.block_until_ready(m)
+  compile_s = time.perf_counter() - t0
+  times = []
+  for _ in range(args.steps):
+    t0 = time.perf_counter()
+    state, m = step(state, batch)
+    jax.block_until_ready(m)
+    times.append(time.perf_counter() - t0)
+  sec = float(np.median(times))
+  tokens_per_s = b * t / sec
+  achieved = model_flops_per_token(cfg, t) * tokens_per_s
+  peak_dtype = jnp.bfloat16 if on_accel else jnp.float32
+  peak_measured = measured_matmul_peak(peak_dtype, 8192 if on_accel else 1024) * ndev
+  kind = jax.devices()[0].device_kind
+  published = next((v for k, v in PUBLISHED_PEAK.items() if k in kind), None)
+  out = {"bench": "train_step", "preset": args.preset, "seq": t, "batch": b, "micro": args.micro,
+         "devices": ndev, "device_kind": kind, "dtype": dtype, "remat": args.remat,
+         "step_s": round(sec, 4), "compile_s": round(compile_s, 1),
+         "tokens_per_s": round(tokens_per_s, 1), "model_tflops_per_s": round(achieved / 1e12, 4),
+         "measured_matmul_peak_tflops": round(peak_measured / 1e12, 3),
+         "mfu_vs_measured_peak": round(achieved / peak_measured, 4),
+         "mfu_vs_published_peak": None if published is None else round(achieved / (published * ndev), 4),
+         "loss_finite": bool(np.isfinite(float(m["loss"])))}
+  print(json.dumps(out))
+
+
+if __name__ == "__main__":
+  main()
