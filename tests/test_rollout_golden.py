@@ -363,3 +363,20 @@ def test_forced_final_text_that_does_not_fit_ends_the_row():
   k = int(batch.traj.lengths[0])
   assert forced not in tok.decode(batch.traj.tokens[0, :k].tolist())
   assert pol.calls["decode"] == 1
+
+
+def test_trajectory_is_a_jittable_pytree_with_host_metadata_outside():
+  import jax
+  proto = get_protocol("search_r1")
+  batch, *_ = rollout(proto, {0: ["<search> Tessaly River </search>", "<answer> a </answer>"],
+                              1: ["<answer> b </answer>"]})
+  t = batch.traj
+  got = jax.jit(lambda tr: (tr.loss_mask * tr.sampler_logprobs).sum(axis=1))(t)
+  np.testing.assert_allclose(np.asarray(got), (t.loss_mask * t.sampler_logprobs).sum(axis=1),
+                             rtol=1e-6)
+  assert len(jax.tree_util.tree_leaves(t)) == 8
+  assert t.tokens.dtype == np.int32 and t.labels.dtype == np.int8
+  assert t.loss_mask.dtype == np.float32 and t.group_id.shape == (2,)
+  assert t.tokens.shape[1] % 8 == 0                      # padded to EngineConfig.pad_to_multiple
+  sub = t.select([1])
+  assert sub.tokens.shape == (1, t.tokens.shape[1]) and int(sub.group_id[0]) == 0
