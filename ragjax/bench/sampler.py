@@ -1,0 +1,158 @@
+"""Sampler throughput against transformers `generate` on the same weights and batch.
+
+    python -m ragjax.bench.sampler                                  # small model, CPU
+    python -m ragjax.bench.sampler --preset qwen2.5-3b --batch 128  # GPU: adds HBM roofline
+
+Both sides run greedy for exactly `--new-tokens` tokens per row (no eos), after one warm-up
+run each; tokens/s counts generated tokens over wall time including the prompt prefill.  On a
+GPU the JSON line also carries the fraction of the HBM-bandwidth roofline reached by the
+decode steps: (param bytes + KV bytes of the valid positions) per step / step time / peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ragjax.models.config import DecoderConfig, as_dtype, decoder_config_to_hf  # noqa: E402
+from ragjax.models.decoder import init_params  # noqa: E402
+from ragjax.models.hf_io import params_to_hf_tensors  # noqa: E402
+from ragjax.models.presets import get_preset  # noqa: E402
+from ragjax.sampling import Sampler, SamplerConfig  # noqa: E402
+
+# A ~25M-parameter Qwen2-shaped model: big enough that the math is not all overhead on CPU.
+SMALL = DecoderConfig(arch="qwen2", vocab_size=8192, hidden_size=512, intermediate_size=1408,
+                      num_layers=8, num_heads=8, num_kv_heads=2, head_dim=64,
+                      rope_theta=10_000.0, tie_word_embeddings=True)
+
+PEAK_HBM_BYTES_PER_S = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}
+
+
+def _peak_bandwidth():
+  dev = jax.devices()[0]
+  if dev.platform != "gpu":
+    return None, dev.device_kind
+  kind = dev.device_kind.lower()
+  for name, bw in PEAK_HBM_BYTES_PER_S.items():
+    if name in kind:
+      return bw, dev.device_kind
+  return None, dev.device_kind
+
+
+def _hf_model(cfg: DecoderConfig, params, dtype: str, device: str):
+  import torch
+  from transformers import AutoConfig, AutoModelForCausalLM
+  hf = decoder_config_to_hf(cfg)
+  conf = AutoConfig.for_model(hf.pop("model_type"), **hf)
+  with torch.device(device):
+    model = AutoModelForCausalLM.from_config(conf, dtype=getattr(torch, dtype))
+  tensors = params_to_hf_tensors(cfg, params)
+  state = {k: torch.from_numpy(v).to(device=device, dtype=getattr(torch, dtype))
+           for k, v in tensors.items()}
+  if cfg.tie_word_embeddings:
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]
+  model.load_state_dict(state, strict=True, assign=True)
+  return model.eval()
+
+
+def _time(fn, repeats: int) -> float:
+  fn()                                                   # warm-up (compiles)
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t)
+  return best
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--preset", default=None, help="model preset (default: a small CPU model)")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--prompt-len", type=int, default=32)
+  ap.add_argument("--new-tokens", type=int, default=64)
+  ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
+  ap.add_argument("--repeats", type=int, default=2)
+  ap.add_argument("--skip-hf", action="store_true")
+  args = ap.parse_args(argv)
+
+  on_gpu = jax.default_backend() == "gpu"
+  dtype = args.dtype or ("bfloat16" if on_gpu else "float32")
+  cfg = (get_preset(args.preset) if args.preset else SMALL).replace(
+      dtype=dtype, param_dtype=dtype, eos_token_id=None)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(0, cfg.vocab_size, args.prompt_len).tolist() for _ in range(args.batch)]
+  cache_len = args.prompt_len + args.new_tokens
+  scfg = SamplerConfig(max_cache_length=cache_len, max_new_tokens=args.new_tokens,
+                       prompt_buckets=(args.prompt_len,), extend_buckets=(1,), greedy=True,
+                       eos_ids=())
+  sampler = Sampler(cfg, params, None, scfg)
+
+  def run_ragjax():
+    state = sampler.prefill(prompts)
+    _, out = sampler.decode(state)
+    jax.block_until_ready(out.tokens)
+    return out
+
+  t_ours = _time(run_ragjax, args.repeats)
+  # The decode loop alone, for the roofline.
+  state = sampler.prefill(prompts)
+  jax.block_until_ready(state.logits)
+  t0 = time.perf_counter()
+  _, out = sampler.decode(state)
+  jax.block_until_ready(out.tokens)
+  t_decode = time.perf_counter() - t0
+  n_tokens = args.batch * args.new_tokens
+  result = {"bench": "sampler", "preset": args.preset or "small", "params": cfg.num_params(),
+            "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+            "dtype": dtype, "backend": jax.default_backend(),
+            "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
+
+  if not args.skip_hf:
+    import torch
+    device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
+    model = _hf_model(cfg, params, dtype, device)
+    ids = torch.tensor(prompts, device=device)
+
+    def run_hf():
+      with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                             do_sample=False, pad_token_id=0)
+      if device == "cuda":
+        torch.cuda.synchronize()
+      return out
+
+    t_hf = _time(run_hf, args.repeats)
+    hf_out = run_hf()[:, args.prompt_len:].cpu().numpy()
+    result["transformers_tokens_per_s"] = round(n_tokens / t_hf, 1)
+    result["ratio"] = round(t_hf / t_ours, 2)
+    if dtype == "float32":
+      result["greedy_token_agreement"] = float((hf_out == np.asarray(out.tokens)).mean())
+
+  peak, kind = _peak_bandwidth()
+  result["device"] = kind
+  if peak is None:
+    result["hbm_roofline_fraction"] = "n/a (no GPU with a known HBM peak)"
+  else:
+    itemsize = np.dtype(as_dtype(dtype)).itemsize
+    param_bytes = cfg.num_params() * itemsize
+    kv_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * itemsize
+    mean_len = args.prompt_len + (args.new_tokens + 1) / 2
+    step_bytes = param_bytes + args.batch * mean_len * kv_per_token
+    step_time = t_decode / args.new_tokens
+    result["decode_step_ms"] = round(step_time * 1e3, 3)
+    result["hbm_roofline_fraction"] = round(step_bytes / step_time / peak, 3)
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  main()
