@@ -203,10 +203,11 @@ class RolloutEngine:
       keep = len(ids)
       if action.keep is not None and action.keep < len(text):
         keep = tokens_covering(self.tokenizer, body, text, action.keep)
-        text = text[:action.keep]
       continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
       if continuing and eos_tail and self.protocol.observation_role == "inline":
         keep = min(keep, len(body))      # never continue an inline stream after an eos token
+      if keep < len(ids):                # the text of exactly the kept tokens
+        text = decode(self.tokenizer, ids[:keep])
       row.end_token_text = (decode(self.tokenizer, ids[-1:])
                             if eos_tail and keep == len(ids) else None)
       row.turn_start = len(row.tokens)
