@@ -223,7 +223,7 @@ class RolloutEngine:
         row.action = Action(Kind.END, reason="sampler_finished")
       row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
                                     query=action.query if action.kind == Kind.SEARCH else None,
-                                    all_queries=action.all_queries, reason=action.reason))
+                                    all_queries=action.all_queries, reason=row.action.reason))
 
     if self.hooks:
       views = [TurnView(row=r, turn=t, final=final, action=self._rows[r].action,
@@ -236,7 +236,7 @@ class RolloutEngine:
 
     hits = self._retrieve([r for r in live if self._is_search(r)])
 
-    ext_rows, ext_ids, done_rows = [], [], []
+    ext_rows, done_rows = [], []
     for r in live:
       row = self._rows[r]
       kind = row.action.kind
