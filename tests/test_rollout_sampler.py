@@ -14,15 +14,17 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.models.decoder import Decoder, init_params  # noqa: E402
 from ragjax.models.presets import PRESETS  # noqa: E402
-from ragjax.rollout.engine import RolloutEngine  # noqa: E402
+from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
+from ragjax.rollout.rex_rag import EXPLORATION_PROMPTS, RexRagCloneHook  # noqa: E402
 from ragjax.sampling import Sampler, SamplerConfig  # noqa: E402
 
 SEARCH = "<search> Tessaly River </search>"
@@ -50,6 +52,11 @@ def check_against_sampler(batch, sampler, state, cfg, params):
     np.testing.assert_allclose(t.sampler_logprobs[i, pos], want, atol=2e-4, rtol=1e-4)
 
 
+def random_params(cfg, seed):
+  """init_params under jit: one compile instead of op-by-op dispatch (much faster on CPU)."""
+  return jax.jit(lambda key: init_params(cfg, key))(jax.random.PRNGKey(seed))
+
+
 class Keep:
   """Remembers the sampler state after the last call (the engine donates old states)."""
 
@@ -70,7 +77,7 @@ class Keep:
 def test_random_model_rollout_matches_sampler_and_teacher_forcing():
   tok = h.tokenizer()
   cfg = PRESETS["tiny"]
-  params = init_params(cfg, jax.random.PRNGKey(0))
+  params = random_params(cfg, 0)
   proto = get_protocol("search_r1", max_turns=2)
   pol = Keep(sampler_for(cfg, params, tok, proto))
   ret = h.CountingRetriever(h.bm25_retriever())
@@ -83,10 +90,11 @@ def test_random_model_rollout_matches_sampler_and_teacher_forcing():
   check_against_sampler(batch, pol.s, pol.state, cfg, params)
 
 
-def search_chain_params(tok, seed=0):
-  """Weights whose greedy continuation of a newline is `SEARCH` (a first-order token chain)."""
+def search_chain_params(tok, seed=0, text=None):
+  """Weights whose greedy continuation of a newline is `text` (a first-order token chain)."""
+  text = SEARCH if text is None else text
   cfg = dataclasses.replace(PRESETS["tiny"], tie_word_embeddings=False)
-  params = jax.tree_util.tree_map(np.asarray, init_params(cfg, jax.random.PRNGKey(seed)))
+  params = jax.tree_util.tree_map(np.asarray, random_params(cfg, seed))
   params = jax.tree_util.tree_map(np.array, params)
   for name in params:
     if name.startswith("layers_"):
@@ -96,18 +104,27 @@ def search_chain_params(tok, seed=0):
   params["embed_tokens"]["embedding"][:] = emb
   head = np.zeros_like(params["lm_head"]["kernel"])
   chain = tok("\n", add_special_tokens=False)["input_ids"] + \
-      tok(SEARCH, add_special_tokens=False)["input_ids"]
+      tok(text, add_special_tokens=False)["input_ids"]
   for u, v in zip(chain[:-1], chain[1:]):
     head[:, v] += 30.0 * emb[u] / np.linalg.norm(emb[u])
   params["lm_head"]["kernel"][:] = head
   return cfg, jax.tree_util.tree_map(jnp.asarray, params)
 
 
-def test_scripted_weights_search_every_turn_through_real_sampler():
+@pytest.fixture(scope="module")
+def chain_sampler():
+  """One compiled sampler (batch 2) reused with different chain weights via set_params."""
   tok = h.tokenizer()
   cfg, params = search_chain_params(tok)
+  return cfg, params, sampler_for(cfg, params, tok, get_protocol("search_r1"), greedy=True)
+
+
+def test_scripted_weights_search_every_turn_through_real_sampler(chain_sampler):
+  tok = h.tokenizer()
+  cfg, params, sampler = chain_sampler
+  sampler.set_params(params)
   proto = get_protocol("search_r1", max_turns=2)
-  pol = Keep(sampler_for(cfg, params, tok, proto, greedy=True))
+  pol = Keep(sampler)
   ret = h.CountingRetriever(h.bm25_retriever())
   batch = RolloutEngine(proto, pol, ret, tok).run(["Where is Quillport"], samples_per_prompt=2)
   h.check_alignment(batch)
@@ -124,3 +141,30 @@ def test_scripted_weights_search_every_turn_through_real_sampler():
       'Doc 1(Title: "Tessaly River") The Tessaly River flows through Quillport into the Amber '
       'Sea.') * 2
   check_against_sampler(batch, pol.s, pol.state, cfg, params)
+
+
+def test_rex_rag_clone_truncate_extend_on_the_real_sampler(chain_sampler):
+  """A wrong answer is cloned into the spare row, cut before `<answer>`, given the probe prompt
+  and continued; the clone's cache must hold exactly its trajectory."""
+  tok = h.tokenizer()
+  cfg, _, sampler = chain_sampler
+  _, params = search_chain_params(tok, text="<answer> Paris </answer>")
+  sampler.set_params(params)
+  proto = get_protocol("rex_rag", max_turns=2)
+  pol = Keep(sampler)
+  hook = RexRagCloneHook(is_wrong=lambda g, a: a != "Quillport", p=1.0, prompts=EXPLORATION_PROMPTS[:1])
+  batch = RolloutEngine(proto, pol, h.bm25_retriever(), tok, EngineConfig(spare_rows=1),
+                        hooks=[hook]).run(["Where is Quillport"], samples_per_prompt=1)
+  h.check_alignment(batch)
+  m = batch.meta
+  assert [r.clone_of for r in m.rows] == [None, 0] and list(batch.traj.group_id) == [0, 0]
+  assert m.rows[0].answer == "Paris" and m.rows[1].sampler_row == 1
+  t = batch.traj
+  p = int(t.prompt_lengths[1])
+  assert t.tokens[1, :p].tolist() == t.tokens[0, :p].tolist()
+  inj = np.nonzero(t.labels[1] == Source.INJECTED)[0]
+  assert inj[0] == p                     # the whole answer turn was deleted, the probe follows
+  assert tok.decode(t.tokens[1, inj].tolist()) == EXPLORATION_PROMPTS[0]
+  assert (t.labels[1, inj[-1] + 1:int(t.lengths[1])] != Source.PROMPT).all()
+  assert sampler.trace_counts["clone"] == 1 and sampler.trace_counts["truncate"] == 1
+  check_against_sampler(batch, sampler, pol.state, cfg, params)
