@@ -236,3 +236,19 @@ def test_knobs_hops_paraphrases_and_errors():
     WorldConfig(max_hops=1)
   with pytest.raises(ValueError, match="retry_groups"):
     generate_world(dataclasses.replace(SMALL, num_train=5000))
+
+
+def test_several_train_worlds_keep_the_test_world_disjoint():
+  from ragjax.data.world import WorldConfig, generate_world, norm_words
+  cfg = WorldConfig(train_worlds=3, num_train=300, num_dev=20, num_test=40, num_people=30,
+                    num_places=10, num_orgs=8, num_works=12, retry_groups=6)
+  w = generate_world(cfg)
+  worlds = {e.metadata["world"] for e in w.questions["train"]}
+  assert worlds == {0, 1, 2}
+  assert {e.metadata["world"] for e in w.questions["test"]} == {3}
+  assert {e.metadata["world"] for e in w.questions["dev"]} == {0}
+  train_words = {x for wi in range(3) for n in w.entity_names(wi) for x in norm_words(n)}
+  test_words = {x for n in w.entity_names(3) for x in norm_words(n)}
+  assert test_words and not (train_words & test_words)
+  assert {p["id"][:3] for p in w.corpus("train")} == {"w0-", "w1-", "w2-"}
+  assert {p["id"][:3] for p in w.corpus("test")} == {"w3-"}

@@ -53,6 +53,7 @@ class WorldConfig:
   paraphrases: int = 3              # templates used per relation, 1..3
   max_hops: int = 2                 # bridge questions have 2..max_hops hops; 1 disables them
   num_train: int = 1000
+  train_worlds: int = 1             # worlds the train questions come from (more names to copy)
   num_dev: int = 100
   num_test: int = 200
   qtype_weights: tuple[tuple[str, float], ...] = (
@@ -95,23 +96,30 @@ class World:
   config: WorldConfig
   entities: list[Entity]
   passages: list[dict]                 # {id, title, text, contents}; ids 'w0-…' / 'w1-…'
-  questions: dict[str, list[Example]]  # 'train', 'dev' (world 0), 'test' (world 1)
+  questions: dict[str, list[Example]]  # 'train' (worlds 0..K-1), 'dev' (0), 'test' (K)
 
   def corpus(self, split: Optional[str] = None) -> list[dict]:
-    """Passages of the world a split's questions come from (all passages when None)."""
+    """Passages of the worlds a split's questions come from (all passages when None)."""
     if split is None:
       return list(self.passages)
-    prefix = f"w{world_of_split(split)}-"
-    return [p for p in self.passages if p["id"].startswith(prefix)]
+    prefixes = tuple(f"w{wi}-" for wi in worlds_of_split(split, self.config.train_worlds))
+    return [p for p in self.passages if p["id"].startswith(prefixes)]
 
   def entity_names(self, world: int) -> list[str]:
     return [e.name for e in self.entities if e.world == world]
 
 
-def world_of_split(split: str) -> int:
+def world_of_split(split: str, train_worlds: int = 1) -> int:
+  """The world a split's first question comes from: test is world K (= train_worlds)."""
+  return worlds_of_split(split, train_worlds)[0]
+
+
+def worlds_of_split(split: str, train_worlds: int = 1) -> tuple[int, ...]:
   if split not in SPLITS:
     raise ValueError(f"unknown split {split!r}; use {SPLITS}")
-  return 1 if split == "test" else 0
+  if split == "test":
+    return (train_worlds,)
+  return tuple(range(train_worlds)) if split == "train" else (0,)
 
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -442,9 +450,10 @@ def _split_counts(total: int, weights: dict[str, float]) -> dict[str, int]:
   return counts
 
 
-def _to_examples(split: str, wi: int, items: list[tuple], titles: dict[str, str]) -> list[Example]:
+def _to_examples(split: str, items: list[tuple]) -> list[Example]:
+  """items: (world index, passage titles of that world, (qtype, q, answers, hops, extra))."""
   out = []
-  for i, (qtype, q, answers, hops, extra) in enumerate(items):
+  for i, (wi, titles, (qtype, q, answers, hops, extra)) in enumerate(items):
     pids = [p for h in hops for p in h["passage_ids"]]
     meta = {"qtype": qtype, "world": wi, "num_hops": len(hops), "hops": hops, **extra}
     out.append(make_example(f"world {split} question {i}", id=f"{split}_{i}", question=q,
@@ -456,27 +465,32 @@ def _to_examples(split: str, wi: int, items: list[tuple], titles: dict[str, str]
 
 
 def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
-  """Builds world 0 (train/dev) and world 1 (test, all-new names) with their questions."""
+  """Builds worlds 0..K-1 (train; dev from world 0) and world K (test, all-new names)."""
   pool = NamePool(random.Random(f"ragjax-names-{cfg.seed}"), reserved=_reserved_words())
   weights = dict(cfg.qtype_weights)
   entities, passages, questions = [], [], {}
-  for wi, splits in ((0, ("dev", "train")), (1, ("test",))):
+  k = cfg.train_worlds
+  plan = [(wi, ("dev", "train") if wi == 0 else ("train",)) for wi in range(k)] + [(k, ("test",))]
+  # Train questions are spread over the train worlds (the first takes the remainder).
+  share = {wi: cfg.num_train // k + (cfg.num_train % k if wi == 0 else 0) for wi in range(k)}
+  items = {s: [] for s in SPLITS}
+  for wi, splits in plan:
     wb = _WorldBuilder(cfg, wi, pool)
     wb.build_entities()
     wb.build_passages()
     maker = _QuestionMaker(wb)
     titles = {p["id"]: p["title"] for p in wb.passages}
-    per_split = {s: _split_counts(getattr(cfg, f"num_{s}"), weights) for s in splits}
-    items = {s: [] for s in splits}
+    totals = {s: share[wi] if s == "train" else getattr(cfg, f"num_{s}") for s in splits}
+    per_split = {s: _split_counts(totals[s], weights) for s in splits}
     for qtype in QTYPES:
       for s, bucket in zip(splits, maker.take(qtype, [per_split[s][qtype] for s in splits])):
-        items[s].extend(bucket)
-    shuf = random.Random(f"ragjax-order-{cfg.seed}-{wi}")
-    for s in splits:
-      shuf.shuffle(items[s])
-      questions[s] = _to_examples(s, wi, items[s], titles)
+        items[s].extend((wi, titles, item) for item in bucket)
     entities += wb.entities
     passages += wb.passages
+  for s in SPLITS:
+    shuf = random.Random(f"ragjax-order-{cfg.seed}-{world_of_split(s, k)}")
+    shuf.shuffle(items[s])
+    questions[s] = _to_examples(s, items[s])
   return World(config=cfg, entities=entities, passages=passages,
                questions={s: questions[s] for s in SPLITS})
 

@@ -8,9 +8,10 @@ from ragjax.rollout.protocols.r3_rag import R3Rag
 from ragjax.rollout.protocols.rezero import ReZero
 from ragjax.rollout.protocols.search_r1 import RexRag, SearchR1
 from ragjax.rollout.protocols.ur2 import UR2
+from ragjax.rollout.protocols.world import WorldSearch
 
 PROTOCOLS: dict[str, type[Protocol]] = {
-    cls.name: cls for cls in (SearchR1, RexRag, AutoRefine, R3Rag, UR2, ReZero)}
+    cls.name: cls for cls in (SearchR1, RexRag, AutoRefine, R3Rag, UR2, ReZero, WorldSearch)}
 
 
 def get_protocol(name: str, **overrides) -> Protocol:
@@ -21,4 +22,4 @@ def get_protocol(name: str, **overrides) -> Protocol:
 
 
 __all__ = ["Action", "AutoRefine", "Kind", "PROTOCOLS", "PromptInput", "Protocol", "R3Rag",
-           "ReZero", "RexRag", "SearchR1", "UR2", "as_prompt_input", "get_protocol"]
+           "ReZero", "RexRag", "SearchR1", "UR2", "WorldSearch", "as_prompt_input", "get_protocol"]

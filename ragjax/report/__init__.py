@@ -1,0 +1,1 @@
+"""Evaluation reports: bootstrap confidence intervals, markdown tables, training-curve plots."""
