@@ -18,6 +18,19 @@ from ragjax.retrieval.index import build_index, open_index
 from ragjax.retrieval.types import Hit, Retriever
 
 
+def test_bm25_save_load_identical(tmp_path):
+  texts = [r["contents"] for r in small_corpus(80)]
+  index = BM25Index.build(texts)
+  queries = ["Qessa astronomy guild", "Zürich", "founded 1723 weaving Belcaro", "zzz"]
+  rows, scores = index.search(queries, 6)
+  index.save(str(tmp_path / "bm25"))
+  for mmap in (True, False):
+    rows2, scores2 = BM25Index.load(str(tmp_path / "bm25"), mmap=mmap).search(queries, 6)
+    np.testing.assert_array_equal(rows2, rows)
+    np.testing.assert_array_equal(scores2, scores)
+  assert (rows[:3, 0] >= 0).all() and (rows[3] == -1).all()
+
+
 def test_bm25_scores_match_lucene_formula():
   docs = ["the cat sat on the mat", "dog and cat friends", "a bird sang", "cat cat cat dog"]
   index = BM25Index.build(docs, k1=0.9, b=0.4)
