@@ -212,6 +212,8 @@ def text_recall(cache_dir: str, encode: bool, k: int = 10) -> dict:
     lookup = {id(qs): qn for qn, qs in questions.items()}
     run("minilm_exact", lambda qs: exact.search(qvecs[lookup[id(qs)]], k))
     run("minilm_scann", lambda qs: scann.search(qvecs[lookup[id(qs)]], k))
+    out["minilm_scann_vs_exact_recall@10"] = {
+        qn: round(recall_at(scann.search(v, k)[0], exact.search(v, k)[0]), 4) for qn, v in qvecs.items()}
   else:
     done = 0 if progress is None else progress["done_rows"]
     out["minilm_skipped"] = (f"MiniLM embeddings of the corpus not cached ({done}/31144 rows in "
@@ -259,6 +261,8 @@ def main(argv=None) -> None:
         for qn, row in per.items():
           print(f"{b:>14} {qn:>14} {row['1']['support_recall']:>7.4f} {row['3']['support_recall']:>7.4f} "
                 f"{row['10']['support_recall']:>7.4f} {row['10']['answer_recall']:>7.4f}")
+      if "minilm_scann_vs_exact_recall@10" in text:
+        print("MiniLM ScaNN top-10 vs exact top-10:", text["minilm_scann_vs_exact_recall@10"])
       if "minilm_skipped" in text:
         print("MiniLM rows skipped:", text["minilm_skipped"])
     else:
