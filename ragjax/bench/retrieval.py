@@ -160,7 +160,8 @@ def memory_projection(syn: dict, n: int = 21_000_000, dim: int = 768) -> dict:
           "ratio_vs_exact": round(exact / total, 1), "num_leaves": leaves}
 
 
-def text_recall(cache_dir: str, encode: bool, k: int = 10) -> dict:
+def text_recall(cache_dir: str, encode: bool, k: int = 10, corpus: str = "",
+                question_sets: dict | None = None, tag: str = "multihop31k") -> dict:
   from ragjax.retrieval import embed_store
   from ragjax.retrieval.bm25 import BM25Index
   from ragjax.retrieval.exact import ExactIndex
@@ -168,17 +169,18 @@ def text_recall(cache_dir: str, encode: bool, k: int = 10) -> dict:
   from ragjax.retrieval.recall import read_questions, recall_table
   from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
   from ragjax.retrieval.store import PassageStore
-  corpus = os.path.join(SHARED_DATA, CORPUS)
-  out: dict = {"corpus": CORPUS}
-  bm25_dir = os.path.join(cache_dir, "multihop31k_bm25")
-  dense_dir = os.path.join(cache_dir, "multihop31k_minilm")
+  corpus = corpus or os.path.join(SHARED_DATA, CORPUS)
+  question_sets = question_sets or {n: os.path.join(SHARED_DATA, p) for n, p in QUESTION_SETS.items()}
+  out: dict = {"corpus": corpus}
+  bm25_dir = os.path.join(cache_dir, f"{tag}_bm25")
+  dense_dir = os.path.join(cache_dir, f"{tag}_minilm")
   if not os.path.exists(os.path.join(bm25_dir, "index.json")):
     t0 = time.time()
     build_index(corpus, bm25_dir, "bm25", progress=False)
     out["bm25_build_s"] = round(time.time() - t0, 1)
   store = PassageStore(bm25_dir)
   bm25 = BM25Index.load(os.path.join(bm25_dir, "bm25"))
-  questions = {name: read_questions(os.path.join(SHARED_DATA, path)) for name, path in QUESTION_SETS.items()}
+  questions = {name: read_questions(path) for name, path in question_sets.items()}
   backends: dict = {}
 
   def run(name, rows_fn):
@@ -216,7 +218,7 @@ def text_recall(cache_dir: str, encode: bool, k: int = 10) -> dict:
         qn: round(recall_at(scann.search(v, k)[0], exact.search(v, k)[0]), 4) for qn, v in qvecs.items()}
   else:
     done = 0 if progress is None else progress["done_rows"]
-    out["minilm_skipped"] = (f"MiniLM embeddings of the corpus not cached ({done}/31144 rows in "
+    out["minilm_skipped"] = (f"MiniLM embeddings of the corpus not cached ({done}/{len(store)} rows in "
                              f"{dense_dir}); rerun with --encode to build/resume them")
   out["backends"] = backends
   return out
