@@ -1,0 +1,1 @@
+"""End-to-end recipes that wire the packages together (the embedded default lives here)."""
