@@ -1,0 +1,75 @@
+"""The embedded default end to end at toy scale: `python -m ragjax.train` writes every output.
+
+Runs the real pipeline (world, tokenizer, MiniLM + ScaNN index, SFT through the engine, GRPO,
+evaluation, table, plots, viewer, HF export) with `configs/world.py:toy`, then checks each
+output is there and well formed.  The toy policy is far too small to learn; the full-size
+run's numbers are in BENCHMARKS.md.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_toy_pipeline_writes_every_output(tmp_path):
+  work = str(tmp_path / "run")
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env.pop("XLA_FLAGS", None)   # one CPU device, as a user's laptop has
+  proc = subprocess.run([sys.executable, "-m", "ragjax.train", "--config=configs/world.py:toy",
+                         f"--config.workdir={work}", "--config.progress=False"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert "| test | grpo + retrieval |" in proc.stdout
+
+  summary = json.load(open(os.path.join(work, "summary.json")))
+  for key in ("test_em_with_retrieval", "test_em_without_retrieval", "test_em_cold_start",
+              "grpo_minus_cold_start", "test_em_multi_hop"):
+    assert key in summary["headline"]
+  assert set(summary["timings_s"]) >= {"world_and_tokenizer", "index", "sft", "grpo",
+                                       "evaluation", "total"}
+
+  table = open(os.path.join(work, "results.md")).read()
+  for split in ("dev", "test"):
+    for system in ("grpo + retrieval", "grpo, no retrieval", "cold-start (sft) + retrieval"):
+      assert f"| {split} | {system} |" in table
+  assert "EM 2hop" in table and "EM retry" in table
+
+  plots = summary["plots"]
+  assert {os.path.basename(p) for p in plots} >= {"reward.png", "em.png",
+                                                  "searches_per_traj.png",
+                                                  "response_length.png"}
+  for p in plots:
+    with open(p, "rb") as f:
+      assert f.read(8) == PNG_MAGIC and os.path.getsize(p) > 1000, p
+
+  html = open(summary["viewer"], encoding="utf-8").read()
+  assert html.startswith("<!doctype html>") and "grpo + retrieval on test" in html
+  recs = [json.loads(l) for l in open(summary["viewer"][:-5] + ".jsonl")]
+  assert recs and all("golden_answers" in r and "spans" in r for r in recs)
+
+  # Metrics log and orbax checkpoints of the GRPO run.
+  metrics = [json.loads(l) for l in open(os.path.join(work, "grpo", "metrics.jsonl"))]
+  assert [m["step"] for m in metrics] == [1, 2]
+  assert all(np.isfinite(m["loss"]) for m in metrics if "loss" in m)
+  assert os.listdir(os.path.join(work, "grpo", "latest"))
+
+  # The exported policy loads in transformers with the same logits as ragjax.
+  import torch
+  from transformers import AutoModelForCausalLM, AutoTokenizer
+
+  from ragjax.models.decoder import Decoder
+  from ragjax.models.hf_io import load_decoder
+  policy = summary["policy"]
+  tok = AutoTokenizer.from_pretrained(policy)
+  ids = tok("Question: where was Kalo Venn born?\n<search>", add_special_tokens=False)["input_ids"]
+  cfg, params = load_decoder(policy)
+  ours, _ = Decoder(cfg).apply({"params": params}, np.asarray([ids], np.int32))
+  with torch.no_grad():
+    ref = AutoModelForCausalLM.from_pretrained(policy).eval()(torch.tensor([ids])).logits.numpy()
+  assert np.abs(np.asarray(ours) - ref).max() < 1e-4
