@@ -55,8 +55,9 @@ def get_config(arg: str = "tiny") -> ConfigDict:
       ppo_epochs=1,
       # verl multiplies ppo_mini_batch_size (256 prompts) by the group size: 2 optimiser steps
       # per RL step for GRPO; PPO samples once per prompt.
-      mini_batch_size=(8 if tiny else (256 * 5 if algo == "grpo" else 256)),
-      micro_batch_size=(4 if tiny else 8),
+      mini_batch_size=((10 if algo == "grpo" else 2) if tiny
+                       else (256 * 5 if algo == "grpo" else 256)),
+      micro_batch_size=((5 if algo == "grpo" else 1) if tiny else 8),
       rewards={"search_r1_em": 1.0},
       reward_kwargs={},
   ))
@@ -79,20 +80,29 @@ def get_config(arg: str = "tiny") -> ConfigDict:
       progress=True, tensorboard=True))
 
   c.data = ConfigDict(dict(
-      train=("nq", "hotpotqa"),                      # FlashRAG-format train splits
-      dev=("nq", "hotpotqa"),                        # keep-best is chosen on dev, never test
+      # "world": the synthetic search world (CPU smoke runs); "files": the files below.
+      source="world" if tiny else "files",
+      # Search-R1 trains on NQ + HotpotQA train (FlashRAG jsonl or verl parquet paths).
+      train_files=(), dev_files=(),                  # keep-best is chosen on dev, never test
       test=("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
-      data_dir="",
   ))
+  # Only read when data.source == "world".
+  c.world = ConfigDict(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
+                            num_people=30, num_places=10, num_orgs=8, num_works=12,
+                            retry_groups=6))
+  c.tokenizer = ConfigDict(dict(vocab_size=1024))
+  c.retrieval = ConfigDict(dict(backend="bm25", encoder_dir="", cache_size=4096))
+  c.progress = True
 
   c.rollout = ConfigDict(dict(
       protocol="search_r1", max_turns=4, max_response_length=500, max_obs_length=500,
       max_start_length=2048, max_prompt_length=4096, temperature=1.0, top_p=1.0,
       eval_greedy=True))
 
-  c.retriever = ConfigDict(dict(kind="e5", url="", topk=3))
+  # A Search-R1 retrieval server (`python -m ragjax.retrieval.serve`) or an index directory.
+  c.retriever = ConfigDict(dict(kind="e5", url="", index="", topk=3))
   if tiny:
-    c.rollout.update(max_turns=2, max_response_length=32, max_obs_length=32,
-                     max_start_length=64, max_prompt_length=256)
+    c.rollout.update(max_turns=2, max_response_length=32, max_obs_length=64,
+                     max_start_length=512, max_prompt_length=768)
     c.retriever.update(kind="exact", topk=2)
   return c

@@ -31,7 +31,10 @@ def run(config) -> dict:
   if recipe == "world":
     from ragjax.recipes.world import run as run_world
     return run_world(config)
-  raise ValueError(f"config recipe/method {recipe!r} has no runner; known: 'world'")
+  if recipe == "search_r1":
+    from ragjax.recipes.search_r1 import run as run_search_r1
+    return run_search_r1(config)
+  raise ValueError(f"config recipe/method {recipe!r} has no runner; known: 'world', 'search_r1'")
 
 
 def main(argv):

@@ -91,17 +91,26 @@ def test_value_head_gives_one_scalar_per_token():
   np.testing.assert_allclose(np.asarray(values), 0.5, atol=1e-6)  # zero-init kernel + bias
 
 
-def test_remat_and_bf16_forward_run():
+def test_remat_scan_gradients_equal_plain_and_bf16_runs():
   import jax
-  cfg = get_preset("tiny").replace(remat=True, scan_layers=True, dtype="bfloat16",
-                                   param_dtype="bfloat16")
-  params = init_params(cfg, jax.random.PRNGKey(0))
-  assert params["layers"]["layer"]["mlp"]["up_proj"]["kernel"].shape[0] == cfg.num_layers
-  assert params["norm"]["scale"].dtype == jnp.bfloat16
+  plain = get_preset("tiny")
+  cfg = plain.replace(remat=True, scan_layers=True)
+  params = init_params(plain, jax.random.PRNGKey(0))
+  stacked = dict(params)
+  layers = [stacked.pop(f"layers_{i}") for i in range(plain.num_layers)]
+  stacked["layers"] = {"layer": jax.tree.map(lambda *x: jnp.stack(x), *layers)}
+  tokens = jnp.arange(8, dtype=jnp.int32).reshape(1, 8)
 
-  def loss(p):
-    out, _ = Decoder(cfg).apply({"params": p}, jnp.ones((1, 4), jnp.int32))
-    return out.mean()
+  def loss(c, p):
+    out, _ = Decoder(c).apply({"params": p}, tokens)
+    return (out ** 2).mean()
 
-  grads = jax.grad(loss)(params)
-  assert all(bool(jnp.isfinite(g.astype(jnp.float32)).all()) for g in jax.tree.leaves(grads))
+  g_plain = jax.grad(lambda p: loss(plain, p))(params)
+  g_remat = jax.grad(lambda p: loss(cfg, p))(stacked)
+  np.testing.assert_allclose(np.asarray(g_remat["layers"]["layer"]["mlp"]["up_proj"]["kernel"][1]),
+                             np.asarray(g_plain["layers_1"]["mlp"]["up_proj"]["kernel"]), atol=1e-6)
+  bf = plain.replace(dtype="bfloat16", param_dtype="bfloat16")
+  p16 = init_params(bf, jax.random.PRNGKey(0))
+  assert p16["norm"]["scale"].dtype == jnp.bfloat16
+  out, _ = Decoder(bf).apply({"params": p16}, tokens)
+  assert bool(jnp.isfinite(out).all())
