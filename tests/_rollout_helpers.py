@@ -3,7 +3,6 @@ here, and a scripted policy with the sampler's API that emits forced token seque
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import tempfile
 import types
@@ -13,6 +12,7 @@ import numpy as np
 from ragjax.rollout.protocols import search_r1, autorefine, r3_rag, ur2, rezero
 from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
+from ragjax.rollout.teacher import TeacherState
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -88,20 +88,8 @@ class CountingRetriever:
     return self.inner.search(queries, k)
 
 
-@dataclasses.dataclass
-class ScriptState:
-  histories: list
-  finished: np.ndarray
-  cursor: list
-  cache_length: int
-
-  @property
-  def batch_size(self) -> int:
-    return len(self.histories)
-
-  @property
-  def lengths(self):
-    return np.asarray([len(h) for h in self.histories], np.int32)
+# The teacher policy's state has exactly the fields a scripted policy needs.
+ScriptState = TeacherState
 
 
 def slot_logprob(slot: int) -> float:
