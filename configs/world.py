@@ -23,7 +23,7 @@ def get_config(arg: str = "default") -> ConfigDict:
   c.progress = True
   c.keep_best = True
   # Trajectories are padded to one of these widths (few shapes -> few compiles).
-  c.train_widths = (128, 192, 256, 320, 384, 448, 512)
+  c.train_widths = (160, 256, 352, 512)
 
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1 if toy else 4, num_train=64 if toy else 3000,

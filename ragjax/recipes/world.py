@@ -142,11 +142,18 @@ def run_sft(c, cfg: DecoderConfig, params, rows_t, rows_l, workdir: str):
   rng = np.random.default_rng(c.seed)
   history = []
   log_path = os.path.join(workdir, "sft_metrics.jsonl")
+  # Batches are drawn from one width bucket at a time (chosen in proportion to its size), so
+  # short traces are not padded to the longest and each width compiles once.
+  width_of = np.asarray([pick_width(len(t), c.train_widths) for t in rows_t])
+  buckets = {w: np.flatnonzero(width_of == w) for w in np.unique(width_of)}
+  names = sorted(buckets)
+  probs = np.asarray([len(buckets[w]) for w in names], np.float64)
+  probs /= probs.sum()
   import tqdm
   with open(log_path, "w") as f:
     for step in tqdm.trange(1, s.steps + 1, desc="sft", disable=not c.progress):
-      idx = rng.integers(0, len(rows_t), s.batch_size)
-      width = pick_width(max(len(rows_t[i]) for i in idx), c.train_widths)
+      width = names[rng.choice(len(names), p=probs)]
+      idx = rng.choice(buckets[width], s.batch_size)
       toks = np.stack([pad_to_width(rows_t[i][None], width, 0)[0] for i in idx])
       labs = np.stack([pad_to_width(rows_l[i][None], width, int(Source.PAD))[0] for i in idx])
       batch = make_sft_batch(toks, labs)
