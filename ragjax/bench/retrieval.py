@@ -113,7 +113,7 @@ def synthetic(n: int, dim: int, nq: int, k: int, out_dir: str) -> dict:
   leaves = index.num_leaves
   default_leaves = cfg.leaves_to_search(leaves)
   sweep = []
-  for frac in (0.01, 0.02, 0.05, 0.1):
+  for frac in (0.01, 0.02, 0.05, 0.1, 0.2):
     for reorder in (10, 50, 100, 200, 400):   # 10 = k: no rescoring, i.e. AH codes only
       lts = max(1, round(leaves * frac))
       (rows, _), s = timed(index.search, queries, k, leaves_to_search=lts, reorder=reorder, repeat=2)
