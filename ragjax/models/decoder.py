@@ -43,7 +43,10 @@ class Attention(nn.Module):
   cfg: DecoderConfig
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start):
+  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
+    """`kv` is the whole stacked cache (k, v) [L, B, S, KVH, D] or None; this layer writes its
+    new keys/values into slice `layer` with one scatter, so XLA updates the (donated) cache in
+    place instead of copying a layer slice out and back every decode step."""
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -71,15 +74,16 @@ class Attention(nn.Module):
         valid = valid & attention_mask[:, None, :].astype(bool)
       new_kv = None
     else:
-      k_cache, v_cache = kv
+      k_all, v_all = kv
       slots = cache_start[:, None] + q_slots                                # [B, T]
       rows = jnp.arange(b)[:, None]
-      k_cache = k_cache.at[rows, slots].set(k.astype(k_cache.dtype), mode="drop")
-      v_cache = v_cache.at[rows, slots].set(v.astype(v_cache.dtype), mode="drop")
-      keys, values = k_cache.astype(dt), v_cache.astype(dt)
-      k_slots = jnp.arange(k_cache.shape[1])
+      k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
+      v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
+      keys = jax.lax.dynamic_index_in_dim(k_all, layer, 0, keepdims=False).astype(dt)
+      values = jax.lax.dynamic_index_in_dim(v_all, layer, 0, keepdims=False).astype(dt)
+      k_slots = jnp.arange(k_all.shape[2])
       valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
-      new_kv = (k_cache, v_cache)
+      new_kv = (k_all, v_all)
 
     qg = q.reshape(b, t, kvh, h // kvh, d)
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys,
@@ -116,28 +120,29 @@ class DecoderLayer(nn.Module):
   cfg: DecoderConfig
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start):
+  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
     attn, new_kv = Attention(cfg, name="self_attn")(
-        norm("input_layernorm")(x), positions, attention_mask, kv, cache_start)
+        norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
     x = x + attn
     x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
     return x, new_kv
 
 
 class _ScanLayer(nn.Module):
-  """Adapter so nn.scan carries x and slices the per-layer cache."""
+  """Adapter so nn.scan carries (x, whole cache, layer index) through the layers."""
   cfg: DecoderConfig
 
   @nn.compact
-  def __call__(self, x, kv, positions, attention_mask, cache_start):
+  def __call__(self, carry, positions, attention_mask, cache_start):
+    x, kv, i = carry
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
-    x, new_kv = layer(self.cfg, name="layer")(x, positions, attention_mask, kv, cache_start)
-    return x, new_kv
+    x, new_kv = layer(self.cfg, name="layer")(x, positions, attention_mask, kv, cache_start, i)
+    return (x, new_kv, i + 1), None
 
 
 class Decoder(nn.Module):
@@ -165,25 +170,21 @@ class Decoder(nn.Module):
     new_cache = None
     if cfg.scan_layers:
       scan = nn.scan(_ScanLayer, variable_axes={"params": 0}, split_rngs={"params": True},
-                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+                     in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      x, new_kv = scan(cfg, name="layers")(x, kv, positions, attention_mask, cache_start)
+      (x, new_kv, _), _ = scan(cfg, name="layers")((x, kv, jnp.int32(0)), positions,
+                                                   attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
       layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
-      ks = vs = None
-      if cache is not None:
-        ks, vs = cache["k"], cache["v"]
+      kv = None if cache is None else (cache["k"], cache["v"])
       for i in range(cfg.num_layers):
-        kv = None if cache is None else (ks[i], vs[i])
-        x, new_kv = layer_cls(cfg, name=f"layers_{i}")(x, positions, attention_mask, kv,
-                                                       cache_start)
-        if cache is not None:
-          ks, vs = ks.at[i].set(new_kv[0]), vs.at[i].set(new_kv[1])
+        x, kv = layer_cls(cfg, name=f"layers_{i}")(x, positions, attention_mask, kv,
+                                                   cache_start, i)
       if cache is not None:
-        new_cache = {"k": ks, "v": vs}
+        new_cache = {"k": kv[0], "v": kv[1]}
 
     x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
     if return_hidden:
