@@ -1,7 +1,7 @@
 """The embedded default: learn to search in a synthetic world on one CPU machine.
 
   python -m ragjax.train                                  # this config, default size
-  python -m ragjax.train --config=configs/world.py:toy    # a one-minute smoke run
+  python -m ragjax.train --config=configs/world.py:toy    # a smoke run of a couple of minutes
   python -m ragjax.train --config.rl.kl_coef=0.001        # any field can be overridden
 
 Sizes were chosen so the whole run fits in about ten minutes on two CPU cores (see
