@@ -46,7 +46,7 @@ def get_config(arg: str = "default") -> ConfigDict:
   # Cold start: SFT on teacher-forced search traces (R3-RAG's recipe).
   c.sft = ConfigDict(dict(steps=4 if toy else 300, batch_size=8 if toy else 32, lr=2e-3,
                           warmup_steps=1 if toy else 30, min_lr_ratio=0.1, weight_decay=0.01,
-                          wasted_query_rate=0.15, trace_chunk=64 if toy else 500,
+                          wasted_query_rate=0.15, gather=True, context_weight=0.0, trace_chunk=64 if toy else 500,
                           log_every=1 if toy else 10))
 
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).

@@ -121,3 +121,25 @@ def test_sharded_sampler_matches_unsharded(model, sampled):
                              atol=1e-4)
   spec = state.cache["k"].sharding.spec
   assert spec[1] == ("data", "fsdp") and spec[3] == "tensor", spec
+
+
+def test_attention_windows_change_nothing_but_the_work(model):
+  """Attending to the slots in use (rounded up to a window) equals attending to the whole
+  cache: same tokens and log-probs over prefill, two decodes and an extend; the window grows
+  with the rows and each window compiles once."""
+  base = SamplerConfig(max_cache_length=128, max_new_tokens=6, prompt_buckets=(8, 16),
+                       extend_buckets=(4, 8, 32), temperature=0.8, eos_ids=())
+  assert base.attend_window(3) == 64 and base.attend_window(65) == 128   # default buckets
+  windowed = Sampler(*model, None, base.replace(attend_buckets=(16, 24, 48)))
+  full = Sampler(*model, None, base.replace(attend_buckets=()))
+  obs = {0: [20, 21, 22], 1: list(range(30, 50)), 3: [30]}
+  outs = [_two_turns(s, obs=obs) for s in (windowed, full)]
+  for (_, *a), (_, *b) in [outs]:
+    for x, y in zip(a, b):
+      assert x.token_lists() == y.token_lists()
+      np.testing.assert_allclose(np.asarray(x.logprobs), np.asarray(y.logprobs), atol=1e-5)
+  # turn 1 ends at 5 + 6 = 11 -> window 16; after a 20-token observation row 1 needs 37 -> 48
+  assert windowed.trace_counts["decode"] == 2 and windowed.trace_counts["extend"] == 1
+  assert full.trace_counts["decode"] == 1
+  _two_turns(windowed, obs=obs, seed=3)
+  assert windowed.trace_counts["decode"] == 2

@@ -78,6 +78,11 @@ def main(argv=None):
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--prompt-len", type=int, default=32)
   ap.add_argument("--new-tokens", type=int, default=64)
+  ap.add_argument("--cache-len", type=int, default=0,
+                  help="KV-cache slots (default prompt + new tokens; a rollout sizes the cache "
+                       "for whole multi-turn trajectories, e.g. 1024)")
+  ap.add_argument("--attend-buckets", default="auto",
+                  help="'auto' (powers of two), 'none' (always the whole cache) or a comma list")
   ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
   ap.add_argument("--repeats", type=int, default=2)
   ap.add_argument("--skip-hf", action="store_true")
@@ -90,10 +95,13 @@ def main(argv=None):
   params = init_params(cfg, jax.random.PRNGKey(0))
   rng = np.random.default_rng(0)
   prompts = [rng.integers(0, cfg.vocab_size, args.prompt_len).tolist() for _ in range(args.batch)]
-  cache_len = args.prompt_len + args.new_tokens
+  cache_len = max(args.cache_len, args.prompt_len + args.new_tokens)
+  buckets = {"auto": None, "none": ()}.get(args.attend_buckets)
+  if args.attend_buckets not in ("auto", "none"):
+    buckets = tuple(int(x) for x in args.attend_buckets.split(","))
   scfg = SamplerConfig(max_cache_length=cache_len, max_new_tokens=args.new_tokens,
                        prompt_buckets=(args.prompt_len,), extend_buckets=(1,), greedy=True,
-                       eos_ids=())
+                       eos_ids=(), attend_buckets=buckets)
   sampler = Sampler(cfg, params, None, scfg)
 
   def run_ragjax():
@@ -113,6 +121,7 @@ def main(argv=None):
   n_tokens = args.batch * args.new_tokens
   result = {"bench": "sampler", "preset": args.preset or "small", "params": cfg.num_params(),
             "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+            "cache_len": cache_len, "attend_buckets": args.attend_buckets,
             "dtype": dtype, "backend": jax.default_backend(),
             "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
 

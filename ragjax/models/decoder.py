@@ -41,6 +41,7 @@ CACHE_LOGICAL_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 class Attention(nn.Module):
   cfg: DecoderConfig
+  attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
@@ -79,9 +80,14 @@ class Attention(nn.Module):
       rows = jnp.arange(b)[:, None]
       k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
       v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
-      keys = jax.lax.dynamic_index_in_dim(k_all, layer, 0, keepdims=False).astype(dt)
-      values = jax.lax.dynamic_index_in_dim(v_all, layer, 0, keepdims=False).astype(dt)
-      k_slots = jnp.arange(k_all.shape[2])
+      # Only the first `attend_length` slots can hold a visible key: the caller guarantees
+      # every row's position stays below it, so the rest of the cache is neither read nor
+      # scored (a short turn early in a long cache costs what its length needs).
+      n = min(self.attend_length or k_all.shape[2], k_all.shape[2])
+      window = (1, b, n) + k_all.shape[3:]
+      keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+      values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+      k_slots = jnp.arange(n)
       valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
       new_kv = (k_all, v_all)
 
@@ -118,13 +124,14 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
   cfg: DecoderConfig
+  attend_length: Optional[int] = None
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
-    attn, new_kv = Attention(cfg, name="self_attn")(
+    attn, new_kv = Attention(cfg, self.attend_length, name="self_attn")(
         norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
     x = x + attn
     x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
@@ -134,6 +141,7 @@ class DecoderLayer(nn.Module):
 class _ScanLayer(nn.Module):
   """Adapter so nn.scan carries (x, whole cache, layer index) through the layers."""
   cfg: DecoderConfig
+  attend_length: Optional[int] = None
 
   @nn.compact
   def __call__(self, carry, positions, attention_mask, cache_start):
@@ -141,14 +149,20 @@ class _ScanLayer(nn.Module):
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
-    x, new_kv = layer(self.cfg, name="layer")(x, positions, attention_mask, kv, cache_start, i)
+    x, new_kv = layer(self.cfg, self.attend_length, name="layer")(
+        x, positions, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
 
 class Decoder(nn.Module):
-  """Causal LM (`head="lm"`) or value model (`head="value"`, one scalar per token)."""
+  """Causal LM (`head="lm"`) or value model (`head="value"`, one scalar per token).
+
+  `attend_length` (cached decoding only): queries attend to the first N cache slots, which
+  must hold every position in use; None attends to the whole cache.
+  """
   cfg: DecoderConfig
   head: str = "lm"
+  attend_length: Optional[int] = None
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -173,7 +187,7 @@ class Decoder(nn.Module):
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      (x, new_kv, _), _ = scan(cfg, name="layers")((x, kv, jnp.int32(0)), positions,
+      (x, new_kv, _), _ = scan(cfg, self.attend_length, name="layers")((x, kv, jnp.int32(0)), positions,
                                                    attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
@@ -181,7 +195,7 @@ class Decoder(nn.Module):
       layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
       kv = None if cache is None else (cache["k"], cache["v"])
       for i in range(cfg.num_layers):
-        x, kv = layer_cls(cfg, name=f"layers_{i}")(x, positions, attention_mask, kv,
+        x, kv = layer_cls(cfg, self.attend_length, name=f"layers_{i}")(x, positions, attention_mask, kv,
                                                    cache_start, i)
       if cache is not None:
         new_cache = {"k": kv[0], "v": kv[1]}

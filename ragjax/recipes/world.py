@@ -137,7 +137,7 @@ def run_sft(c, cfg: DecoderConfig, params, rows_t, rows_l, workdir: str):
                       weight_decay=s.weight_decay, grad_clip=1.0)
   optimizer = make_optimizer(optim)
   state = init_train_state(params, optimizer)
-  loss_fn, denom = sft_loss_fn(cfg)
+  loss_fn, denom = sft_loss_fn(cfg, context_weight=s.context_weight)
   updates = {}
   rng = np.random.default_rng(c.seed)
   history = []
@@ -156,10 +156,11 @@ def run_sft(c, cfg: DecoderConfig, params, rows_t, rows_l, workdir: str):
       idx = rng.choice(buckets[width], s.batch_size)
       toks = np.stack([pad_to_width(rows_t[i][None], width, 0)[0] for i in idx])
       labs = np.stack([pad_to_width(rows_l[i][None], width, int(Source.PAD))[0] for i in idx])
-      batch = make_sft_batch(toks, labs)
-      if width not in updates:
-        updates[width] = jit_update(make_update(loss_fn, denom, optimizer, 1), state, batch, None)
-      state, m = updates[width](state, batch)
+      batch = make_sft_batch(toks, labs, gather=s.gather, context=s.context_weight > 0)
+      shape = (width, None if batch.loss_index is None else batch.loss_index.shape[1])
+      if shape not in updates:
+        updates[shape] = jit_update(make_update(loss_fn, denom, optimizer, 1), state, batch, None)
+      state, m = updates[shape](state, batch)
       if step % s.log_every == 0 or step == s.steps:
         rec = {"step": step, **{k: float(v) for k, v in jax.device_get(m).items()}}
         history.append(rec)

@@ -85,6 +85,22 @@ def sequence_logprobs(cfg: DecoderConfig, params, tokens, positions=None, attent
   return jnp.concatenate([pad, lp], 1), jnp.concatenate([pad, ent], 1)
 
 
+def logprobs_at(cfg: DecoderConfig, params, tokens, index, positions=None, attention_mask=None,
+                chunk: int = 8192):
+  """log pi(tokens[b, index[b, k]] | tokens[b, :index[b, k]]) and entropy, each [B, K].
+
+  Only the K chosen positions per row go through the unembedding, which is most of a
+  small-model step when few tokens are trained on (SFT on search traces trains on the
+  queries and the answer, not on the retrieved documents).  index >= 1.
+  """
+  hidden, _ = Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
+                                 return_hidden=True)
+  h = jnp.take_along_axis(hidden, (index - 1)[..., None], axis=1)      # [B, K, E]
+  targets = jnp.take_along_axis(tokens, index, axis=1)
+  return chunked_logprobs(h, unembedding(cfg, params), targets, chunk=chunk,
+                          compute_dtype=as_dtype(cfg.dtype))
+
+
 def sequence_values(cfg: DecoderConfig, critic_params, tokens, positions=None,
                     attention_mask=None):
   """Critic values aligned with tokens: V[:, t] scores the state before token t is emitted."""

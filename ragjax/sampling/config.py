@@ -2,7 +2,7 @@
 
 Every field that fixes an array shape is here, so one config means a fixed, small set of
 compiled programs: one prefill per (prompt count, samples per prompt, prompt bucket), one decode
-per batch size, one extend per (batch size, extend bucket).
+per (batch size, attention window), one extend per (batch size, extend bucket, window).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class SamplerConfig:
   eos_ids: Optional[tuple[int, ...]] = None
   pad_id: int = 0
   forbid_stop_overhang: bool = True
+  # Attention windows: a call attends to the smallest of these that holds every live row's
+  # end (None: powers of two from 64 below max_cache_length; () : always the whole cache).
+  attend_buckets: Optional[tuple[int, ...]] = None
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -63,11 +66,30 @@ class SamplerConfig:
       raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
     if self.top_k < 0:
       raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+    if self.attend_buckets is not None and (
+        list(self.attend_buckets) != sorted(set(self.attend_buckets))
+        or any(not 0 < w <= self.max_cache_length for w in self.attend_buckets)):
+      raise ValueError(f"attend_buckets must be strictly increasing and within "
+                       f"(0, max_cache_length={self.max_cache_length}], got "
+                       f"{self.attend_buckets!r}")
     if any(not s for s in self.stop_strings):
       raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 
   def replace(self, **kw) -> "SamplerConfig":
     return dataclasses.replace(self, **kw)
+
+  def attend_window(self, n: int) -> int:
+    """Cache slots a call must attend to when its live rows end at slot n - 1 at most."""
+    buckets = self.attend_buckets
+    if buckets is None:
+      buckets, w = [], 64
+      while w < self.max_cache_length:
+        buckets.append(w)
+        w *= 2
+    for w in buckets:
+      if n <= w:
+        return w
+    return self.max_cache_length
 
   def resolved_cache_dtype(self, model_dtype: str) -> str:
     if self.cache_dtype is not None:

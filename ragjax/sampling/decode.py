@@ -26,8 +26,12 @@ from ragjax.sampling.stops import MATCH, OVERHANG
 
 
 def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, ...], params,
-                stop_table: Optional[jnp.ndarray], state: SamplerState, mesh=None):
-  """Returns (state, TurnOutput).  stop_table: [num_stops, max_len, V] int16 or None."""
+                stop_table: Optional[jnp.ndarray], state: SamplerState, mesh=None,
+                window: Optional[int] = None):
+  """Returns (state, TurnOutput).  stop_table: [num_stops, max_len, V] int16 or None.
+
+  `window`: cache slots to attend to; must hold every active row's length plus the budget
+  (the sampler picks it on the host; None = the whole cache)."""
   b, s = state.tokens.shape
   budget = scfg.max_new_tokens
   rows = jnp.arange(b)
@@ -86,7 +90,7 @@ def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, .
     slot = jnp.where(active, st.lengths, s)
     history = st.tokens.at[rows, slot].set(tok, mode="drop")
     cache, logits = forward_into_cache(cfg, params, st.cache, tok[:, None], slot,
-                                       jnp.zeros((b,), jnp.int32))
+                                       jnp.zeros((b,), jnp.int32), window=window)
     cache = constrain_cache(cache, mesh)
     lengths = st.lengths + active
     n_new = out.lengths + active

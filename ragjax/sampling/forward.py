@@ -6,19 +6,23 @@ prefill of T tokens costs one [B, E] x [E, V] product instead of [B, T, V].
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models.decoder import Decoder, unembedding
 
 
-def forward_into_cache(cfg: DecoderConfig, params, cache, tokens, starts, last_index):
+def forward_into_cache(cfg: DecoderConfig, params, cache, tokens, starts, last_index,
+                       window: Optional[int] = None):
   """tokens [B, T] go to slots starts[b].. (writes past the cache end are dropped).
 
+  `window`: attend to the first `window` slots only (every live row must end below it).
   Returns (new cache, float32 logits [B, V] after token `last_index[b]` of each row).
   """
-  hidden, cache = Decoder(cfg).apply({"params": params}, tokens, cache=cache,
-                                     cache_start=starts, return_hidden=True)
+  hidden, cache = Decoder(cfg, attend_length=window).apply(
+      {"params": params}, tokens, cache=cache, cache_start=starts, return_hidden=True)
   b = tokens.shape[0]
   h = hidden[jnp.arange(b), last_index]                                   # [B, E]
   dt = as_dtype(cfg.dtype)

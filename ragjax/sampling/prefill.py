@@ -25,7 +25,7 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, *, samples: int,
   p, t = tokens.shape
   cache = constrain_cache(init_cache(cfg, p, cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
-                                     lengths - 1)
+                                     lengths - 1, window=t)
   rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)
   cache = {k: rep(v, 1) for k, v in cache.items()}
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
@@ -39,15 +39,17 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, *, samples: int,
 
 
 def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
-           mesh=None) -> SamplerState:
-  """Appends tokens[b, :counts[b]] to every row with counts[b] > 0; reopens those rows."""
+           mesh=None, window=None) -> SamplerState:
+  """Appends tokens[b, :counts[b]] to every row with counts[b] > 0; reopens those rows.
+
+  `window`: cache slots to attend to; must exceed every extended row's new last slot."""
   b, s = state.tokens.shape
   t = tokens.shape[1]
   tokens, counts = constrain_rows(tokens, mesh), constrain_rows(counts, mesh)
   chosen = counts > 0
   starts = jnp.where(chosen, state.lengths, s)
   cache, logits = forward_into_cache(cfg, params, state.cache, tokens, starts,
-                                     jnp.maximum(counts - 1, 0))
+                                     jnp.maximum(counts - 1, 0), window=window)
   cols = state.lengths[:, None] + jnp.arange(t)[None, :]
   cols = jnp.where(jnp.arange(t)[None, :] < counts[:, None], cols, s)     # pad: dropped
   history = state.tokens.at[jnp.arange(b)[:, None], cols].set(tokens, mode="drop")

@@ -16,7 +16,9 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 * `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
   it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), b); each step folds in the
   row's length, so a row's samples depend only on (seed, row, position).
-* `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).
+* `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
+  extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
+  turn in a long cache does not pay for the whole cache (one program per window).
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
   through the model into the cache (no re-prefill of the history) and reopens the rows.
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
@@ -73,8 +75,10 @@ class Sampler:
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
                             static_argnames=("samples",))
-    self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,))
-    self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,))
+    self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,),
+                           static_argnames=("window",))
+    self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,),
+                           static_argnames=("window",))
     self._truncate = jax.jit(self._counted("truncate", self._truncate_fn), donate_argnums=(1,))
     self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
     self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
@@ -93,12 +97,13 @@ class Sampler:
         cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
-  def _decode_fn(self, params, stop_table, state):
+  def _decode_fn(self, params, stop_table, state, *, window):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
-                                  state, mesh=self.mesh)
+                                  state, mesh=self.mesh, window=window)
 
-  def _extend_fn(self, params, state, tokens, counts):
-    return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh)
+  def _extend_fn(self, params, state, tokens, counts, *, window):
+    return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
+                              window=window)
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
     return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh)
@@ -132,7 +137,10 @@ class Sampler:
                          jnp.uint32(seed), samples=samples_per_prompt)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
-    return self._decode(self.params, self.stop_table, state)
+    lens, done = np.asarray(state.lengths), np.asarray(state.finished)
+    end = int(lens[~done].max()) + self.config.max_new_tokens if (~done).any() else 1
+    return self._decode(self.params, self.stop_table, state,
+                        window=self.config.attend_window(end))
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:
@@ -154,7 +162,9 @@ class Sampler:
     tokens = np.full((state.batch_size, width), self.config.pad_id, np.int32)
     for r, toks in zip(rows, token_lists):
       tokens[r, :len(toks)] = self._check_ids(toks, f"observation for row {r}")
-    return self._extend(self.params, state, self._rows(tokens), self._rows(counts))
+    end = int((lens + counts)[counts > 0].max())
+    return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
+                        window=self.config.attend_window(end))
 
   def set_done(self, state: SamplerState, rows: Sequence[int]) -> SamplerState:
     return self._set_done(state, self._rows(self._mask(state, rows, "set_done")))
