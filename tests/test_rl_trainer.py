@@ -117,3 +117,32 @@ def test_sft_gathered_loss_equals_dense_loss_and_grads(agg):
   s_g, _ = jax.jit(make_update(loss_fn, denom, opt, 2))(init_train_state(params, opt), gathered)
   for a, b in zip(jax.tree.leaves(s_d.params), jax.tree.leaves(s_g.params)):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
+
+
+def test_sft_context_auxiliary_is_the_policy_nll_plus_weighted_context_nll():
+  """context=True: loss = NLL over policy tokens + w * mean NLL over the other real tokens
+  (prompt and documents), checked against full logits; padding and position 0 never count."""
+  cfg, params = tiny_cfg(), tiny_params()
+  rng = np.random.default_rng(2)
+  tokens = rng.integers(1, cfg.vocab_size, (3, 14)).astype(np.int32)
+  labels = np.full((3, 14), LABELS["retrieved"])
+  labels[:, :3] = LABELS["prompt"]
+  labels[:, 8:11] = LABELS["policy"]
+  labels[2, 12:] = LABELS["padding"]
+  batch = make_sft_batch(tokens, labels, context=True)
+  ctx = np.asarray(batch.context_mask)
+  assert ctx[:, 0].sum() == 0 and ctx[2, 12:].sum() == 0 and ctx[:, 8:11].sum() == 0
+  assert ctx.sum() == 3 * 10 - 2
+  loss_fn, denom = sft_loss_fn(cfg, chunk=100, context_weight=0.5)
+  from ragjax.models.decoder import Decoder
+  hidden, _ = Decoder(cfg).apply({"params": params}, batch.tokens, batch.positions,
+                                 batch.attention_mask, return_hidden=True)
+  lp, _ = full_logprobs(hidden[:, :-1], params["embed_tokens"]["embedding"].T, batch.tokens[:, 1:])
+  lp = np.asarray(lp)
+  pol = np.asarray(batch.loss_mask)[:, 1:]
+  want_pol = -(lp * pol).sum() / pol.sum()
+  want_ctx = -(lp * ctx[:, 1:]).sum() / ctx[:, 1:].sum()
+  got, metrics = loss_fn(params, batch, denom(batch))
+  assert float(metrics["nll"]) == pytest.approx(want_pol, rel=1e-5)
+  assert float(metrics["context_nll"]) == pytest.approx(want_ctx, rel=1e-5)
+  assert float(got) == pytest.approx(want_pol + 0.5 * want_ctx, rel=1e-5)
