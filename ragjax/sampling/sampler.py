@@ -162,7 +162,7 @@ class Sampler:
     tokens = np.full((state.batch_size, width), self.config.pad_id, np.int32)
     for r, toks in zip(rows, token_lists):
       tokens[r, :len(toks)] = self._check_ids(toks, f"observation for row {r}")
-    end = int((lens + counts)[counts > 0].max())
+    end = int((lens + counts)[counts > 0].max()) if counts.any() else 1
     return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
                         window=self.config.attend_window(end))
 
