@@ -4,10 +4,12 @@ import dataclasses
 import filecmp
 import os
 
+import numpy as np
 import pytest
 
 from ragjax.data.tokenizer import PROTOCOL_TAGS, SPECIAL_TOKENS, train_world_tokenizer
 from ragjax.data.world import WorldConfig, generate_world
+from ragjax.data.world_language import ORG_KINDS
 
 CFG = WorldConfig(num_people=30, num_places=10, num_orgs=8, num_works=15, retry_groups=6,
                   num_train=120, num_dev=20, num_test=40)
@@ -74,3 +76,45 @@ def test_chat_template_and_vocab_guard(saved):
   assert s == "user: Where was Kalo Venn born?\nassistant: "
   with pytest.raises(ValueError, match="too small"):
     train_world_tokenizer(None, world=generate_world(CFG), vocab_size=200)
+
+
+def _names(world, split):
+  return sorted({w for p in world.corpus(split) for w in p["title"].split()
+                 if w.isalpha() and w[0].isupper()} - set(ORG_KINDS))
+
+
+def test_syllable_split_cuts_unseen_names_like_the_training_names():
+  """At the embedded default's world size, syllables=True splits test-world names (never seen)
+  into one familiar piece per syllable, as many pieces as training names get; the plain BPE
+  splits them into more, rarer pieces.  Lower-case words stay whole; text round-trips."""
+  from configs.world import get_config
+  from ragjax.recipes.world import world_config
+  world = generate_world(world_config(get_config()))
+  tok = train_world_tokenizer(None, world=world, vocab_size=2048, syllables=True)
+  plain = train_world_tokenizer(None, world=world, vocab_size=2048)
+  pre = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Where was Brakotel Sumo born in 1850?")
+  assert [p for p, _ in pre] == ["Whe", "re", "Ġwas", "ĠBra", "ko", "tel", "ĠSu", "mo", "Ġborn",
+                                 "Ġin", "Ġ1850", "?"]
+
+  def pieces(t, text):
+    return [t.decode([i]) for i in t.encode(text, add_special_tokens=False)]
+
+  def per_name(t, names):
+    return np.mean([len(pieces(t, " " + n)) for n in names])
+
+  train_names, test_names = _names(world, "train"), _names(world, "test")
+  assert len(test_names) > 100 and not set(test_names) & set(train_names)
+  train_pieces = {g for p in world.corpus("train") for g in pieces(tok, p["contents"])}
+  got = [pieces(tok, " " + n) for n in test_names]
+  assert all("".join(g) == " " + n for g, n in zip(got, test_names))
+  seen = np.mean([x in train_pieces for g in got for x in g])
+  one_per_syllable = np.mean([len(g) == sum(ch in "aeiou" for ch in n.lower())
+                              for g, n in zip(got, test_names)])
+  assert seen > 0.95 and one_per_syllable > 0.95, (seen, one_per_syllable)
+  syl_ratio = per_name(tok, test_names) / per_name(tok, train_names)
+  plain_ratio = per_name(plain, test_names) / per_name(plain, train_names)
+  assert abs(syl_ratio - 1) < 0.05 and plain_ratio > 1.1, (syl_ratio, plain_ratio)
+  for p in world.corpus("test")[:50]:
+    assert tok.decode(tok.encode(p["contents"], add_special_tokens=False)) == p["contents"]
+  for w in (" founded", " born", " worked", " town"):  # template words: one token, as before
+    assert len(pieces(tok, w)) == 1 and len(pieces(plain, w)) == 1

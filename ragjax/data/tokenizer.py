@@ -1,8 +1,11 @@
 """A small byte-level BPE tokenizer for from-scratch policies, trained on the synthetic world.
 
 Byte-level, so any text (test-world names, retrieved passages, user prompts) encodes without
-unknown tokens; trained on world 0 only (training passages, train/dev questions, answers and
-hop queries), so test-world names are not merged into single tokens.  The protocol tags are
+unknown tokens; trained on the training worlds only (training passages, train/dev questions,
+answers and hop queries), so test-world names are not merged into single tokens.  With
+`syllables=True` every capitalised word is cut into its syllables before BPE, so a name the
+policy never saw splits into the same pieces as the names it trained on (copying an unseen name
+is then copying familiar tokens).  The protocol tags are
 added tokens (one id each, kept when decoding with `skip_special_tokens=True`, since the
 rollout parser reads them); pad/bos/eos are special tokens.  Training is deterministic: the
 same `WorldConfig` (seed) gives a byte-identical `tokenizer.json`.
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional, Sequence
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ragjax.data.world import World, WorldConfig, generate_world
 
@@ -26,6 +29,17 @@ SPECIAL_TOKENS = (PAD, BOS, EOS)
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+_C, _V = "[b-df-hj-np-tv-xz]", "[aeiouy]"
+# Pre-tokens: a syllable inside a capitalised word (consonants, vowels, and the word's final
+# consonants), the first syllable of a capitalised word (with its leading space), or a whole
+# lower-case word.  Lower-case words are consumed whole from their first letter, so the
+# first alternative only ever fires inside capitalised words.  Anything else (digits,
+# punctuation, spaces) is left to the byte-level splitter.
+SYLLABLE_PATTERN = (f"(?<=[A-Za-z]){_C}*{_V}+(?:{_C}+(?![a-z]))?"
+                    f"| ?[A-Z]{_C}*{_V}*(?:{_C}+(?![a-z]))?"
+                    f"| ?[a-z]+")
 
 
 def world_training_texts(world: World) -> list[str]:
@@ -41,16 +55,20 @@ def world_training_texts(world: World) -> list[str]:
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
                     added_tokens: Sequence[str] = PROTOCOL_TAGS,
-                    min_frequency: int = 2):
+                    min_frequency: int = 2, syllables: bool = False):
   """Trains the BPE and wraps it as a transformers fast tokenizer of at most `vocab_size` ids
   (special tokens, bytes, merges, then `added_tokens`; a small corpus may run out of merges
-  with `min_frequency` before the limit, so size the model's embedding with `len(tok)`)."""
+  with `min_frequency` before the limit, so size the model's embedding with `len(tok)`).
+  `syllables`: cut capitalised words into syllables first (see the module docstring)."""
   from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
   n_merged = vocab_size - len(added_tokens)
   if n_merged < len(SPECIAL_TOKENS) + 256:
     raise ValueError(f"vocab_size {vocab_size} too small: need > {len(SPECIAL_TOKENS) + 256 + len(added_tokens)}")
   tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.pre_tokenizer = (pre_tokenizers.Sequence([
+      pre_tokenizers.Split(Regex(SYLLABLE_PATTERN), "isolated"), byte_level])
+                       if syllables else byte_level)
   tok.decoder = decoders.ByteLevel()
   trainer = trainers.BpeTrainer(vocab_size=n_merged, min_frequency=min_frequency,
                                 special_tokens=list(SPECIAL_TOKENS), show_progress=False,
@@ -64,11 +82,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
 
 
 def train_world_tokenizer(out_dir: Optional[str] = None, cfg: WorldConfig = WorldConfig(),
-                          vocab_size: int = 2048, world: Optional[World] = None):
+                          vocab_size: int = 2048, world: Optional[World] = None,
+                          syllables: bool = False):
   """Trains on `generate_world(cfg)` and, if `out_dir` is given, saves a directory that
   `transformers.AutoTokenizer.from_pretrained(out_dir)` loads."""
   world = world if world is not None else generate_world(cfg)
-  fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size)
+  fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size,
+                         syllables=syllables)
   if out_dir is not None:
     os.makedirs(out_dir, exist_ok=True)
     fast.save_pretrained(out_dir)

@@ -62,7 +62,8 @@ def prepare_world(c, workdir: str):
   world = generate_world(wcfg)
   paths = write_flashrag(world, os.path.join(workdir, "world"))
   tok_dir = os.path.join(workdir, "tokenizer")
-  train_world_tokenizer(tok_dir, wcfg, vocab_size=c.tokenizer.vocab_size, world=world)
+  train_world_tokenizer(tok_dir, wcfg, vocab_size=c.tokenizer.vocab_size, world=world,
+                        syllables=c.tokenizer.syllables)
   tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
   return world, paths, tok
 
