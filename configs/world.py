@@ -70,4 +70,6 @@ def get_config(arg: str = "default") -> ConfigDict:
       max_to_keep=1, keep_best_metric="dev/em", workdir="",  # "" = <workdir>/grpo
       progress=True, tensorboard=True))
   c.eval = ConfigDict(dict(batch_size=16 if toy else 100, max_questions=0))
+  # Copy-or-memorise probe: teacher-forced NLL on this many train- and test-world traces.
+  c.probe = ConfigDict(dict(traces=16 if toy else 128))
   return c

@@ -32,13 +32,18 @@ def test_toy_pipeline_writes_every_output(tmp_path):
               "grpo_minus_cold_start", "test_em_multi_hop"):
     assert key in summary["headline"]
   assert set(summary["timings_s"]) >= {"world_and_tokenizer", "index", "sft", "grpo",
-                                       "evaluation", "total"}
+                                       "evaluation", "probe", "total"}
+  probe = summary["copy_probe"]
+  assert set(probe) == {"cold start train", "cold start test", "grpo train", "grpo test"}
+  for res in probe.values():   # every group: a positive token count and a finite, positive NLL
+    assert "search/word" in res and all(n > 0 and 0 < v < 50 for n, v in res.values()), res
 
   table = open(os.path.join(work, "results.md")).read()
   for split in ("dev", "test"):
     for system in ("grpo + retrieval", "grpo, no retrieval", "cold-start (sft) + retrieval"):
       assert f"| {split} | {system} |" in table
   assert "EM 2hop" in table and "EM retry" in table
+  assert "| search | name |" in table and "NLL grpo test (tokens)" in table
 
   plots = summary["plots"]
   assert {os.path.basename(p) for p in plots} >= {"reward.png", "em.png",

@@ -311,13 +311,33 @@ def run(c) -> dict:
     results.append(evaluate_system(c, "cold-start (sft) + retrieval", cfg, sft_params, tok,
                                    retriever, exs, split))
   mark("evaluation", t0)
-  summary = write_outputs(c, workdir, cfg, rl_params, tok, results, test, sft_hist, timings)
+  t0 = time.perf_counter()
+  probe = copy_probe(c, cfg, tok, retriever, template, {"cold start": sft_params, "grpo": rl_params},
+                     (rows_t, rows_l), test)
+  mark("probe", t0)
+  summary = write_outputs(c, workdir, cfg, rl_params, tok, results, test, sft_hist, timings,
+                          probe)
   timings["total"] = round(time.perf_counter() - t_start, 1)
   summary["timings_s"] = timings
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
   log(f"done in {timings['total']} s; outputs in {workdir}")
   return summary
+
+
+def copy_probe(c, cfg, tok, retriever, template, policies: dict, train_traces, test) -> dict:
+  """Teacher-forced NLL of the policy tokens on train-world vs test-world traces, by region and
+  name/word (see `ragjax.rl.trace_nll`): {"<policy> <split>": {(region, kind): (n, nll)}}."""
+  from ragjax.rl.trace_nll import trace_nll
+  n = c.probe.traces
+  if n <= 0:
+    return {}
+  test_t, test_l = sft_trajectories(c, test[:n], tok, retriever, template)
+  out = {}
+  for name, params in policies.items():
+    out[f"{name} train"] = trace_nll(cfg, params, tok, train_traces[0][:n], train_traces[1][:n])
+    out[f"{name} test"] = trace_nll(cfg, params, tok, test_t, test_l)
+  return out
 
 
 def headline(results: Sequence[SystemResult]) -> dict:
@@ -339,7 +359,8 @@ def headline(results: Sequence[SystemResult]) -> dict:
   }
 
 
-def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings) -> dict:
+def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings,
+                  probe: Optional[dict] = None) -> dict:
   from ragjax.models.hf_io import save_decoder
   from ragjax.report.plots import plot_curves, read_metrics
   table, _ = results_table(results)
@@ -348,6 +369,12 @@ def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings
         "Exact match with 95% bootstrap intervals; the test world's entities never appear in "
         "training.", "", table, "", "## Headline (test world)", ""]
   md += [f"- {k}: {v}" for k, v in head.items()]
+  if probe:
+    from ragjax.rl.trace_nll import nll_table
+    md += ["", "## Copy or memorise? (teacher-forced NLL of the policy's tokens)", "",
+           "Same kind of scripted trace from a training world and from the test world: a policy "
+           "that copies names scores both alike; one that memorised its training names does "
+           "much worse on the test world's name pieces.", "", nll_table(probe)]
   md += ["", "## Time (s)", "", *[f"- {k}: {v}" for k, v in timings.items()]]
   with open(os.path.join(workdir, "results.md"), "w") as f:
     f.write("\n".join(md) + "\n")
@@ -363,4 +390,6 @@ def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings
   policy_dir = os.path.join(workdir, "policy")
   save_decoder(policy_dir, cfg, params, tokenizer=tok)
   return {"table_markdown": os.path.join(workdir, "results.md"), "plots": plots,
-          "viewer": viewer, "policy": policy_dir, "headline": head}
+          "viewer": viewer, "policy": policy_dir, "headline": head,
+          "copy_probe": {name: {f"{r}/{k}": v for (r, k), v in res.items()}
+                         for name, res in (probe or {}).items()}}
