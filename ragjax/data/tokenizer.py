@@ -5,9 +5,11 @@ unknown tokens; trained on the training worlds only (training passages, train/de
 answers and hop queries), so test-world names are not merged into single tokens.  With
 `syllables=True` every capitalised word is cut into its syllables before BPE, so a name the
 policy never saw splits into the same pieces as the names it trained on (copying an unseen name
-is then copying familiar tokens).  The protocol tags are
-added tokens (one id each, kept when decoding with `skip_special_tokens=True`, since the
-rollout parser reads them); pad/bos/eos are special tokens.  Training is deterministic: the
+is then copying familiar tokens).
+
+The protocol tags are added tokens (one id each, kept when decoding with
+`skip_special_tokens=True`, since the rollout parser reads them); pad/bos/eos are special
+tokens.  Training is deterministic: the
 same `WorldConfig` (seed) gives a byte-identical `tokenizer.json`.
 """
 

@@ -13,6 +13,7 @@ Tokens are grouped by the protocol tag they sit in (`<search>`, `<answer>`, `<th
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Sequence
 
 import jax
@@ -52,11 +53,17 @@ def token_kinds(pieces: Sequence[str]) -> tuple[list[str], list[str]]:
   return regions, kinds
 
 
+@functools.lru_cache(maxsize=8)
+def _policy_logprobs(cfg: DecoderConfig):
+  """One jitted scorer per model config, so repeated probes reuse their compiled shapes."""
+  return jax.jit(lambda p, t, m: sequence_logprobs(cfg, p, t, attention_mask=m)[0])
+
+
 def trace_nll(cfg: DecoderConfig, params, tok, rows_tokens: Sequence[np.ndarray],
               rows_labels: Sequence[np.ndarray], batch_size: int = 32
               ) -> dict[tuple[str, str], tuple[int, float]]:
   """{(region, kind): (count, mean NLL)} over the policy tokens of the given traces."""
-  fn = jax.jit(lambda p, t, m: sequence_logprobs(cfg, p, t, attention_mask=m)[0])
+  fn = _policy_logprobs(cfg)
   sums: dict = collections.defaultdict(float)
   counts: dict = collections.defaultdict(int)
   for s in range(0, len(rows_tokens), batch_size):
