@@ -33,7 +33,8 @@ def get_config(arg: str = "default") -> ConfigDict:
       num_dev=16 if toy else 100, num_test=16 if toy else 200,
       num_people=30 if toy else 40, num_places=10 if toy else 12, num_orgs=8 if toy else 10,
       num_works=12 if toy else 20, retry_groups=6 if toy else 8, min_passage_words=12))
-  c.tokenizer = ConfigDict(dict(vocab_size=1024 if toy else 2048, syllables=False))
+  c.tokenizer = ConfigDict(dict(vocab_size=1024 if toy else 2048, syllables=False,
+                                digit_pairs=False))
   c.retrieval = ConfigDict(dict(backend="scann", encoder_dir="", cache_size=4096))
 
   # A ~0.5M-parameter Qwen2-style policy, trained from scratch.

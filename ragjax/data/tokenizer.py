@@ -5,7 +5,8 @@ unknown tokens; trained on the training worlds only (training passages, train/de
 answers and hop queries), so test-world names are not merged into single tokens.  With
 `syllables=True` every capitalised word is cut into its syllables before BPE, so a name the
 policy never saw splits into the same pieces as the names it trained on (copying an unseen name
-is then copying familiar tokens).
+is then copying familiar tokens).  With `digit_pairs=True` numbers split into two-digit
+pieces (" 1911" -> " 19", "11"), so every year is the same two kinds of token.
 
 The protocol tags are added tokens (one id each, kept when decoding with
 `skip_special_tokens=True`, since the rollout parser reads them); pad/bos/eos are special
@@ -42,6 +43,7 @@ _C, _V = "[b-df-hj-np-tv-xz]", "[aeiouy]"
 SYLLABLE_PATTERN = (f"(?<=[A-Za-z]){_C}*{_V}+(?:{_C}+(?![a-z]))?"
                     f"| ?[A-Z]{_C}*{_V}*(?:{_C}+(?![a-z]))?"
                     f"| ?[a-z]+")
+DIGIT_PAIR_PATTERN = r" ?\d\d"
 
 
 def world_training_texts(world: World) -> list[str]:
@@ -57,20 +59,22 @@ def world_training_texts(world: World) -> list[str]:
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
                     added_tokens: Sequence[str] = PROTOCOL_TAGS,
-                    min_frequency: int = 2, syllables: bool = False):
+                    min_frequency: int = 2, syllables: bool = False,
+                    digit_pairs: bool = False):
   """Trains the BPE and wraps it as a transformers fast tokenizer of at most `vocab_size` ids
   (special tokens, bytes, merges, then `added_tokens`; a small corpus may run out of merges
   with `min_frequency` before the limit, so size the model's embedding with `len(tok)`).
-  `syllables`: cut capitalised words into syllables first (see the module docstring)."""
+  `syllables`: cut capitalised words into syllables first; `digit_pairs`: numbers into
+  two-digit pieces (see the module docstring)."""
   from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
   n_merged = vocab_size - len(added_tokens)
   if n_merged < len(SPECIAL_TOKENS) + 256:
     raise ValueError(f"vocab_size {vocab_size} too small: need > {len(SPECIAL_TOKENS) + 256 + len(added_tokens)}")
   tok = Tokenizer(models.BPE())
   byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.pre_tokenizer = (pre_tokenizers.Sequence([
-      pre_tokenizers.Split(Regex(SYLLABLE_PATTERN), "isolated"), byte_level])
-                       if syllables else byte_level)
+  splits = [pre_tokenizers.Split(Regex(pattern), "isolated") for pattern, on in
+            ((DIGIT_PAIR_PATTERN, digit_pairs), (SYLLABLE_PATTERN, syllables)) if on]
+  tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, byte_level]) if splits else byte_level
   tok.decoder = decoders.ByteLevel()
   trainer = trainers.BpeTrainer(vocab_size=n_merged, min_frequency=min_frequency,
                                 special_tokens=list(SPECIAL_TOKENS), show_progress=False,
@@ -85,12 +89,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
 
 def train_world_tokenizer(out_dir: Optional[str] = None, cfg: WorldConfig = WorldConfig(),
                           vocab_size: int = 2048, world: Optional[World] = None,
-                          syllables: bool = False):
+                          syllables: bool = False, digit_pairs: bool = False):
   """Trains on `generate_world(cfg)` and, if `out_dir` is given, saves a directory that
   `transformers.AutoTokenizer.from_pretrained(out_dir)` loads."""
   world = world if world is not None else generate_world(cfg)
   fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size,
-                         syllables=syllables)
+                         syllables=syllables, digit_pairs=digit_pairs)
   if out_dir is not None:
     os.makedirs(out_dir, exist_ok=True)
     fast.save_pretrained(out_dir)

@@ -9,7 +9,8 @@ which makes the passages that answer each hop well defined (`metadata.hops`).  Q
 - 'retry': about a person who shares the full name with decoys; the obvious query
   (`metadata.first_query`, the name alone) tends to land on a namesake's passage and the
   refined query (`hops[0].query`, name plus occupation) finds the right one, as in ReZero.
-Train and dev come from world 0; test from world 1, whose name words are all new.
+Train and dev come from worlds 0..K-1 (dev from world 0); test from world K, whose entities
+and facts are all new; its name words are new too, or drawn from the shared `name_lexicon`.
 
 `generate_world(WorldConfig())` takes about a second; the output is a pure function of the
 config (same seed, byte-identical files).
@@ -27,7 +28,7 @@ from typing import Optional
 from ragjax.data.corpus import make_contents, write_jsonl
 from ragjax.data.schema import Example, make_example
 from ragjax.data.world_language import (COMPARISONS, FILLERS, MENTIONS, OCCUPATIONS,
-                                        ORG_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
+                                        ORG_KINDS, PLACE_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
                                         RETRY_RELATIONS, WORK_KINDS, YEAR_RANGES, Relation)
 from ragjax.data.world_names import NamePool
 
@@ -54,6 +55,8 @@ class WorldConfig:
   max_hops: int = 2                 # bridge questions have 2..max_hops hops; 1 disables them
   num_train: int = 1000
   train_worlds: int = 1             # worlds the train questions come from (more names to copy)
+  name_lexicon: int = 0             # >0: every world draws name words from this many shared
+                                    # words (new entities and facts, familiar tokens); 0: all new
   num_dev: int = 100
   num_test: int = 200
   qtype_weights: tuple[tuple[str, float], ...] = (
@@ -66,6 +69,8 @@ class WorldConfig:
       raise ValueError(f"max_hops must be 1..3, got {self.max_hops}")
     if self.facts_per_passage < 1:
       raise ValueError("facts_per_passage must be >= 1")
+    if self.name_lexicon < 0:
+      raise ValueError(f"name_lexicon must be >= 0, got {self.name_lexicon}")
     weights = dict(self.qtype_weights)
     unknown = set(weights) - set(QTYPES)
     if unknown:
@@ -173,39 +178,58 @@ class _WorldBuilder:
     lo, hi = YEAR_RANGES[etype]
     return str(self.rng.randint(lo, hi))
 
+  def _name(self, make) -> str:
+    """A full name `make()` that no world has yet (words may repeat with a lexicon)."""
+    for _ in range(1000):
+      name = make()
+      if self.pool.claim(name):
+        return name
+    raise RuntimeError(f"world {self.wi}: no new full name after 1000 tries; raise name_lexicon")
+
+  def _place_name(self) -> str:
+    if self.pool.lexicon:
+      return self._name(lambda: f"{self.pool.word()} {self.rng.choice(PLACE_KINDS)}")
+    return self._name(lambda: self.pool.word(2, 3))
+
+  def _person(self, name: str, **kw) -> Entity:
+    given, sur = name.split()
+    return self._add("person", name, aliases=(name, f"{given[0]}. {sur}"), **kw)
+
+  def _titled(self, etype: str, name: str, **kw) -> Entity:
+    return self._add(etype, name, aliases=(name,), **kw)
+
   def build_entities(self) -> None:
     cfg, rng, pool = self.cfg, self.rng, self.pool
     places = [self._add("place", w, aliases=(w, f"{w} town")) for w in
-              (pool.word(2, 3) for _ in range(cfg.num_places))]
-    people = []
-    for _ in range(cfg.num_people):
-      given, sur = pool.word(), pool.word()
-      people.append(self._add("person", f"{given} {sur}", aliases=(f"{given} {sur}", f"{given[0]}. {sur}")))
+              (self._place_name() for _ in range(cfg.num_places))]
+    people = [self._person(self._name(lambda: f"{pool.word()} {pool.word()}"))
+              for _ in range(cfg.num_people)]
     twins = []
     for src in rng.sample(people, round(cfg.distractor_rate * len(people))):
       given, sur = src.name.split()
-      given, sur = (given, pool.word()) if rng.random() < 0.5 else (pool.word(), sur)
-      twins.append((src, self._add("person", f"{given} {sur}", aliases=(f"{given} {sur}", f"{given[0]}. {sur}"))))
+      twins.append((src, self._person(self._name(
+          lambda: f"{given} {pool.word()}" if rng.random() < 0.5 else f"{pool.word()} {sur}"))))
     for _ in range(cfg.retry_groups):
-      given, sur = pool.word(), pool.word()
+      name = self._name(lambda: f"{pool.word()} {pool.word()}")
       occs = rng.sample(OCCUPATIONS, cfg.retry_decoys + 1)
-      self.groups.append([self._add("person", f"{given} {sur}", title=f"{given} {sur} ({o})", disamb=o,
-                                    aliases=(f"{given} {sur}", f"{given[0]}. {sur}")) for o in occs])
+      self.groups.append([self._person(name, title=f"{name} ({o})", disamb=o)
+                          for o in occs])
     orgs = []
     for _ in range(cfg.num_orgs):
-      w, k = pool.word(), rng.choice(ORG_KINDS)
-      orgs.append(self._add("org", f"{w} {k}", kind=k, aliases=(f"{w} {k}",)))
+      k = rng.choice(ORG_KINDS)
+      orgs.append(self._titled("org", self._name(lambda: f"{pool.word()} {k}"), kind=k))
     for src in rng.sample(orgs, round(cfg.distractor_rate * len(orgs))):
       w = src.name.split()[0]
-      k = rng.choice([k for k in ORG_KINDS if k != src.kind])
-      twins.append((src, self._add("org", f"{w} {k}", kind=k, aliases=(f"{w} {k}",))))
+      name = self._name(lambda: f"{w} {rng.choice([k for k in ORG_KINDS if k != src.kind])}")
+      twins.append((src, self._titled("org", name, kind=name.split()[-1])))
     works = []
     for _ in range(cfg.num_works):
-      t = f"{pool.word()} {pool.word()}"
-      works.append(self._add("work", t, kind=rng.choice(WORK_KINDS), aliases=(t,)))
+      works.append(self._titled("work", self._name(lambda: f"{pool.word()} {pool.word()}"),
+                             kind=rng.choice(WORK_KINDS)))
     for src in rng.sample(works, round(cfg.distractor_rate * len(works))):
-      t = f"{src.name.split()[0]} {pool.word()}"
-      twins.append((src, self._add("work", t, kind=rng.choice(WORK_KINDS), aliases=(t,))))
+      w = src.name.split()[0]
+      twins.append((src, self._titled("work", self._name(lambda: f"{w} {pool.word()}"),
+                                   kind=rng.choice(WORK_KINDS))))
 
     all_people = [e for e in self.entities if e.etype == "person"]
     all_orgs = [e for e in self.entities if e.etype == "org"]
@@ -465,8 +489,9 @@ def _to_examples(split: str, items: list[tuple]) -> list[Example]:
 
 
 def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
-  """Builds worlds 0..K-1 (train; dev from world 0) and world K (test, all-new names)."""
-  pool = NamePool(random.Random(f"ragjax-names-{cfg.seed}"), reserved=_reserved_words())
+  """Builds worlds 0..K-1 (train; dev from world 0) and world K (test: new entities, facts)."""
+  pool = NamePool(random.Random(f"ragjax-names-{cfg.seed}"), reserved=_reserved_words(),
+                  lexicon=cfg.name_lexicon)
   weights = dict(cfg.qtype_weights)
   entities, passages, questions = [], [], {}
   k = cfg.train_worlds
@@ -475,6 +500,7 @@ def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
   share = {wi: cfg.num_train // k + (cfg.num_train % k if wi == 0 else 0) for wi in range(k)}
   items = {s: [] for s in SPLITS}
   for wi, splits in plan:
+    pool.start_world()
     wb = _WorldBuilder(cfg, wi, pool)
     wb.build_entities()
     wb.build_passages()

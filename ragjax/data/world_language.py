@@ -17,6 +17,9 @@ PRODUCTS = ("apples", "salt", "glass", "wool", "cheese", "boats", "bells", "silk
             "rope", "paper", "lamps", "bread", "tea", "carpets", "clocks")
 ORG_KINDS = ("Company", "Guild", "Bank", "School", "Club", "Press")
 WORK_KINDS = ("book", "song", "play", "film", "poem")
+# With a shared name lexicon a town is "<word> <kind>", so its full name can be new in every
+# world; no kind can be a generated name word (letters outside the syllable inventory).
+PLACE_KINDS = ("Hill", "Ford", "Port", "Field", "Cross", "Bridge")
 YEAR_RANGES = {"person": (1800, 1960), "place": (1100, 1700), "org": (1850, 1990),
                "work": (1880, 2000)}
 ENTITY_TYPES = ("person", "place", "org", "work")

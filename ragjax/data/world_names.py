@@ -1,7 +1,11 @@
 """Made-up names from syllables, so no pretrained model knows the world's facts.
 
-One `NamePool` is shared by the train and test worlds: every word it hands out is new, which
-makes the test world's entities disjoint from the training world's down to single name words.
+One `NamePool` is shared by the train and test worlds.  By default every word it hands out is
+new, which makes the test world's entities disjoint from the training worlds' down to single
+name words.  With a `lexicon` it draws from a fixed list of name words instead (no word twice
+within one world), as real names come from a shared stock of given names and surnames: the
+test world's entities and facts are still new, but their name words are tokens the policy has
+read, so a small policy can copy them (see `WorldConfig.name_lexicon`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,22 @@ _CODAS = ("", "", "", "n", "l", "r", "s", "m")
 
 
 class NamePool:
-  """Hands out capitalised syllable words that were never handed out before.
+  """Hands out capitalised syllable words.
 
   `reserved` holds lower-case words that must never appear (template vocabulary), so a name
-  can never be confused with the surrounding language.
+  can never be confused with the surrounding language.  `lexicon` > 0: draw from that many
+  fixed 2-syllable words, no word twice between `start_world()` calls; 0: every word is new.
   """
 
-  def __init__(self, rng: random.Random, reserved: frozenset[str] = frozenset()):
+  def __init__(self, rng: random.Random, reserved: frozenset[str] = frozenset(),
+               lexicon: int = 0):
     self._rng = rng
     self._used: set[str] = set(reserved)
+    self._lexicon: list[str] = [self._new_word(2, 2) for _ in range(lexicon)]
+    self._in_world: set[str] = set()
+    self._names: set[str] = set()
 
-  def word(self, min_syl: int = 2, max_syl: int = 2) -> str:
+  def _new_word(self, min_syl: int, max_syl: int) -> str:
     for _ in range(10_000):
       n = self._rng.randint(min_syl, max_syl)
       parts = [self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) for _ in range(n)]
@@ -35,6 +44,33 @@ class NamePool:
         self._used.add(w)
         return w.capitalize()
     raise RuntimeError("name space exhausted; use fewer entities")
+
+  def start_world(self) -> None:
+    """A new world may reuse the lexicon's words (no-op without a lexicon)."""
+    self._in_world.clear()
+
+  def word(self, min_syl: int = 2, max_syl: int = 2) -> str:
+    if not self._lexicon:
+      return self._new_word(min_syl, max_syl)
+    free = [w for w in self._lexicon if w not in self._in_world]
+    if not free:
+      raise RuntimeError(f"name lexicon of {len(self._lexicon)} words exhausted within one "
+                         "world; raise name_lexicon or use fewer entities")
+    w = self._rng.choice(free)
+    self._in_world.add(w)
+    return w
+
+  def claim(self, name: str) -> bool:
+    """Registers a full name; False if any world already has it (only possible with a
+    lexicon, where words repeat across worlds and so could whole names)."""
+    if name in self._names:
+      return False
+    self._names.add(name)
+    return True
+
+  @property
+  def lexicon(self) -> tuple[str, ...]:
+    return tuple(self._lexicon)
 
   @property
   def used(self) -> frozenset[str]:

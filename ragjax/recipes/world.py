@@ -63,7 +63,7 @@ def prepare_world(c, workdir: str):
   paths = write_flashrag(world, os.path.join(workdir, "world"))
   tok_dir = os.path.join(workdir, "tokenizer")
   train_world_tokenizer(tok_dir, wcfg, vocab_size=c.tokenizer.vocab_size, world=world,
-                        syllables=c.tokenizer.syllables)
+                        syllables=c.tokenizer.syllables, digit_pairs=c.tokenizer.digit_pairs)
   tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
   return world, paths, tok
 
