@@ -3,6 +3,7 @@
 import dataclasses
 import filecmp
 import os
+import re
 
 import numpy as np
 import pytest
@@ -118,3 +119,25 @@ def test_syllable_split_cuts_unseen_names_like_the_training_names():
     assert tok.decode(tok.encode(p["contents"], add_special_tokens=False)) == p["contents"]
   for w in (" founded", " born", " worked", " town"):  # template words: one token, as before
     assert len(pieces(tok, w)) == 1 and len(pieces(plain, w)) == 1
+
+
+def test_digit_pairs_make_every_year_two_tokens():
+  """digit_pairs=True: at the embedded default's size, every year of the world is ' 19' + '11'
+  whatever its frequency, so every year answer is the same two kinds of token; the plain BPE
+  merges frequent years whole and splits rare ones unevenly.  Text still round-trips."""
+  from configs.world import get_config
+  from ragjax.recipes.world import world_config
+  world = generate_world(world_config(get_config()))
+  tok = train_world_tokenizer(None, world=world, vocab_size=2048, digit_pairs=True)
+  plain = train_world_tokenizer(None, world=world, vocab_size=2048)
+
+  def pieces(t, text):
+    return [t.decode([i]) for i in t.encode(text, add_special_tokens=False)]
+
+  years = sorted({y for p in world.corpus() for y in re.findall(r"\b1\d\d\d\b", p["text"])})
+  assert len(years) > 300
+  got = [pieces(tok, " " + y) for y in years]
+  assert all(g == [" " + y[:2], y[2:]] for g, y in zip(got, years)), got[:3]
+  assert len({len(pieces(plain, " " + y)) for y in years}) > 1
+  text = "Kalo Venn was born in 1850 and died in 1911; 42 clocks."
+  assert tok.decode(tok.encode(text, add_special_tokens=False)) == text

@@ -253,3 +253,37 @@ def test_several_train_worlds_keep_the_test_world_disjoint():
   assert test_words and not (train_words & test_words)
   assert {p["id"][:3] for p in w.corpus("train")} == {"w0-", "w1-", "w2-"}
   assert {p["id"][:3] for p in w.corpus("test")} == {"w3-"}
+
+
+def test_name_lexicon_reuses_words_but_never_full_names_or_facts():
+  """name_lexicon: every world draws its name words from one shared stock (so the test world's
+  names are familiar tokens), but no full name is in two worlds, no word names two entities
+  of one world, and the test world's facts are its own."""
+  from ragjax.data.world_language import ORG_KINDS, PLACE_KINDS
+  cfg = WorldConfig(train_worlds=3, num_train=300, num_dev=20, num_test=40, num_people=30,
+                    num_places=10, num_orgs=8, num_works=12, retry_groups=6, name_lexicon=150)
+  w = generate_world(cfg)
+  kinds = set(ORG_KINDS) | set(PLACE_KINDS)
+  words = {wi: [x for e in w.entities if e.world == wi for x in e.name.split()
+                if x not in kinds] for wi in range(4)}
+  lexicon = set().union(*map(set, words.values()))
+  assert len(lexicon) <= 150
+  assert set(words[3]) <= set().union(*(set(words[wi]) for wi in range(3)))  # all familiar
+  full = [(e.world, e.name) for e in w.entities]
+  by_name = {}
+  for wi, n in full:
+    by_name.setdefault(n, set()).add(wi)
+  assert all(len(ws) == 1 for ws in by_name.values())  # namesakes only inside one world
+  for wi in range(4):  # a word is one entity's word per world (twins share one on purpose)
+    ents = [e for e in w.entities if e.world == wi]
+    assert all(e.name.split()[-1] in PLACE_KINDS for e in ents if e.etype == "place")
+    assert len(set(words[wi])) >= 0.7 * len(words[wi])
+  test_facts = {(e.name, r, v) for e in w.entities if e.world == 3 for r, v in e.facts.items()}
+  train_facts = {(e.name, r, v) for e in w.entities if e.world < 3 for r, v in e.facts.items()}
+  assert not test_facts & train_facts
+  for e in w.questions["test"]:  # still answered by test-world passages only
+    assert all(pid.startswith("w3-") for pid in e.supporting_ids)
+  with pytest.raises(RuntimeError, match="name_lexicon"):
+    generate_world(dataclasses.replace(cfg, name_lexicon=20))
+  with pytest.raises(ValueError, match="name_lexicon"):
+    WorldConfig(name_lexicon=-1)

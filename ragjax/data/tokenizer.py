@@ -44,6 +44,9 @@ SYLLABLE_PATTERN = (f"(?<=[A-Za-z]){_C}*{_V}+(?:{_C}+(?![a-z]))?"
                     f"| ?[A-Z]{_C}*{_V}*(?:{_C}+(?![a-z]))?"
                     f"| ?[a-z]+")
 DIGIT_PAIR_PATTERN = r" ?\d\d"
+# With digit_pairs the trainer also reads every year 1000..2099 a few times, so all the pair
+# pieces get merged even when the vocabulary runs out before rare years' pairs would.
+_YEARS_TEXT = " ".join(str(y) for y in range(1000, 2100))
 
 
 def world_training_texts(world: World) -> list[str]:
@@ -65,7 +68,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
   (special tokens, bytes, merges, then `added_tokens`; a small corpus may run out of merges
   with `min_frequency` before the limit, so size the model's embedding with `len(tok)`).
   `syllables`: cut capitalised words into syllables first; `digit_pairs`: numbers into
-  two-digit pieces (see the module docstring)."""
+  two-digit pieces, each a token for any year 1000..2099 (see the module docstring)."""
   from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
   n_merged = vocab_size - len(added_tokens)
   if n_merged < len(SPECIAL_TOKENS) + 256:
@@ -79,7 +82,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
   trainer = trainers.BpeTrainer(vocab_size=n_merged, min_frequency=min_frequency,
                                 special_tokens=list(SPECIAL_TOKENS), show_progress=False,
                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(list(texts), trainer=trainer)
+  tok.train_from_iterator(list(texts) + ([_YEARS_TEXT] * 20 if digit_pairs else []),
+                          trainer=trainer)
   tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
   fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS,
                                  pad_token=PAD, model_max_length=4096)
