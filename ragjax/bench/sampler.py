@@ -54,7 +54,9 @@ def _hf_model(cfg: DecoderConfig, params, dtype: str, device: str):
   with torch.device(device):
     model = AutoModelForCausalLM.from_config(conf, dtype=getattr(torch, dtype))
   tensors = params_to_hf_tensors(cfg, params)
-  state = {k: torch.from_numpy(v).to(device=device, dtype=getattr(torch, dtype))
+  # torch cannot wrap ml_dtypes' bfloat16 arrays: go through float32 (exact for bf16 values).
+  state = {k: torch.from_numpy(np.array(v, np.float32)).to(device=device,
+                                                            dtype=getattr(torch, dtype))
            for k, v in tensors.items()}
   if cfg.tie_word_embeddings:
     state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -129,13 +131,15 @@ def main(argv=None):
     return out
 
   t_ours = _time(run_ragjax, args.repeats)
-  # The decode loop alone, for the roofline.
-  state = sampler.prefill(prompts)
-  jax.block_until_ready(state.logits)
-  t0 = time.perf_counter()
-  _, out = sampler.decode(state)
-  jax.block_until_ready(out.tokens)
-  t_decode = time.perf_counter() - t0
+  # The decode loop alone, for the roofline (best of `repeats`).
+  t_decode = float("inf")
+  for _ in range(max(args.repeats, 1)):
+    state = sampler.prefill(prompts)
+    jax.block_until_ready(state.logits)
+    t0 = time.perf_counter()
+    _, out = sampler.decode(state)
+    jax.block_until_ready(out.tokens)
+    t_decode = min(t_decode, time.perf_counter() - t0)
   n_tokens = args.batch * args.new_tokens
   result = {"bench": "sampler", "preset": args.preset or "small", "params": cfg.num_params(),
             "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
@@ -162,8 +166,15 @@ def main(argv=None):
     hf_out = run_hf()[:, args.prompt_len:].cpu().numpy()
     result["transformers_tokens_per_s"] = round(n_tokens / t_hf, 1)
     result["ratio"] = round(t_hf / t_ours, 2)
-    if dtype == "float32":
-      result["greedy_token_agreement"] = float((hf_out == np.asarray(out.tokens)).mean())
+    ours = np.asarray(out.tokens)
+    same = hf_out == ours
+    # Per-position agreement; in bf16 two implementations round differently, and once a row
+    # picks a different token the rest of that row diverges, so also report how far rows
+    # agree before their first difference and how many rows agree entirely.
+    result["greedy_token_agreement"] = round(float(same.mean()), 4)
+    first_diff = np.where(same.all(axis=1), same.shape[1], np.argmin(same, axis=1))
+    result["greedy_prefix_agreement"] = round(float(first_diff.mean() / same.shape[1]), 4)
+    result["greedy_rows_identical"] = round(float(same.all(axis=1).mean()), 4)
 
   result["decode_step_ms"] = round(t_decode / args.new_tokens * 1e3, 3)
   if not on_gpu:
@@ -184,6 +195,8 @@ def main(argv=None):
     mean_len = args.prompt_len + (args.new_tokens + 1) / 2
     step_bytes = param_bytes + args.batch * mean_len * kv_per_token
     step_time = t_decode / args.new_tokens
+    result["hbm_peak_TBps"] = peak / 1e12
+    result["roofline_step_ms"] = round(step_bytes / peak * 1e3, 3)
     result["hbm_roofline_fraction"] = round(step_bytes / step_time / peak, 3)
   print(json.dumps(result))
 
