@@ -85,12 +85,13 @@ def _names(world, split):
 
 
 def test_syllable_split_cuts_unseen_names_like_the_training_names():
-  """At the embedded default's world size, syllables=True splits test-world names (never seen)
+  """At the embedded default's world size with all-new name words (name_lexicon=0),
+  syllables=True splits test-world names (never seen)
   into one familiar piece per syllable, as many pieces as training names get; the plain BPE
   splits them into more, rarer pieces.  Lower-case words stay whole; text round-trips."""
   from configs.world import get_config
   from ragjax.recipes.world import world_config
-  world = generate_world(world_config(get_config()))
+  world = generate_world(dataclasses.replace(world_config(get_config()), name_lexicon=0))
   tok = train_world_tokenizer(None, world=world, vocab_size=2048, syllables=True)
   plain = train_world_tokenizer(None, world=world, vocab_size=2048)
   pre = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Where was Brakotel Sumo born in 1850?")

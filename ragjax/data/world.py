@@ -202,15 +202,15 @@ class _WorldBuilder:
     cfg, rng, pool = self.cfg, self.rng, self.pool
     places = [self._add("place", w, aliases=(w, f"{w} town")) for w in
               (self._place_name() for _ in range(cfg.num_places))]
-    people = [self._person(self._name(lambda: f"{pool.word()} {pool.word()}"))
+    people = [self._person(self._name(lambda: f"{pool.word()} {pool.word(slot=1)}"))
               for _ in range(cfg.num_people)]
     twins = []
     for src in rng.sample(people, round(cfg.distractor_rate * len(people))):
       given, sur = src.name.split()
       twins.append((src, self._person(self._name(
-          lambda: f"{given} {pool.word()}" if rng.random() < 0.5 else f"{pool.word()} {sur}"))))
+          lambda: f"{given} {pool.word(slot=1)}" if rng.random() < 0.5 else f"{pool.word()} {sur}"))))
     for _ in range(cfg.retry_groups):
-      name = self._name(lambda: f"{pool.word()} {pool.word()}")
+      name = self._name(lambda: f"{pool.word()} {pool.word(slot=1)}")
       occs = rng.sample(OCCUPATIONS, cfg.retry_decoys + 1)
       self.groups.append([self._person(name, title=f"{name} ({o})", disamb=o)
                           for o in occs])
@@ -224,11 +224,11 @@ class _WorldBuilder:
       twins.append((src, self._titled("org", name, kind=name.split()[-1])))
     works = []
     for _ in range(cfg.num_works):
-      works.append(self._titled("work", self._name(lambda: f"{pool.word()} {pool.word()}"),
+      works.append(self._titled("work", self._name(lambda: f"{pool.word()} {pool.word(slot=1)}"),
                              kind=rng.choice(WORK_KINDS)))
     for src in rng.sample(works, round(cfg.distractor_rate * len(works))):
       w = src.name.split()[0]
-      twins.append((src, self._titled("work", self._name(lambda: f"{w} {pool.word()}"),
+      twins.append((src, self._titled("work", self._name(lambda: f"{w} {pool.word(slot=1)}"),
                                    kind=rng.choice(WORK_KINDS))))
 
     all_people = [e for e in self.entities if e.etype == "person"]

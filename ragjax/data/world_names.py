@@ -24,13 +24,17 @@ class NamePool:
   `reserved` holds lower-case words that must never appear (template vocabulary), so a name
   can never be confused with the surrounding language.  `lexicon` > 0: draw from that many
   fixed 2-syllable words, no word twice between `start_world()` calls; 0: every word is new.
+  The lexicon has two halves, `slot` 0 for a name's first word and 1 for its second, so a
+  policy that has copied a given name can tell which word of the question is the surname
+  (a copy by word class; a shared stock would need an induction head, see bench.copy_task).
   """
 
   def __init__(self, rng: random.Random, reserved: frozenset[str] = frozenset(),
                lexicon: int = 0):
     self._rng = rng
     self._used: set[str] = set(reserved)
-    self._lexicon: list[str] = [self._new_word(2, 2) for _ in range(lexicon)]
+    words = [self._new_word(2, 2) for _ in range(lexicon)]
+    self._lexicon: tuple[list[str], ...] = (words[:(lexicon + 1) // 2], words[(lexicon + 1) // 2:])
     self._in_world: set[str] = set()
     self._names: set[str] = set()
 
@@ -49,13 +53,13 @@ class NamePool:
     """A new world may reuse the lexicon's words (no-op without a lexicon)."""
     self._in_world.clear()
 
-  def word(self, min_syl: int = 2, max_syl: int = 2) -> str:
-    if not self._lexicon:
+  def word(self, min_syl: int = 2, max_syl: int = 2, slot: int = 0) -> str:
+    if not self.lexicon:
       return self._new_word(min_syl, max_syl)
-    free = [w for w in self._lexicon if w not in self._in_world]
+    free = [w for w in self._lexicon[slot] if w not in self._in_world]
     if not free:
-      raise RuntimeError(f"name lexicon of {len(self._lexicon)} words exhausted within one "
-                         "world; raise name_lexicon or use fewer entities")
+      raise RuntimeError(f"name lexicon slot {slot} ({len(self._lexicon[slot])} words) exhausted "
+                         "within one world; raise name_lexicon or use fewer entities")
     w = self._rng.choice(free)
     self._in_world.add(w)
     return w
@@ -70,7 +74,7 @@ class NamePool:
 
   @property
   def lexicon(self) -> tuple[str, ...]:
-    return tuple(self._lexicon)
+    return tuple(self._lexicon[0] + self._lexicon[1])
 
   @property
   def used(self) -> frozenset[str]:
