@@ -71,6 +71,7 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   from ragjax.models.decoder import Decoder
   from ragjax.models.hf_io import load_decoder
   policy = summary["policy"]
+  assert os.path.exists(os.path.join(summary["cold_start_policy"], "config.json"))
   tok = AutoTokenizer.from_pretrained(policy)
   ids = tok("Question: where was Kalo Venn born?\n<search>", add_special_tokens=False)["input_ids"]
   cfg, params = load_decoder(policy)

@@ -9,8 +9,9 @@
   4. GRPO with retrieval in the loop (Search-R1's recipe), keep-best on dev;
   5. evaluate on dev and on the disjoint test world: with retrieval, without, and the
      cold-start policy, by question type, with bootstrap confidence intervals;
-  6. write the table (markdown), PNG plots, a trajectory viewer page and the policy as an HF
-     directory that `python -m ragjax.evaluate` and transformers load.
+  6. write the table (markdown), PNG plots, a trajectory viewer page and the policy (and the
+     cold-start policy) as HF directories that `python -m ragjax.evaluate` and transformers
+     load.
 """
 
 from __future__ import annotations
@@ -294,6 +295,8 @@ def run(c) -> dict:
   t0 = time.perf_counter()
   sft_params, sft_hist = run_sft(c, cfg, params, rows_t, rows_l, workdir)
   mark("sft", t0)
+  from ragjax.models.hf_io import save_decoder
+  save_decoder(os.path.join(workdir, "cold_start_policy"), cfg, sft_params, tokenizer=tok)
 
   t0 = time.perf_counter()
   fingerprint = {"config": json.loads(c.to_json_best_effort())}
@@ -390,6 +393,7 @@ def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings
   policy_dir = os.path.join(workdir, "policy")
   save_decoder(policy_dir, cfg, params, tokenizer=tok)
   return {"table_markdown": os.path.join(workdir, "results.md"), "plots": plots,
-          "viewer": viewer, "policy": policy_dir, "headline": head,
+          "viewer": viewer, "policy": policy_dir,
+          "cold_start_policy": os.path.join(workdir, "cold_start_policy"), "headline": head,
           "copy_probe": {name: {f"{r}/{k}": v for (r, k), v in res.items()}
                          for name, res in (probe or {}).items()}}
