@@ -40,6 +40,9 @@ from ragjax.sampling.config import SamplerConfig
 from ragjax.sampling.sampler import Sampler
 
 
+COLD_START_DIR = "cold_start_policy"   # under the workdir, beside policy/
+
+
 def log(msg: str) -> None:
   print(f"[ragjax {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -296,7 +299,7 @@ def run(c) -> dict:
   sft_params, sft_hist = run_sft(c, cfg, params, rows_t, rows_l, workdir)
   mark("sft", t0)
   from ragjax.models.hf_io import save_decoder
-  save_decoder(os.path.join(workdir, "cold_start_policy"), cfg, sft_params, tokenizer=tok)
+  save_decoder(os.path.join(workdir, COLD_START_DIR), cfg, sft_params, tokenizer=tok)
 
   t0 = time.perf_counter()
   fingerprint = {"config": json.loads(c.to_json_best_effort())}
@@ -394,6 +397,6 @@ def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings
   save_decoder(policy_dir, cfg, params, tokenizer=tok)
   return {"table_markdown": os.path.join(workdir, "results.md"), "plots": plots,
           "viewer": viewer, "policy": policy_dir,
-          "cold_start_policy": os.path.join(workdir, "cold_start_policy"), "headline": head,
+          "cold_start_policy": os.path.join(workdir, COLD_START_DIR), "headline": head,
           "copy_probe": {name: {f"{r}/{k}": v for (r, k), v in res.items()}
                          for name, res in (probe or {}).items()}}
