@@ -33,6 +33,9 @@ class TrainBatch:
   ref_logprobs: Optional[jnp.ndarray] = None        # frozen reference, for the KL loss
   returns: Optional[jnp.ndarray] = None             # PPO critic targets
   old_values: Optional[jnp.ndarray] = None          # critic values at rollout time
+  # Gathered form (optional): each row's trained positions, padded with 0 to a bucket K, so
+  # the policy loss projects only those hidden states onto the vocabulary.
+  loss_index: Optional[jnp.ndarray] = None          # [B, K] int32
 
   @property
   def shape(self):
@@ -72,12 +75,36 @@ def last_token_index(loss_mask: np.ndarray) -> np.ndarray:
   return np.where(lm.any(axis=1), idx, -1)
 
 
+def gather_bucket(n: int, minimum: int = 16) -> int:
+  """K for a batch whose longest row trains on n tokens: powers of two (few compiles)."""
+  k = minimum
+  while k < n:
+    k *= 2
+  return k
+
+
+def trained_positions(loss_mask: np.ndarray) -> np.ndarray:
+  """[B, K] indices of each row's trained tokens, padded with 0 (position 0 is never trained,
+  so a gathered mask is 0 there)."""
+  mask = np.asarray(loss_mask) > 0
+  counts = mask.sum(axis=1)
+  k = min(gather_bucket(int(counts.max()) if counts.size else 0), mask.shape[1])
+  index = np.zeros((mask.shape[0], k), np.int32)
+  for i in range(mask.shape[0]):
+    pos = np.flatnonzero(mask[i])
+    index[i, :len(pos)] = pos
+  return index
+
+
 def make_train_batch(tokens, labels, advantages, old_logprobs, *,
                      train_on: Sequence[str] = DEFAULT_TRAIN_ON,
                      label_ids: Mapping[str, int] = LABELS,
                      behaviour_logprobs=None, ref_logprobs=None, returns=None,
-                     old_values=None) -> TrainBatch:
-  """Builds a TrainBatch from rollout arrays; `advantages` is [B] (per sequence) or [B, T]."""
+                     old_values=None, gather: bool = False) -> TrainBatch:
+  """Builds a TrainBatch from rollout arrays; `advantages` is [B] (per sequence) or [B, T].
+
+  gather=True also lists the trained positions (`loss_index`): the same loss, with less
+  vocabulary projection when the policy wrote few of a trajectory's tokens."""
   tokens = np.asarray(tokens, np.int32)
   labels = np.asarray(labels)
   if tokens.ndim != 2 or labels.shape != tokens.shape:
@@ -105,4 +132,5 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
       advantages=jnp.asarray(adv * loss_mask), old_logprobs=opt("old_logprobs", old_logprobs),
       behaviour_logprobs=opt("behaviour_logprobs", behaviour_logprobs),
       ref_logprobs=opt("ref_logprobs", ref_logprobs), returns=opt("returns", returns),
-      old_values=opt("old_values", old_values))
+      old_values=opt("old_values", old_values),
+      loss_index=jnp.asarray(trained_positions(loss_mask)) if gather else None)

@@ -36,6 +36,7 @@ class RLConfig:
   use_sampler_logprobs: bool = False  # ratio denominator from the sampler instead of re-scoring
   temperature: float = 1.0
   logprob_chunk: int = 8192           # vocab chunk for log-probs
+  gather: bool = False                # policy loss projects only the trained positions (same loss)
   ppo_epochs: int = 1
   mini_batch_size: int = 0            # trajectories per optimiser step; 0 = whole batch
   micro_batch_size: int = 0           # trajectories per gradient-accumulation slice; 0 = no split

@@ -86,7 +86,7 @@ def sequence_logprobs(cfg: DecoderConfig, params, tokens, positions=None, attent
 
 
 def logprobs_at(cfg: DecoderConfig, params, tokens, index, positions=None, attention_mask=None,
-                chunk: int = 8192):
+                chunk: int = 8192, temperature: float = 1.0):
   """log pi(tokens[b, index[b, k]] | tokens[b, :index[b, k]]) and entropy, each [B, K].
 
   Only the K chosen positions per row go through the unembedding, which is most of a
@@ -96,6 +96,8 @@ def logprobs_at(cfg: DecoderConfig, params, tokens, index, positions=None, atten
   hidden, _ = Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
                                  return_hidden=True)
   h = jnp.take_along_axis(hidden, (index - 1)[..., None], axis=1)      # [B, K, E]
+  if temperature != 1.0:
+    h = h / temperature
   targets = jnp.take_along_axis(tokens, index, axis=1)
   return chunked_logprobs(h, unembedding(cfg, params), targets, chunk=chunk,
                           compute_dtype=as_dtype(cfg.dtype))

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragjax.models.config import DecoderConfig
-from ragjax.rl.batch import DEFAULT_TRAIN_ON, LABELS, loss_mask_from_labels, positions_from_mask
+from ragjax.rl.batch import (DEFAULT_TRAIN_ON, LABELS, loss_mask_from_labels, positions_from_mask,
+                             trained_positions)
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs
 from ragjax.rl.losses import agg_denominator, aggregate
 
@@ -29,14 +30,6 @@ class SFTBatch:
   # Gathered form (optional): the trained positions of each row, padded to a bucket K.
   loss_index: Optional[jnp.ndarray] = None    # [B, K] int32, positions t >= 1
   loss_weight: Optional[jnp.ndarray] = None   # [B, K] float32, 0 on padding entries
-
-
-def gather_bucket(n: int, minimum: int = 16) -> int:
-  """K for a batch whose longest row trains on n tokens: powers of two (few compiles)."""
-  k = minimum
-  while k < n:
-    k *= 2
-  return k
 
 
 def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
@@ -62,15 +55,9 @@ def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
     context_mask[:, 0] = 0.0
     context_mask = jnp.asarray(context_mask)
   elif gather:
-    counts = (mask > 0).sum(axis=1)
-    k = gather_bucket(int(counts.max()) if counts.size else 0)
-    index = np.ones((tokens.shape[0], k), np.int32)
-    weight = np.zeros((tokens.shape[0], k), np.float32)
-    for i in range(tokens.shape[0]):
-      pos = np.flatnonzero(mask[i] > 0)
-      index[i, :len(pos)] = pos
-      weight[i, :len(pos)] = mask[i, pos]
-    index, weight = jnp.asarray(index), jnp.asarray(weight)
+    index = trained_positions(mask)
+    weight = np.take_along_axis(mask, index, axis=1)     # 0 on the padding (position 0)
+    index, weight = jnp.asarray(np.maximum(index, 1)), jnp.asarray(weight)
   return SFTBatch(tokens=jnp.asarray(tokens), positions=jnp.asarray(positions_from_mask(attn)),
                   attention_mask=jnp.asarray(attn), loss_mask=jnp.asarray(mask),
                   context_mask=context_mask, loss_index=index, loss_weight=weight)

@@ -22,7 +22,7 @@ from ragjax.parallel import shard
 from ragjax.parallel.mesh import replicated
 from ragjax.rl.batch import TrainBatch
 from ragjax.rl.config import RLConfig
-from ragjax.rl.logprobs import sequence_logprobs, sequence_values
+from ragjax.rl.logprobs import logprobs_at, sequence_logprobs, sequence_values
 from ragjax.rl.losses import (agg_denominator, aggregate, clipped_surrogate, clipped_value_loss,
                               kl_penalty)
 
@@ -49,12 +49,30 @@ def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Call
     return agg_denominator(batch.loss_mask, rl.loss_agg)
 
   def loss_fn(params, batch: TrainBatch, d):
+    if batch.loss_index is not None:
+      logp, ent = logprobs_at(model_cfg, params, batch.tokens, jnp.maximum(batch.loss_index, 1),
+                              batch.positions, batch.attention_mask, chunk=rl.logprob_chunk,
+                              temperature=rl.temperature)
+      return policy_objective(rl, logp, ent, gathered(batch), d)
     logp, ent = sequence_logprobs(model_cfg, params, batch.tokens, batch.positions,
                                   batch.attention_mask, chunk=rl.logprob_chunk,
                                   temperature=rl.temperature)
     return policy_objective(rl, logp, ent, batch, d)
 
   return loss_fn, denom
+
+
+def gathered(batch: TrainBatch) -> TrainBatch:
+  """The per-token fields at `loss_index` ([B, K]); padding entries index position 0, whose
+  loss mask is 0.  Row sums of the mask are unchanged, so every aggregation's denominator is."""
+  idx = batch.loss_index
+  take = lambda x: None if x is None else jnp.take_along_axis(x, idx, axis=1)
+  return batch.replace(tokens=take(batch.tokens), positions=take(batch.positions),
+                       attention_mask=take(batch.attention_mask), loss_mask=take(batch.loss_mask),
+                       advantages=take(batch.advantages), old_logprobs=take(batch.old_logprobs),
+                       behaviour_logprobs=take(batch.behaviour_logprobs),
+                       ref_logprobs=take(batch.ref_logprobs), returns=take(batch.returns),
+                       old_values=take(batch.old_values), loss_index=None)
 
 
 def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):

@@ -219,7 +219,7 @@ class Trainer:
     batch = make_train_batch(tokens, labels, advantages, old, train_on=self.rl.train_on,
                              behaviour_logprobs=behaviour,
                              ref_logprobs=ref if not self.rl.kl_in_reward else None,
-                             returns=returns, old_values=values)
+                             returns=returns, old_values=values, gather=self.rl.gather)
     ans = [answer_metrics(traj.response_text[i], prompts[i]["golden_answers"]) for i in range(n)]
     searches = [m.get("num_searches", len(m.get("queries", []))) for m in traj.metadata]
     stats = {"reward": float(rewards.mean()), "reward_std": float(rewards.std()),
