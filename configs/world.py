@@ -62,11 +62,12 @@ def get_config(arg: str = "default") -> ConfigDict:
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).
   # One update per rollout batch, so the sampler's own log-probs (equal to a re-scored forward
   # within 2e-4, tests/test_rollout_sampler.py) serve as the ratio's denominator: no second forward.
+  # gather: the loss projects only the policy's own tokens onto the vocabulary (same loss).
   c.rl = ConfigDict(dict(
       advantage="grpo", group_size=2 if toy else 4, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
       dual_clip=None, loss_agg="token-mean", kl_coef=0.0, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
-      use_sampler_logprobs=True, temperature=1.0, logprob_chunk=4096, ppo_epochs=1,
+      use_sampler_logprobs=True, gather=True, temperature=1.0, logprob_chunk=4096, ppo_epochs=1,
       mini_batch_size=0, micro_batch_size=0, rewards={"em": 1.0}, reward_kwargs={}))
   c.optim = ConfigDict(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                             min_lr_ratio=0.0, total_steps=2 if toy else 30, b1=0.9, b2=0.999,
