@@ -3,6 +3,8 @@
 Evaluates a policy checkpoint (an HF directory with its tokenizer, as `python -m ragjax.train`
 writes to `<workdir>/policy`) with greedy decoding and prints the same table as training:
 EM with bootstrap intervals by question type, with retrieval and with retrieval disabled.
+`--samples K --temperature T` adds sampled pass@1 and pass@K rows (how much an RL update
+could still sharpen).
 
 * World datasets (default): the config's world is regenerated (deterministic from its seed)
   and its index opened from `<workdir>/index` (built if missing).
@@ -17,7 +19,8 @@ import argparse
 import os
 import sys
 
-from ragjax.recipes.world import NullRetriever, evaluate_system, log, results_table
+from ragjax.recipes.world import (NullRetriever, evaluate_system, log, results_table,
+                                  sample_system)
 
 
 def _load_config(path: str):
@@ -64,7 +67,12 @@ def main(argv=None) -> int:
   p.add_argument("--url", default=None, help="Search-R1 retrieval server URL instead of --index")
   p.add_argument("--limit", type=int, default=0, help="evaluate the first N questions only")
   p.add_argument("--workdir", default=None, help="override the config's workdir")
+  p.add_argument("--samples", type=int, default=0,
+                 help="also sample this many rollouts per question: pass@1 and pass@k rows")
+  p.add_argument("--temperature", type=float, default=1.0, help="temperature for --samples")
   args = p.parse_args(argv)
+  if args.samples < 0 or (args.samples and args.temperature <= 0):
+    p.error("--samples must be >= 0 and --temperature > 0")
 
   from ragjax.models.hf_io import load_decoder, load_tokenizer
   c = _load_config(args.config)
@@ -100,6 +108,9 @@ def main(argv=None) -> int:
   results = [evaluate_system(c, "policy + retrieval", cfg, params, tok, retriever, examples, split),
              evaluate_system(c, "policy, no retrieval", cfg, params, tok, NullRetriever(),
                              examples, split)]
+  if args.samples:
+    results += sample_system(c, "policy + retrieval", cfg, params, tok, retriever, examples,
+                             split, samples=args.samples, temperature=args.temperature)
   table, _ = results_table(results)
   print(table)
   return 0

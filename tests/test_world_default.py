@@ -79,3 +79,22 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   with torch.no_grad():
     ref = AutoModelForCausalLM.from_pretrained(policy).eval()(torch.tensor([ids])).logits.numpy()
   assert np.abs(np.asarray(ours) - ref).max() < 1e-4
+
+  # The evaluate command on the exported policy, with sampled pass@1 / pass@k rows.
+  proc = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
+                         "--config=configs/world.py:toy", f"--workdir={work}", "--limit=6",
+                         "--samples=3", "--temperature=0.7"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  rows = {line.split(" | ")[1]: line for line in proc.stdout.splitlines()
+          if line.startswith("| test |")}
+  assert set(rows) == {"policy + retrieval", "policy, no retrieval",
+                       "policy + retrieval, pass@1 (T=0.7, 3 samples)",
+                       "policy + retrieval, pass@3 (T=0.7, 3 samples)"}, rows
+  mean = lambda row: float(row.split(" | ")[2].split(" ")[0])
+  assert (mean(rows["policy + retrieval, pass@3 (T=0.7, 3 samples)"])
+          >= mean(rows["policy + retrieval, pass@1 (T=0.7, 3 samples)"]))
+  bad = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
+                        "--samples=2", "--temperature=0"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 2 and "--temperature > 0" in bad.stderr

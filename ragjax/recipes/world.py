@@ -239,6 +239,37 @@ def evaluate_system(c, name: str, cfg, params, tok, retriever, examples, split: 
   return SystemResult(name, split, em, qtypes, searches, batches, responses)
 
 
+def sample_system(c, name: str, cfg, params, tok, retriever, examples, split: str, *,
+                  samples: int, temperature: float, seed: int = 1
+                  ) -> tuple[SystemResult, SystemResult]:
+  """Sampled rollouts, `samples` per question at `temperature`: (pass@1, pass@k) results.
+
+  pass@1 is each question's success rate, pass@k whether any sample succeeded.  Their gap
+  over greedy EM is what RL can still sharpen (reward-weighted updates move probability
+  toward answers the policy already samples)."""
+  c = c.copy_and_resolve_references()
+  c.sampler.temperature = float(temperature)
+  engine = make_engine(c, cfg, params, tok, retriever, greedy=False)
+  per_chunk = max(1, c.eval.batch_size // samples)
+  wins = np.zeros((len(examples), samples))
+  searches, batches = [], []
+  for s in range(0, len(examples), per_chunk):
+    exs = list(examples[s:s + per_chunk])
+    padded = exs + [exs[0]] * (per_chunk - len(exs))     # keep one batch shape
+    batch = engine.run([e.question for e in padded], samples_per_prompt=samples, seed=seed + s)
+    batches.append(batch)
+    for r, row in enumerate(batch.meta.rows[:len(exs) * samples]):
+      q, j = divmod(r, samples)
+      wins[s + q, j] = answer_metrics(row.response_text, exs[q].golden_answers)["em"]
+      searches.append(row.num_searches)
+  qtypes = [e.metadata.get("qtype", "other") for e in examples]
+  tag = f"T={temperature:g}, {samples} samples"
+  return (SystemResult(f"{name}, pass@1 ({tag})", split, list(wins.mean(1)), qtypes, searches,
+                       batches, []),
+          SystemResult(f"{name}, pass@{samples} ({tag})", split, list(wins.max(1)), qtypes,
+                       searches, batches, []))
+
+
 def results_table(results: Sequence[SystemResult]) -> tuple[str, list[dict]]:
   from ragjax.report.table import em_by_type, markdown_table
   rows = []
