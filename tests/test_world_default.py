@@ -69,11 +69,17 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   from transformers import AutoModelForCausalLM, AutoTokenizer
 
   from ragjax.models.decoder import Decoder
-  from ragjax.models.hf_io import load_decoder
+  from ragjax.models.hf_io import load_decoder, load_tokenizer
   policy = summary["policy"]
   assert os.path.exists(os.path.join(summary["cold_start_policy"], "config.json"))
-  tok = AutoTokenizer.from_pretrained(policy)
-  ids = tok("Question: where was Kalo Venn born?\n<search>", add_special_tokens=False)["input_ids"]
+  # The exported tokenizer gives the ids the policy was trained on (years in digit pairs);
+  # AutoTokenizer on the policy directory would build Qwen2Tokenizer and split digits singly.
+  tok = load_tokenizer(policy)
+  text = "Question: When was Kalo Venn born?\n<search> Kalo Venn </search>\n\nborn in 1808.\n"
+  trained = AutoTokenizer.from_pretrained(os.path.join(work, "tokenizer"))
+  ids = tok(text, add_special_tokens=False)["input_ids"]
+  assert ids == trained(text, add_special_tokens=False)["input_ids"]
+  assert type(tok).__name__ == "TokenizersBackend"
   cfg, params = load_decoder(policy)
   ours, _ = Decoder(cfg).apply({"params": params}, np.asarray([ids], np.int32))
   with torch.no_grad():

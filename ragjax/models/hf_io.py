@@ -231,7 +231,23 @@ def save_decoder(out_dir: str, cfg: DecoderConfig, params: dict, *, dtype=None,
     tokenizer.save_pretrained(out_dir)
 
 
+# tokenizer_config classes that mean "exactly what tokenizer.json says".
+_FILE_DEFINED_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
 def load_tokenizer(model_dir: str):
-  """The checkpoint's own tokenizer, via transformers (no hub access)."""
-  from transformers import AutoTokenizer
+  """The checkpoint's own tokenizer, via transformers (no hub access).
+
+  A directory whose tokenizer_config declares a plain tokenizers-file class (ragjax's world
+  tokenizer, exported next to a policy) is loaded as that class: AutoTokenizer would see the
+  qwen2 config.json and build Qwen2Tokenizer, which replaces the file's pre-tokenizer with
+  Qwen2's (digits one by one), silently changing the token ids the policy was trained on."""
+  from transformers import AutoTokenizer, PreTrainedTokenizerFast
+  declared = None
+  path = os.path.join(model_dir, "tokenizer_config.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      declared = json.load(f).get("tokenizer_class")
+  if declared in _FILE_DEFINED_TOKENIZERS:
+    return PreTrainedTokenizerFast.from_pretrained(model_dir, local_files_only=True)
   return AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
