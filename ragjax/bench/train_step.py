@@ -1,6 +1,11 @@
 """Policy-update throughput: tokens/s and MFU of the jitted GRPO train step for a preset.
 
   python -m ragjax.bench.train_step --preset tiny --seq 256 [--batch 8] [--micro 1] [--steps 5]
+  python -m ragjax.bench.train_step --preset tiny --seq 352 --batch 64 --policy-tokens 24 --gather
+
+`--policy-tokens N` trains N tokens per row (the rest is prompt and documents, as in a search
+trajectory); `--gather` also times the step with `rl.gather` (only trained positions go
+through the unembedding) on the same batch and reports the speed-up over the dense step.
 
 Model FLOPs per token = 6 * N_matmul + 12 * L * H * D * T (attention, PaLM convention), where
 N_matmul counts the unembedding once and not the input lookup.  The reference measured in the
@@ -21,7 +26,7 @@ import numpy as np
 from ragjax.models.decoder import init_params
 from ragjax.models.presets import get_preset
 from ragjax.parallel.mesh import make_mesh
-from ragjax.rl.batch import TrainBatch
+from ragjax.rl.batch import TrainBatch, trained_positions
 from ragjax.rl.config import OptimConfig, RLConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
@@ -65,6 +70,9 @@ def main(argv=None):
   ap.add_argument("--remat", action="store_true")
   ap.add_argument("--scan", action="store_true")
   ap.add_argument("--chunk", type=int, default=8192)
+  ap.add_argument("--policy-tokens", type=int, default=0,
+                  help="trained tokens per row (0: 5/8 of the row, prompt and one block masked)")
+  ap.add_argument("--gather", action="store_true", help="also time the gathered policy loss")
   args = ap.parse_args(argv)
 
   on_accel = jax.default_backend() != "cpu"
@@ -82,28 +90,49 @@ def main(argv=None):
   rng = np.random.default_rng(0)
   t = args.seq
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, t)), jnp.int32)
-  mask = np.ones((b, t), np.float32)
-  mask[:, : t // 4] = 0                                  # prompt
-  mask[:, t // 2: t // 2 + t // 8] = 0                   # a retrieved block
+  if args.policy_tokens:
+    if not 0 < args.policy_tokens < t:
+      ap.error(f"--policy-tokens must be in (0, {t})")
+    mask = np.zeros((b, t), np.float32)
+    half = args.policy_tokens // 2                      # a query early, an answer at the end
+    mask[:, t // 8: t // 8 + half] = 1
+    mask[:, t - (args.policy_tokens - half):] = 1
+  else:
+    mask = np.ones((b, t), np.float32)
+    mask[:, : t // 4] = 0                                  # prompt
+    mask[:, t // 2: t // 2 + t // 8] = 0                   # a retrieved block
   f32 = lambda x: jnp.asarray(x, jnp.float32)
   batch = TrainBatch(tokens=tokens, positions=jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)),
                      attention_mask=jnp.ones((b, t), jnp.int32), loss_mask=f32(mask),
                      advantages=f32(rng.normal(size=(b, 1)) * mask),
                      old_logprobs=f32(np.full((b, t), -8.0)), ref_logprobs=f32(np.full((b, t), -8.0)))
-  batch = jax.device_put(batch, batch_shardings(batch, mesh))
   loss_fn, denom = policy_loss_fn(cfg, rl)
-  step = jit_update(make_update(loss_fn, denom, opt, args.micro), state, batch, mesh)
-  t0 = time.perf_counter()
-  state, m = step(state, batch)
-  jax.block_until_ready(m)
-  compile_s = time.perf_counter() - t0
-  times = []
-  for _ in range(args.steps):
+  update = make_update(loss_fn, denom, opt, args.micro)
+
+  def timed(state, batch):
+    """(state, first-step metrics, compile s, median step s over args.steps more steps)."""
+    batch = jax.device_put(batch, batch_shardings(batch, mesh))
+    step = jit_update(update, state, batch, mesh)
     t0 = time.perf_counter()
     state, m = step(state, batch)
     jax.block_until_ready(m)
-    times.append(time.perf_counter() - t0)
-  sec = float(np.median(times))
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(args.steps):
+      t0 = time.perf_counter()
+      state, _ = step(state, batch)
+      jax.block_until_ready(state.step)
+      times.append(time.perf_counter() - t0)
+    return state, m, compile_s, float(np.median(times))
+
+  extra = {}
+  if args.gather:
+    g_batch = batch.replace(loss_index=jnp.asarray(trained_positions(mask)))
+    state, _, _, g_sec = timed(state, g_batch)
+    extra = {"gather_step_s": round(g_sec, 4), "gather_K": int(g_batch.loss_index.shape[1])}
+  state, m, compile_s, sec = timed(state, batch)
+  if args.gather:
+    extra["gather_speedup"] = round(sec / extra["gather_step_s"], 3)
   tokens_per_s = b * t / sec
   achieved = model_flops_per_token(cfg, t) * tokens_per_s
   peak_dtype = jnp.bfloat16 if on_accel else jnp.float32
@@ -118,7 +147,8 @@ def main(argv=None):
          "mfu_vs_measured_peak": round(achieved / peak_measured, 4),
          "published_peak_tflops": None if published is None else published / 1e12,
          "mfu_vs_published_peak": None if published is None else round(achieved / (published * ndev), 4),
-         "loss_finite": bool(np.isfinite(float(m["loss"])))}
+         "policy_tokens_per_row": int(mask[0].sum()),
+         "loss_finite": bool(np.isfinite(float(m["loss"]))), **extra}
   print(json.dumps(out))
 
 
