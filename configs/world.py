@@ -4,26 +4,26 @@
   python -m ragjax.train --config=configs/world.py:toy    # a smoke run of a couple of minutes
   python -m ragjax.train --config.rl.kl_coef=0.001        # any field can be overridden
 
-Sizes were chosen so the whole run fits in about ten minutes on two CPU cores (see
-BENCHMARKS.md); every knob is here, none is hidden in code.
+Sizes were chosen so the whole run fits in about fifteen minutes on two CPU cores (see
+BENCHMARKS.md); every knob is here, none is hidden in code.  The schema and its other
+defaults are in configs/common.py.
 """
 
-from ml_collections import ConfigDict
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 
 
-def get_config(arg: str = "default") -> ConfigDict:
+def get_config(arg: str = "default"):
   arg = (arg or "default").lower()
   if arg not in ("default", "toy"):
     raise ValueError(f"unknown config argument {arg!r}; use 'default' or 'toy'")
   toy = arg == "toy"
-  c = ConfigDict()
+  c = common.get_config()
   c.recipe = "world"
-  c.seed = 0
   c.workdir = "runs/world-toy" if toy else "runs/world"
-  c.progress = True
-  c.keep_best = True
-  # Trajectories are padded to one of these widths (few shapes -> few compiles).
-  c.train_widths = (160, 256, 352, 512)
 
   # Many small training worlds: a policy trained from scratch memorises the names of a few
   # worlds instead of learning to copy them (see BENCHMARKS.md); short passages keep the
@@ -31,53 +31,53 @@ def get_config(arg: str = "default") -> ConfigDict:
   # entities, facts and full names built from one stock of name words, one token each, which
   # a small policy can copy; with all-new words (0) it would need an induction head it does
   # not grow in this budget (bench.copy_task).
-  c.world = ConfigDict(dict(
+  c.world.update(dict(
       seed=0, train_worlds=1 if toy else 16, num_train=64 if toy else 4000,
       num_dev=16 if toy else 100, num_test=16 if toy else 200,
       num_people=30 if toy else 40, num_places=10 if toy else 12, num_orgs=8 if toy else 10,
       num_works=12 if toy else 20, retry_groups=6 if toy else 8, min_passage_words=12,
       name_lexicon=200 if toy else 300))
-  c.tokenizer = ConfigDict(dict(vocab_size=1024 if toy else 2048, syllables=False,
-                                digit_pairs=True))
-  c.retrieval = ConfigDict(dict(backend="scann", encoder_dir="", cache_size=4096))
+  c.tokenizer.update(dict(vocab_size=1024 if toy else 2048, syllables=False, digit_pairs=True))
+  c.retriever.update(dict(backend="scann", encoder_dir="", cache_size=4096))
 
   # A ~0.5M-parameter Qwen2-style policy, trained from scratch.
-  c.model = ConfigDict(dict(hidden_size=32 if toy else 96, intermediate_size=64 if toy else 256,
-                            num_layers=1 if toy else 3, num_heads=2 if toy else 4,
-                            num_kv_heads=1 if toy else 2, head_dim=16 if toy else 24,
-                            rope_theta=10000.0))
-  c.protocol = ConfigDict(dict(name="world", top_k=2, max_turns=3, obs_max_tokens=160))
-  c.sampler = ConfigDict(dict(max_cache_length=512, max_new_tokens=24, temperature=1.0,
-                              prompt_buckets=(32, 64), extend_buckets=(16, 32, 64, 128, 192)))
-  c.rollout = ConfigDict(dict(max_response_tokens=448))
+  c.model.update(dict(hidden_size=32 if toy else 96, intermediate_size=64 if toy else 256,
+                      num_layers=1 if toy else 3, num_heads=2 if toy else 4,
+                      num_kv_heads=1 if toy else 2, head_dim=16 if toy else 24,
+                      rope_theta=10000.0))
+  c.protocol.update(dict(name="world", top_k=2, max_turns=3, obs_max_tokens=160))
+  c.sampler.update(dict(max_cache_length=512, max_new_tokens=24, temperature=1.0,
+                        prompt_buckets=(32, 64), extend_buckets=(16, 32, 64, 128, 192)))
+  # Trajectories are padded to one of these widths (few shapes -> few compiles).
+  c.rollout.update(dict(max_response_tokens=448, widths=(160, 256, 352, 512), chat=False))
 
-  # Cold start: SFT on teacher-forced search traces (R3-RAG's recipe).
+  # Cold start: SFT on teacher-forced search traces (R3-RAG's recipe; see ragjax.data.world_traces).
   # context_weight: language modelling of the prompt and documents too (the from-scratch
   # policy has never read text; the documents' repeated names teach it to copy).
-  c.sft = ConfigDict(dict(steps=4 if toy else 500, batch_size=8 if toy else 32, lr=5e-3,
-                          warmup_steps=1 if toy else 40, min_lr_ratio=0.1, weight_decay=0.01,
-                          wasted_query_rate=0.15, gather=True, context_weight=0.5, trace_chunk=64 if toy else 500,
-                          log_every=1 if toy else 10))
+  c.sft.update(dict(steps=4 if toy else 500, batch_size=8 if toy else 32, lr=5e-3,
+                    warmup_steps=1 if toy else 40, min_lr_ratio=0.1, weight_decay=0.01,
+                    gather=True, context_weight=0.5, log_every=1 if toy else 10))
+  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, chunk=64 if toy else 500))
 
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).
   # One update per rollout batch, so the sampler's own log-probs (equal to a re-scored forward
-  # within 2e-4, tests/test_rollout_sampler.py) serve as the ratio's denominator: no second forward.
-  # gather: the loss projects only the policy's own tokens onto the vocabulary (same loss).
-  c.rl = ConfigDict(dict(
+  # within 2e-4, tests/test_rollout_sampler.py) serve as the ratio's denominator: no second
+  # forward.  gather: the loss projects only the policy's own tokens onto the vocabulary.
+  c.rl.update(dict(
       advantage="grpo", group_size=2 if toy else 4, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
-      dual_clip=None, loss_agg="token-mean", kl_coef=0.0, kl_estimator="k3", kl_in_reward=False,
+      loss_agg="token-mean", kl_coef=0.0, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
       use_sampler_logprobs=True, gather=True, temperature=1.0, logprob_chunk=4096, ppo_epochs=1,
-      mini_batch_size=0, micro_batch_size=0, rewards={"em": 1.0}, reward_kwargs={}))
-  c.optim = ConfigDict(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
-                            min_lr_ratio=0.0, total_steps=2 if toy else 30, b1=0.9, b2=0.999,
-                            eps=1e-8, weight_decay=0.0, grad_clip=1.0))
-  c.trainer = ConfigDict(dict(
-      seed=0, num_steps=2 if toy else 30, batch_prompts=4 if toy else 16,
-      eval_every=1 if toy else 10, eval_prompts=16 if toy else 100, save_every=1 if toy else 10,
-      max_to_keep=1, keep_best_metric="dev/em", workdir="",  # "" = <workdir>/grpo
-      progress=True, tensorboard=True))
-  c.eval = ConfigDict(dict(batch_size=16 if toy else 100, max_questions=0))
+      mini_batch_size=0, micro_batch_size=0, reward_kwargs={}))
+  c.rl.rewards = {"em": 1.0}
+  c.optim.update(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
+                      min_lr_ratio=0.0, total_steps=2 if toy else 30, b1=0.9, b2=0.999,
+                      eps=1e-8, weight_decay=0.0, grad_clip=1.0))
+  c.trainer.update(dict(
+      num_steps=2 if toy else 30, batch_prompts=4 if toy else 16, eval_every=1 if toy else 10,
+      eval_prompts=16 if toy else 100, save_every=1 if toy else 10, max_to_keep=1,
+      keep_best_metric="dev/em", keep_best=True, tensorboard=True))
+  c.eval.update(dict(batch_size=16 if toy else 100, max_questions=0))
   # Copy-or-memorise probe: teacher-forced NLL on this many train- and test-world traces.
-  c.probe = ConfigDict(dict(traces=16 if toy else 128))
+  c.probe = common.ConfigDict(dict(traces=16 if toy else 128))
   return c

@@ -1,120 +1,63 @@
-"""`python -m ragjax.evaluate --checkpoint DIR [--config FILE] [--split test] [--data F] [--index D]`
+"""`python -m ragjax.evaluate --checkpoint DIR [--config=FILE[:ARG]] [--config.FIELD=V ...]`
 
 Evaluates a policy checkpoint (an HF directory with its tokenizer, as `python -m ragjax.train`
-writes to `<workdir>/policy`) with greedy decoding and prints the same table as training:
-EM with bootstrap intervals by question type, with retrieval and with retrieval disabled.
-`--samples K --temperature T` adds sampled pass@1 and pass@K rows (how much an RL update
-could still sharpen).
+writes to `<workdir>/policy`) under any recipe's config (the same `--config` and overrides as
+training: protocol, sampler, data, retriever), with greedy decoding, and prints EM with
+bootstrap intervals by question type, with retrieval and with retrieval disabled.
+`--samples K --temperature T` adds sampled pass@1 and pass@K rows (how much an RL update could
+still sharpen).
 
-* World datasets (default): the config's world is regenerated (deterministic from its seed)
-  and its index opened from `<workdir>/index` (built if missing).
-* Any other dataset the data package reads: `--data FILE` (FlashRAG jsonl, verl parquet,
-  HotpotQA / 2Wiki / MuSiQue raw json) with `--index DIR` (an index built by
-  `python -m ragjax.retrieval.build`) or `--url` of a Search-R1 retrieval server.
+* The config's data: the synthetic world is regenerated from its seed under
+  `--config.workdir` (index reused or built there); question files come from `data.*_files`.
+* `--data FILE` (FlashRAG jsonl, verl parquet, HotpotQA / 2Wiki / MuSiQue raw json) with
+  `--index DIR` (from `python -m ragjax.retrieval.build`) or `--url` of a Search-R1 server.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from ragjax.recipes.world import (NullRetriever, evaluate_system, log, results_table,
-                                  sample_system)
+from absl import app, flags
+from ml_collections import config_flags
+
+from ragjax.recipes import DEFAULT_CONFIG
+
+config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
+                                lock_config=True)
+flags.DEFINE_string("checkpoint", None, "HF policy directory (with tokenizer)")
+flags.DEFINE_string("split", "test", "split of the config's data: train | dev | test")
+flags.DEFINE_string("data", None, "a question file instead of the config's split")
+flags.DEFINE_enum("format", None, ["flashrag", "verl", "hotpotqa", "2wiki", "musique"],
+                  "format of --data (default: from its extension)")
+flags.DEFINE_string("index", None, "retrieval index directory (overrides the config's)")
+flags.DEFINE_string("url", None, "Search-R1 retrieval server URL (overrides the config's)")
+flags.DEFINE_integer("limit", 0, "evaluate the first N questions only (0 = all)", lower_bound=0)
+flags.DEFINE_integer("samples", 0, "also sample this many rollouts per question: pass@1 and "
+                     "pass@k rows", lower_bound=0)
+flags.DEFINE_float("temperature", 1.0, "temperature for --samples")
+flags.mark_flag_as_required("checkpoint")
 
 
-def _load_config(path: str):
-  """An ml-collections config file, with an optional `:arg`."""
-  import importlib.util
-  file, _, arg = path.partition(":")
-  spec = importlib.util.spec_from_file_location("ragjax_eval_config", file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
-READERS = {
-    "flashrag": ("ragjax.data.flashrag", "read_flashrag"),
-    "verl": ("ragjax.data.verl", "read_verl"),
-    "hotpotqa": ("ragjax.data.hotpotqa", "read_hotpotqa"),
-    "2wiki": ("ragjax.data.twowiki", "read_twowiki"),
-    "musique": ("ragjax.data.musique", "read_musique"),
-}
-
-
-def _read_examples(path: str, fmt: str | None):
-  """Questions from a dataset file; the format comes from --format or the file extension."""
-  import importlib
-  if fmt is None:
-    fmt = {".jsonl": "flashrag", ".parquet": "verl"}.get(os.path.splitext(path)[1])
-    if fmt is None:
-      raise ValueError(f"{path}: pass --format, one of {sorted(READERS)}")
-  if fmt not in READERS:
-    raise ValueError(f"unknown --format {fmt!r}; known: {sorted(READERS)}")
-  module, fn = READERS[fmt]
-  return list(getattr(importlib.import_module(module), fn)(path))
-
-
-def main(argv=None) -> int:
-  from ragjax.train import DEFAULT_CONFIG
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--checkpoint", required=True, help="HF policy directory (with tokenizer)")
-  p.add_argument("--config", default=DEFAULT_CONFIG, help="config file[:arg] (rollout settings)")
-  p.add_argument("--split", default="test", help="world split: train | dev | test")
-  p.add_argument("--data", default=None, help="a dataset file instead of the world")
-  p.add_argument("--format", default=None, choices=sorted(READERS), help="format of --data")
-  p.add_argument("--index", default=None, help="retrieval index directory")
-  p.add_argument("--url", default=None, help="Search-R1 retrieval server URL instead of --index")
-  p.add_argument("--limit", type=int, default=0, help="evaluate the first N questions only")
-  p.add_argument("--workdir", default=None, help="override the config's workdir")
-  p.add_argument("--samples", type=int, default=0,
-                 help="also sample this many rollouts per question: pass@1 and pass@k rows")
-  p.add_argument("--temperature", type=float, default=1.0, help="temperature for --samples")
-  args = p.parse_args(argv)
-  if args.samples < 0 or (args.samples and args.temperature <= 0):
-    p.error("--samples must be >= 0 and --temperature > 0")
-
-  from ragjax.models.hf_io import load_decoder, load_tokenizer
-  c = _load_config(args.config)
-  if args.workdir:
-    c.workdir = args.workdir
-  cfg, params = load_decoder(args.checkpoint)
-  tok = load_tokenizer(args.checkpoint)
-  if args.data:
-    examples = _read_examples(args.data, args.format)
-    split = os.path.basename(args.data)
-  else:
-    from ragjax.data.world import generate_world
-    from ragjax.recipes.world import world_config
-    examples = generate_world(world_config(c)).questions[args.split]
-    split = args.split
-  if args.limit:
-    examples = examples[:args.limit]
-  if args.url:
-    from ragjax.retrieval import SearchClient
-    retriever = SearchClient(args.url)
-  elif args.index:
-    from ragjax.retrieval import open_index
-    retriever = open_index(args.index)
-  elif not args.data:
-    from ragjax.data.world import generate_world, write_flashrag
-    from ragjax.recipes.world import build_retriever, world_config
-    world = generate_world(world_config(c))
-    paths = write_flashrag(world, os.path.join(os.path.abspath(c.workdir), "world"))
-    retriever = build_retriever(c, paths["corpus"], os.path.abspath(c.workdir))
-  else:
-    p.error("--data needs --index or --url")
-  log(f"evaluating {args.checkpoint} on {len(examples)} questions of {split}")
-  results = [evaluate_system(c, "policy + retrieval", cfg, params, tok, retriever, examples, split),
-             evaluate_system(c, "policy, no retrieval", cfg, params, tok, NullRetriever(),
-                             examples, split)]
-  if args.samples:
-    results += sample_system(c, "policy + retrieval", cfg, params, tok, retriever, examples,
-                             split, samples=args.samples, temperature=args.temperature)
-  table, _ = results_table(results)
-  print(table)
-  return 0
+def main(argv):
+  from absl import logging
+  logging.set_verbosity(logging.WARNING)
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
+  f = flags.FLAGS
+  if f.samples and f.temperature <= 0:
+    raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
+  if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
+    raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
+                         "in the config)", exitcode=2)
+  from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
+  qtypes = None
+  if f.config.data.source == "world" and not f.data:
+    from ragjax.data.world import QTYPES
+    qtypes = QTYPES
+  print(evaluate_checkpoint(f.config, EvalOptions(
+      checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format, index=f.index,
+      url=f.url, limit=f.limit, samples=f.samples, temperature=f.temperature), qtypes))
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(app.run(main))

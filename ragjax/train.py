@@ -2,23 +2,38 @@
 
 With no arguments: the embedded default (`configs/world.py`), which learns to search in a
 synthetic world on one CPU machine.  Any config field can be overridden on the command line;
-`--gin_file` binds user-supplied components (a custom reward, retriever or protocol).
+`--gin_file` binds user-supplied components (a custom reward, hook or protocol).  The config's
+`recipe` names the module that runs it: `ragjax.recipes.<recipe>.run(config)`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CONFIG = os.path.join(_REPO, "configs", "world.py")
+from ragjax.recipes import DEFAULT_CONFIG
 
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
                                 lock_config=True)
 flags.DEFINE_multi_string("gin_file", [], "gin files binding user components")
+
+
+def recipe_module(config):
+  name = config.get("recipe", None)
+  try:
+    return importlib.import_module(f"ragjax.recipes.{name}")
+  except ModuleNotFoundError as e:
+    if e.name != f"ragjax.recipes.{name}":
+      raise
+    from ragjax import recipes
+    known = sorted(m[:-3] for m in os.listdir(os.path.dirname(recipes.__file__))
+                   if m.endswith(".py") and m not in ("__init__.py", "components.py"))
+    raise ValueError(f"config recipe {name!r} has no module ragjax/recipes/{name}.py; "
+                     f"known: {known}") from None
 
 
 def run(config) -> dict:
@@ -27,14 +42,7 @@ def run(config) -> dict:
   for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
     import gin
     gin.parse_config_file(path)
-  recipe = config.get("recipe", None) or config.get("method", None)
-  if recipe == "world":
-    from ragjax.recipes.world import run as run_world
-    return run_world(config)
-  if recipe == "search_r1":
-    from ragjax.recipes.search_r1 import run as run_search_r1
-    return run_search_r1(config)
-  raise ValueError(f"config recipe/method {recipe!r} has no runner; known: 'world', 'search_r1'")
+  return recipe_module(config).run(config)
 
 
 def main(argv):

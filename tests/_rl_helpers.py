@@ -6,7 +6,8 @@ import numpy as np
 
 from ragjax.models.decoder import init_params
 from ragjax.models.presets import get_preset
-from ragjax.rl.batch import LABELS, make_train_batch
+from ragjax.rl.batch import make_train_batch
+from ragjax.rollout.labels import Source
 from ragjax.rl.logprobs import sequence_logprobs
 
 
@@ -20,14 +21,14 @@ def tiny_params(seed: int = 0):
 
 def random_labels(rng: np.random.Generator, b: int, t: int) -> np.ndarray:
   """Prompt prefix, then policy text with one retrieved block, then right padding."""
-  labels = np.full((b, t), LABELS["padding"], np.int32)
+  labels = np.full((b, t), Source.PAD, np.int32)
   for i in range(b):
     p = rng.integers(2, 4)
     end = rng.integers(t - 3, t + 1)
-    labels[i, :p] = LABELS["prompt"]
-    labels[i, p:end] = LABELS["policy"]
+    labels[i, :p] = Source.PROMPT
+    labels[i, p:end] = Source.POLICY
     r0 = rng.integers(p + 1, end - 3)
-    labels[i, r0:r0 + 2] = LABELS["retrieved"]
+    labels[i, r0:r0 + 2] = Source.RETRIEVED
   return labels
 
 
@@ -35,7 +36,7 @@ def random_rl_batch(cfg, params, b=8, t=16, seed=0, with_ref=True):
   rng = np.random.default_rng(seed)
   tokens = rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32)
   labels = random_labels(rng, b, t)
-  attn = (labels != LABELS["padding"]).astype(np.int32)
+  attn = (labels != Source.PAD).astype(np.int32)
   pos = np.maximum(np.cumsum(attn, 1) - 1, 0)
   score = jax.jit(lambda p, t, q, a: sequence_logprobs(cfg, p, t, q, a)[0])
   old = score(params, jnp.asarray(tokens), jnp.asarray(pos), jnp.asarray(attn))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import tempfile
-import types
 
 import numpy as np
 
@@ -98,7 +97,7 @@ def slot_logprob(slot: int) -> float:
 
 
 class ScriptedPolicy:
-  """The `ragjax.sampling.Sampler` API over forced text: row r emits `scripts[r][i]` on its
+  """A `ragjax.rollout.policy.Policy` over forced text: row r emits `scripts[r][i]` on its
   i-th decode.  Like the real sampler it stops right after the token that completes a stop
   string, on eos, at the per-turn budget, or when the cache is full."""
 
@@ -108,11 +107,14 @@ class ScriptedPolicy:
     self.stop_strings = tuple(stop_strings)
     self.max_new_tokens, self.cache_length = max_new_tokens, cache_length
     self.eos_ids = (tok.convert_tokens_to_ids("<|im_end|>"),)
-    # what the engine reads off a real Sampler's config; small extend buckets make long
-    # observations go in several extend calls, as with the real sampler
-    self.config = types.SimpleNamespace(stop_strings=self.stop_strings, extend_buckets=(16, 64))
+    # a small extend limit makes long observations go in several extend calls, as with the
+    # real sampler's buckets
+    self.max_extend = 64
     self.calls = {"prefill": 0, "decode": 0, "extend": 0, "set_done": 0, "clone_rows": 0,
                   "truncate": 0}
+
+  def set_params(self, params):
+    """Scripted text has no weights."""
 
   def prefill(self, prompts, samples_per_prompt=1, seed=0):
     self.calls["prefill"] += 1
@@ -164,7 +166,7 @@ class ScriptedPolicy:
     for r, ids in zip(rows, token_lists):
       if not ids:
         raise ValueError(f"extend: token list for row {r} is empty")
-      if len(ids) > self.config.extend_buckets[-1]:
+      if len(ids) > self.max_extend:
         raise ValueError(f"extend: {len(ids)} tokens exceed the largest bucket")
       if len(state.histories[r]) + len(ids) > state.cache_length:
         raise ValueError(f"extend: row {r} would exceed the cache")
@@ -203,13 +205,12 @@ def check_alignment(batch, policy_state=None):
   t = batch.traj
   n, width = np.asarray(t.tokens).shape
   assert np.asarray(t.labels).shape == (n, width)
-  assert np.asarray(t.loss_mask).shape == (n, width)
   assert np.asarray(t.sampler_logprobs).shape == (n, width)
   assert np.asarray(t.turn).shape == (n, width)
-  labels, mask = np.asarray(t.labels), np.asarray(t.loss_mask)
+  labels, mask = np.asarray(t.labels), t.loss_mask(("policy", "injected"))
   for src in (Source.RETRIEVED, Source.ENV, Source.PROMPT, Source.PAD):
     assert not mask[labels == src].any(), src.name
-  assert (mask[labels == Source.POLICY] == 1).all()
+  assert (mask[:, 1:][labels[:, 1:] == Source.POLICY] == 1).all()
   for i in range(n):
     k = int(t.lengths[i])
     assert (labels[i, k:] == Source.PAD).all()

@@ -90,8 +90,9 @@ def test_syllable_split_cuts_unseen_names_like_the_training_names():
   into one familiar piece per syllable, as many pieces as training names get; the plain BPE
   splits them into more, rarer pieces.  Lower-case words stay whole; text round-trips."""
   from configs.world import get_config
-  from ragjax.recipes.world import world_config
-  world = generate_world(dataclasses.replace(world_config(get_config()), name_lexicon=0))
+  from ragjax.typed_config import from_dict
+  world = generate_world(dataclasses.replace(from_dict(WorldConfig, get_config().world),
+                                             name_lexicon=0))
   tok = train_world_tokenizer(None, world=world, vocab_size=2048, syllables=True)
   plain = train_world_tokenizer(None, world=world, vocab_size=2048)
   pre = tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Where was Brakotel Sumo born in 1850?")
@@ -127,8 +128,8 @@ def test_digit_pairs_make_every_year_two_tokens():
   whatever its frequency, so every year answer is the same two kinds of token; the plain BPE
   merges frequent years whole and splits rare ones unevenly.  Text still round-trips."""
   from configs.world import get_config
-  from ragjax.recipes.world import world_config
-  world = generate_world(world_config(get_config()))
+  from ragjax.typed_config import from_dict
+  world = generate_world(from_dict(WorldConfig, get_config().world))
   tok = train_world_tokenizer(None, world=world, vocab_size=2048, digit_pairs=True)
   plain = train_world_tokenizer(None, world=world, vocab_size=2048)
 

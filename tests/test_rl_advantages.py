@@ -65,7 +65,7 @@ def test_outcome_dispatch_broadcasts_on_mask_and_rejects_unknown():
   mask = np.array([[0, 1, 1], [0, 0, 1]], np.float32)
   a = outcome_advantages("drgrpo", [1.0, 0.0], [0, 0], mask)
   np.testing.assert_allclose(a, [[0, 0.5, 0.5], [0, 0, -0.5]])
-  with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+  with pytest.raises(KeyError, match="unknown advantage 'ppo'"):
     outcome_advantages("ppo", [1.0], [0], mask[:1])
 
 

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ragjax.rl.batch import LABELS, make_train_batch
+from ragjax.rl.batch import make_train_batch
+from ragjax.rollout.labels import Source
 from ragjax.rl.config import RLConfig
 from ragjax.rl.losses import aggregate, clipped_surrogate, clipped_value_loss, kl_penalty
 from ragjax.rl.train_step import policy_objective
@@ -90,7 +91,7 @@ def test_retrieved_tokens_get_exactly_zero_gradient(agg, kl):
     return policy_objective(rl, lp, en, batch, None)[0]
   g_lp, g_ent = jax.grad(f, argnums=(0, 1))(logp, ent)
   retrieved = np.asarray(batch.tokens) * 0 + (np.array([
-      [1, 1, 2, 2, 3, 3, 3, 2, 2, 0], [1, 2, 2, 3, 3, 2, 4, 4, 2, 2]]) == LABELS["retrieved"])
+      [1, 1, 2, 2, 3, 3, 3, 2, 2, 0], [1, 2, 2, 3, 3, 2, 4, 4, 2, 2]]) == Source.RETRIEVED)
   assert retrieved.sum() == 5
   assert np.all(np.asarray(g_lp)[retrieved.astype(bool)] == 0.0)
   assert np.all(np.asarray(g_ent)[retrieved.astype(bool)] == 0.0)

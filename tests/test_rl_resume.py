@@ -1,4 +1,6 @@
-"""Exact resume across SIGKILL, and refusal of a checkpoint written under another config."""
+"""Exact resume across SIGKILL through the real engine, and refusal of a checkpoint written
+under another config (naming each differing field; fields that do not change the run may
+differ)."""
 
 import json
 import os
@@ -21,13 +23,13 @@ def _probe(workdir, *extra, cache=None):
   if cache:  # the resumed process reuses the first runs' compiled executables
     env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  return subprocess.Popen([sys.executable, "-m", "ragjax.rl._resume_probe", "--workdir", workdir,
-                           "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
+  return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "resume_probe.py"),
+                           "--workdir", workdir, "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _metrics(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
     rows = [json.loads(l) for l in f if l.strip()]
   return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"}
           for r in rows]
@@ -72,14 +74,17 @@ def test_resume_after_sigkill_gives_identical_params_and_metrics(runs):
 
 
 def test_checkpoint_from_other_config_is_refused(runs):
-  from ragjax.rl._resume_probe import build_trainer
+  from resume_probe import build_trainer
   _, killed = runs
   trainer = build_trainer(killed, STEPS + 2, ["rl.kl_coef=0.02", "rl.clip_high=0.28"])
   with pytest.raises(ConfigMismatchError) as e:
     trainer.maybe_resume()
   msg = str(e.value)
   assert "rl.kl_coef: checkpoint=0.01 now=0.02" in msg and "rl.clip_high" in msg
-  assert "rl.group_size" not in msg
-  # fields that do not change the trajectory (here num_steps) may differ on resume
-  ok = build_trainer(killed, STEPS + 2)
+  assert "rl.group_size" not in msg and len(msg) < 600
+  with pytest.raises(ConfigMismatchError, match=r"mismatched field\(s\): optim.lr: "
+                                                r"checkpoint=0.003 now=0.001$"):
+    build_trainer(killed, STEPS + 2, ["optim.lr=1e-3"]).maybe_resume()
+  # fields that do not change the trajectory (num_steps, eval and save cadence) may differ
+  ok = build_trainer(killed, STEPS + 2, ["trainer.eval_every=3", "trainer.save_every=2"])
   assert ok.maybe_resume() == STEPS

@@ -1,15 +1,30 @@
-"""Rewards: SQuAD metrics by hand, response-span scoring, tag caps, registry, per-step, gin."""
+"""Rewards: SQuAD metrics by hand, record-based scoring, registry, per-step, gin."""
 
 import gin
 import pytest
 
-from ragjax.rl.rewards import (combine_rewards, cover_exact_match, exact_match, get_reward,
-                               is_valid_search_r1_format, normalize_answer, register_reward,
-                               registered_rewards, token_f1)
+from ragjax import registry
+from ragjax.metrics import cover_exact_match, exact_match, normalize_answer, token_f1
+from ragjax.rl.rewards import (RewardContext, combine_rewards, get_reward,
+                               is_valid_search_r1_format, register_reward, registered_rewards)
+from ragjax.rollout.protocols import get_protocol
+from ragjax.rollout.trajectory import RowMeta, TurnRecord
 
 GOOD = ("<think> need the capital </think> <search> capital of France </search> "
         "<information> Doc 1(Title: Paris) Paris is the capital. </information> "
         "<think> found it </think> <answer> The Paris! </answer>")
+
+
+def row(response=GOOD, protocol="search_r1", turns=None, **extra) -> RowMeta:
+  """A row record as the engine writes it: the answer is the protocol's parse of the text."""
+  answer = get_protocol(protocol).extract_answer(response.split("<information>")[-1])
+  return RowMeta(row=0, group_id=0, prompt_index=0, sample_index=0, answer=answer,
+                 response_text=response, turns=turns or [TurnRecord(0, "answer", response)],
+                 extra=dict(extra))
+
+
+def ctx(response=GOOD, gold=("Paris",), **kw) -> RewardContext:
+  return RewardContext(row(response, **kw), {"golden_answers": list(gold)})
 
 
 def test_normalisation_and_metrics_by_hand():
@@ -26,24 +41,26 @@ def test_normalisation_and_metrics_by_hand():
     exact_match("x", [])
 
 
-def test_builtin_rewards_score_the_response_only():
-  gold = ["Paris"]
-  assert get_reward("em")(GOOD, gold, {}) == 1.0
-  assert get_reward("search_r1_em")(GOOD, gold, {}) == 1.0
-  assert get_reward("format")(GOOD, gold, {}) == 1.0
+def test_builtin_rewards_read_the_parsed_answer():
+  assert ctx().answer == "The Paris!"
+  assert get_reward("em")(ctx()) == 1.0
+  assert get_reward("search_r1_em")(ctx()) == 1.0
+  assert get_reward("format")(ctx()) == 1.0
   wrong = GOOD.replace("The Paris!", "Lyon")
-  assert get_reward("search_r1_em")(wrong, gold, {}) == 0.0
-  assert get_reward("search_r1_em")(wrong, gold, {}, format_score=0.2) == 0.2
-  assert get_reward("f1")(GOOD.replace("The Paris!", "Paris France"), gold, {}) == pytest.approx(2 / 3)
-  # no answer tag: zero, even though the information block holds the gold string
-  assert get_reward("cover_em")(GOOD.split("<answer>")[0], gold, {}) == 0.0
+  assert get_reward("search_r1_em")(ctx(wrong)) == 0.0
+  assert get_reward("search_r1_em")(ctx(wrong), format_score=0.2) == 0.2
+  assert get_reward("f1")(ctx(GOOD.replace("The Paris!", "Paris France"))) == pytest.approx(2 / 3)
+  # no answer: zero, even though the information block holds the gold string
+  no_answer = ctx(GOOD.split("<answer>")[0])
+  assert no_answer.answer is None and get_reward("cover_em")(no_answer) == 0.0
 
 
-def test_repeated_answer_tags_are_capped():
-  spray = "<think> x </think> <answer> Lyon </answer> <answer> Paris </answer>"
-  assert get_reward("em")(spray, ["Paris"], {}) == 0.0
-  assert get_reward("em")(spray, ["Paris"], {}, max_answer_tags=None) == 1.0
-  assert get_reward("format")(spray, ["Paris"], {}) == 0.0
+def test_other_protocols_answers_are_scored():
+  """R3-RAG and UR² answers are not <answer> tags; the protocol's parse is what is scored."""
+  r3 = "Step 1:\nThe problem analysis: it is known.\nThe final answer: Paris"
+  assert get_reward("em")(ctx(r3, protocol="r3_rag")) == 1.0
+  ur2 = "Reasoning ... so the answer is \\boxed{Paris}"
+  assert get_reward("em")(ctx(ur2, protocol="ur2")) == 1.0
 
 
 @pytest.mark.parametrize("text,ok", [
@@ -59,26 +76,42 @@ def test_format_state_machine(text, ok):
   assert is_valid_search_r1_format(text) is ok
 
 
-def test_metadata_and_per_step_rewards_combine():
+def test_record_fields_and_per_step_rewards_combine():
   @register_reward("test_step_relevance")
-  def step_relevance(response, golden, metadata):
-    return [0.6 if "Paris" in d else -0.1 for d in metadata["retrieved_titles"]]
+  def step_relevance(ctx):
+    return [0.6 if any("Paris" in d for d in t.doc_texts) else -0.1 for t in ctx.row.turns]
 
-  meta = {"retrieved_titles": ["Lyon", "Paris"], "num_steps": 2, "refine_text": ["it is Paris"]}
-  res = combine_rewards({"test_step_relevance": 1.0, "em": 2.0, "refine_cover_em": 0.1}, GOOD,
-                        ["Paris"], meta, record="nq-17")
-  assert res.per_step == pytest.approx([-0.1, 0.6 + 2.0 + 0.1])
-  assert res.total == pytest.approx(2.6)
-  assert res.components == {"test_step_relevance": pytest.approx(0.5), "em": 1.0,
+  turns = [TurnRecord(0, "search", "<search> q </search>", doc_texts=('"Lyon"\nLyon.',)),
+           TurnRecord(1, "search", "<search> p </search>", doc_texts=('"Paris"\nParis.',)),
+           TurnRecord(2, "answer", "<answer> The Paris! </answer>")]
+  c = RewardContext(row(turns=turns, refine_texts=["it is Paris"]), {"golden_answers": ["Paris"]})
+  assert c.row.num_steps == 3
+  res = combine_rewards({"test_step_relevance": 1.0, "em": 2.0, "refine_cover_em": 0.1}, c,
+                        record="nq-17")
+  assert res.per_step == pytest.approx([-0.1, 0.6, -0.1 + 2.0 + 0.1])
+  assert res.total == pytest.approx(2.5)
+  assert res.components == {"test_step_relevance": pytest.approx(0.4), "em": 1.0,
                             "refine_cover_em": 1.0}
   with pytest.raises(ValueError, match="reward 'refine_cover_em' failed on record nq-3"):
-    combine_rewards({"refine_cover_em": 1.0}, GOOD, ["Paris"], {}, record="nq-3")
+    combine_rewards({"refine_cover_em": 1.0}, ctx(), record="nq-3")
   with pytest.raises(KeyError, match="unknown reward 'nope'"):
-    combine_rewards({"nope": 1.0}, GOOD, ["Paris"])
+    combine_rewards({"nope": 1.0}, ctx())
 
 
-def length_penalty(response, golden, metadata, per_word=0.01):
-  return -per_word * len(response.split())
+def test_registry_checks_names_before_any_work():
+  with pytest.raises(ValueError, match=r"rl.rewards: unknown reward \['emm'\]"):
+    registry.check("reward", {"emm": 1.0}, "rl.rewards")
+  with pytest.raises(ValueError, match="already registered"):
+    register_reward("em")(lambda ctx: 0.0)
+  from ragjax.rl.config import RLConfig
+  with pytest.raises(ValueError, match="rl.advantage: unknown advantage"):
+    RLConfig(advantage="grpoo")
+  with pytest.raises(ValueError, match="rl.train_on: cannot train on 'retrieved'"):
+    RLConfig(train_on=("policy", "retrieved"))
+
+
+def length_penalty(ctx, per_word=0.01):
+  return -per_word * len(ctx.row.response_text.split())
 
 
 def test_user_reward_bound_with_gin():
@@ -86,11 +119,11 @@ def test_user_reward_bound_with_gin():
   gin.external_configurable(length_penalty, module="tests")
   try:
     gin.parse_config("""
-      user_rewards.rewards = {"length": @tests.length_penalty}
+      user_plugins.plugins = {"reward": {"length": @tests.length_penalty}}
       tests.length_penalty.per_word = 0.5
     """)
     assert "length" in registered_rewards()
-    res = combine_rewards({"em": 1.0, "length": 1.0}, "<answer> Paris </answer>", ["Paris"])
+    res = combine_rewards({"em": 1.0, "length": 1.0}, ctx("<answer> Paris </answer>"))
     assert res.total == pytest.approx(1.0 - 0.5 * 3)
   finally:
     gin.clear_config()

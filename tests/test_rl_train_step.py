@@ -11,7 +11,8 @@ import optax
 
 from _rl_helpers import random_rl_batch, tiny_cfg, tiny_params
 from ragjax.parallel.mesh import make_mesh
-from ragjax.rl.batch import LABELS, make_train_batch
+from ragjax.rl.batch import make_train_batch
+from ragjax.rollout.labels import Source
 from ragjax.rl.config import OptimConfig, RLConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
@@ -115,13 +116,13 @@ def _sparse_batch(cfg, params, gather, seed=1):
   """A batch like the world recipe's: long prompt and documents, a few policy tokens."""
   rng = np.random.default_rng(seed)
   b, t = 8, 64
-  labels = np.full((b, t), LABELS["padding"], np.int32)
+  labels = np.full((b, t), Source.PAD, np.int32)
   for i in range(b):
     end = int(rng.integers(48, t + 1))
-    labels[i, :10] = LABELS["prompt"]
-    labels[i, 10:18 + i % 3] = LABELS["policy"]
-    labels[i, 18 + i % 3:42] = LABELS["retrieved"]
-    labels[i, 42:end] = LABELS["policy"]
+    labels[i, :10] = Source.PROMPT
+    labels[i, 10:18 + i % 3] = Source.POLICY
+    labels[i, 18 + i % 3:42] = Source.RETRIEVED
+    labels[i, 42:end] = Source.POLICY
   tokens = rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32)
   old = rng.normal(-3, 0.5, (b, t)).astype(np.float32)
   ref = old + rng.normal(0, 0.1, (b, t)).astype(np.float32)

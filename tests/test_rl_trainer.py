@@ -1,5 +1,6 @@
-"""The trainer loop end to end on the tiny preset: PPO with a critic, keep-best on dev, JSONL +
-TensorBoard logs, the NaN/Inf guard; and SFT through the same step machinery."""
+"""The trainer loop end to end through the real engine (JAX sampler, Search-R1 protocol, BM25)
+on the tiny preset: PPO with a critic, keep-best on dev, JSONL + TensorBoard logs, the NaN/Inf
+guard, a metrics log that survives kills; and SFT through the same step machinery."""
 
 import glob
 import json
@@ -13,19 +14,20 @@ import optax
 import pytest
 
 from _rl_helpers import tiny_cfg, tiny_params
-from ragjax.rl._resume_probe import build_trainer
-from ragjax.rl.batch import LABELS
+from resume_probe import build_trainer
 from ragjax.rl.logprobs import full_logprobs
+from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards import register_reward
 from ragjax.rl.sft import make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, make_update
-from ragjax.rl.trainer import NonFiniteError
+from ragjax.rl.trainer import NonFiniteError, step_token_rewards
+from ragjax.rollout.labels import Source
 
 _CALLS = {"n": 0}
 
 
 @register_reward("test_nan_after_first_step")
-def nan_after_first_step(response, golden, metadata):
+def nan_after_first_step(ctx):
   _CALLS["n"] += 1
   return 0.5 if _CALLS["n"] <= 8 else float("nan")    # 8 trajectories per step
 
@@ -40,12 +42,13 @@ def test_ppo_loop_logs_keeps_best_and_updates_critic(tmp_path):
               "clip_frac", "critic/value_loss", "time/rollout_s", "time/retrieval_s",
               "time/update_s", "tokens_per_s"):
     assert key in hist[-1] and math.isfinite(hist[-1][key]), key
-  assert hist[-1]["response_length"] == 10 and hist[-1]["searches_per_traj"] == 1
+  # 2 prompts x 4 samples, 2 turns of at most 6 policy tokens each through the real engine
+  assert hist[-1]["trajectories"] == 8 and 0 < hist[-1]["response_length"] <= 12
   head = np.asarray(trainer.critic.params["value_head"]["kernel"])
   assert np.abs(head - np.asarray(critic0["value_head"]["kernel"])).max() > 0
-  rows = [json.loads(l) for l in open(os.path.join(tmp_path, "metrics.jsonl"))]
+  rows = MetricsLog(os.path.join(trainer.workdir, "metrics.jsonl")).read()
   assert [r["step"] for r in rows] == [1, 2] and "dev/em" in rows[1]
-  assert glob.glob(os.path.join(tmp_path, "tb", "events.out.tfevents.*"))
+  assert glob.glob(os.path.join(trainer.workdir, "tb", "events.out.tfevents.*"))
   assert trainer.ckpt.latest_step() == 2 and trainer.ckpt.best_step() == 2
   best, meta = trainer.ckpt.restore_best(trainer.state.params)
   assert "dev/em" in meta["metrics"]
@@ -61,14 +64,58 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(tmp_path):
   assert trainer.ckpt.latest_step() == 1
 
 
+def test_nan_guard_checks_the_params_it_would_save(tmp_path):
+  """A huge learning rate gives finite metrics but non-finite params: never saved."""
+  trainer = build_trainer(str(tmp_path), 2, ["optim.lr=1e39", "optim.warmup_steps=0",
+                                             "optim.schedule='constant'", "rl.mini_batch_size=0",
+                                             "trainer.eval_every=0"])
+  with pytest.raises(NonFiniteError, match=r"nonfinite_params.* step 1 .* checkpoint: step None"):
+    trainer.train()
+  assert trainer.ckpt.latest_step() is None
+
+
+def test_step_rewards_land_on_step_ends_and_outcome_on_the_last_trained_token():
+  mask = np.zeros((2, 10), np.float32)
+  mask[0, 2:4] = mask[0, 6:9] = 1          # row 0: two turns
+  mask[1, 3:5] = 1                          # row 1: one turn
+  out = step_token_rewards([[0.5, 2.0], [1.0]], [[3, 8], [4]], mask)
+  want = np.zeros((2, 10), np.float32)
+  want[0, 3], want[0, 8], want[1, 4] = 0.5, 2.0, 1.0
+  np.testing.assert_array_equal(out, want)
+  # a step that kept no token (-1) folds into the final reward
+  np.testing.assert_array_equal(step_token_rewards([[0.5, 2.0]], [[-1, 8]], mask[:1])[0], 
+                                np.where(np.arange(10) == 8, 2.5, 0.0))
+
+
+def test_metrics_log_survives_torn_lines_and_kills(tmp_path):
+  log = MetricsLog(str(tmp_path / "metrics.jsonl"))
+  for step in (1, 2, 3):
+    log.append({"step": step, "loss": 0.1 * step})
+  with open(log.path, "a") as f:
+    f.write('{"step": 4, "lo')              # a kill mid-write
+  assert [r["step"] for r in log.read()] == [1, 2, 3]
+  log.truncate(2)
+  assert [r["step"] for r in log.read()] == [1, 2]
+  log.truncate(None)                        # no checkpoint finished: the log restarts empty
+  assert log.read() == [] and os.path.exists(log.path)
+
+
+def test_resume_without_a_finished_checkpoint_clears_the_log(tmp_path):
+  trainer = build_trainer(str(tmp_path), 1, ["trainer.eval_every=0"])
+  os.makedirs(trainer.workdir, exist_ok=True)
+  MetricsLog(os.path.join(trainer.workdir, "metrics.jsonl")).append({"step": 1, "loss": 0.0})
+  assert trainer.maybe_resume() == 0
+  assert MetricsLog(os.path.join(trainer.workdir, "metrics.jsonl")).read() == []
+
+
 def test_sft_matches_reference_nll_and_learns():
   cfg, params = tiny_cfg(), tiny_params()
   rng = np.random.default_rng(0)
   tokens = rng.integers(1, cfg.vocab_size, (4, 12)).astype(np.int32)
-  labels = np.full((4, 12), LABELS["policy"])
-  labels[:, :3] = LABELS["prompt"]
-  labels[:, 6:8] = LABELS["retrieved"]
-  labels[3, 10:] = LABELS["padding"]
+  labels = np.full((4, 12), Source.POLICY)
+  labels[:, :3] = Source.PROMPT
+  labels[:, 6:8] = Source.RETRIEVED
+  labels[3, 10:] = Source.PAD
   batch = make_sft_batch(tokens, labels)
   loss_fn, denom = sft_loss_fn(cfg, chunk=100)
   # reference: full logits, naive masked mean over trained tokens
@@ -97,10 +144,10 @@ def test_sft_gathered_loss_equals_dense_loss_and_grads(agg):
   cfg, params = tiny_cfg(), tiny_params()
   rng = np.random.default_rng(1)
   tokens = rng.integers(1, cfg.vocab_size, (4, 20)).astype(np.int32)
-  labels = np.full((4, 20), LABELS["retrieved"])
-  labels[:, :4] = LABELS["prompt"]
-  labels[0, 5:9] = labels[1, 12:19] = labels[2, 4:6] = LABELS["policy"]
-  labels[3, 15:] = LABELS["padding"]          # row 3 trains on nothing
+  labels = np.full((4, 20), Source.RETRIEVED)
+  labels[:, :4] = Source.PROMPT
+  labels[0, 5:9] = labels[1, 12:19] = labels[2, 4:6] = Source.POLICY
+  labels[3, 15:] = Source.PAD          # row 3 trains on nothing
   dense, gathered = make_sft_batch(tokens, labels), make_sft_batch(tokens, labels, gather=True)
   assert gathered.loss_index.shape == (4, 16)   # longest row trains on 7 -> bucket 16
   assert float(gathered.loss_weight.sum()) == float(dense.loss_mask.sum()) == 13
@@ -125,10 +172,10 @@ def test_sft_context_auxiliary_is_the_policy_nll_plus_weighted_context_nll():
   cfg, params = tiny_cfg(), tiny_params()
   rng = np.random.default_rng(2)
   tokens = rng.integers(1, cfg.vocab_size, (3, 14)).astype(np.int32)
-  labels = np.full((3, 14), LABELS["retrieved"])
-  labels[:, :3] = LABELS["prompt"]
-  labels[:, 8:11] = LABELS["policy"]
-  labels[2, 12:] = LABELS["padding"]
+  labels = np.full((3, 14), Source.RETRIEVED)
+  labels[:, :3] = Source.PROMPT
+  labels[:, 8:11] = Source.POLICY
+  labels[2, 12:] = Source.PAD
   batch = make_sft_batch(tokens, labels, context=True)
   ctx = np.asarray(batch.context_mask)
   assert ctx[:, 0].sum() == 0 and ctx[2, 12:].sum() == 0 and ctx[:, 8:11].sum() == 0

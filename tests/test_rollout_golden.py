@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
-from ragjax.rollout.labels import MaskConfig, Source  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.protocols.base import search_r1_docs  # noqa: E402
 from ragjax.rollout.protocols import search_r1 as sr1  # noqa: E402
@@ -44,7 +44,7 @@ def rollout(proto, scripts, prompts=(Q,), chat=True, policy_stops=None, cache_le
   return batch, pol, ret, eng, tok
 
 
-def expect_row(batch, eng, tok, i, pieces, prompt=Q, mask=MaskConfig()):
+def expect_row(batch, eng, tok, i, pieces, prompt=Q, train_on=("policy",)):
   """Row i is exactly the prompt followed by `pieces` [(text, label, turn)]."""
   ids = eng.renderer.prompt_ids(prompt)
   labels, turns = [int(P)] * len(ids), [-1] * len(ids)
@@ -61,8 +61,8 @@ def expect_row(batch, eng, tok, i, pieces, prompt=Q, mask=MaskConfig()):
   assert got == want
   assert list(t.tokens[i, :k]) == ids
   lab = np.asarray(labels)
-  want_mask = (lab == POL) | ((lab == INJ) & mask.train_injected)
-  np.testing.assert_array_equal(t.loss_mask[i, :k], want_mask.astype(np.float32))
+  want_mask = (lab == POL) | ((lab == INJ) & ("injected" in train_on))
+  np.testing.assert_array_equal(t.loss_mask(train_on)[i, :k], want_mask.astype(np.float32))
 
 
 def check_logprobs_and_history(batch, pol):
@@ -371,12 +371,12 @@ def test_trajectory_is_a_jittable_pytree_with_host_metadata_outside():
   batch, *_ = rollout(proto, {0: ["<search> Tessaly River </search>", "<answer> a </answer>"],
                               1: ["<answer> b </answer>"]})
   t = batch.traj
-  got = jax.jit(lambda tr: (tr.loss_mask * tr.sampler_logprobs).sum(axis=1))(t)
-  np.testing.assert_allclose(np.asarray(got), (t.loss_mask * t.sampler_logprobs).sum(axis=1),
+  got = jax.jit(lambda tr: ((tr.labels == 2) * tr.sampler_logprobs).sum(axis=1))(t)
+  np.testing.assert_allclose(np.asarray(got), (t.loss_mask() * t.sampler_logprobs).sum(axis=1),
                              rtol=1e-6)
-  assert len(jax.tree_util.tree_leaves(t)) == 8
+  assert len(jax.tree_util.tree_leaves(t)) == 7
   assert t.tokens.dtype == np.int32 and t.labels.dtype == np.int8
-  assert t.loss_mask.dtype == np.float32 and t.group_id.shape == (2,)
-  assert t.tokens.shape[1] % 8 == 0                      # padded to EngineConfig.pad_to_multiple
+  assert t.loss_mask().dtype == np.float32 and t.group_id.shape == (2,)
+  assert t.tokens.shape[1] % 8 == 0                      # no widths: padded to a multiple of 8
   sub = t.select([1])
   assert sub.tokens.shape == (1, t.tokens.shape[1]) and int(sub.group_id[0]) == 0

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
-from ragjax.rollout.labels import MaskConfig, Source  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.rex_rag import ABLATION_FIVE, EXPLORATION_PROMPTS, RexRagCloneHook, pool  # noqa: E402
 
@@ -22,7 +22,7 @@ def wrong(group_id, answer):
   return answer.strip().lower() != GOLD[group_id]
 
 
-def run_rex(p=1.0, mask=MaskConfig(train_injected=True), spare=2):
+def run_rex(p=1.0, spare=2):
   tok = h.tokenizer()
   proto = get_protocol("rex_rag")
   scripts = {0: ["<think> guess </think> <answer> Paris </answer>"],
@@ -31,7 +31,7 @@ def run_rex(p=1.0, mask=MaskConfig(train_injected=True), spare=2):
   pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
   ret = h.CountingRetriever(h.bm25_retriever())
   hook = RexRagCloneHook(is_wrong=wrong, p=p, prompts=pool([0]), seed=3)
-  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig(spare_rows=spare, mask=mask), hooks=[hook])
+  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig(spare_rows=spare), hooks=[hook])
   return eng.run([Q], samples_per_prompt=2), pol, ret, eng, tok, hook
 
 
@@ -72,7 +72,7 @@ def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
   assert runs[6] == ("<answer> Quillport </answer>", "POLICY", 2)
   # injected probe tokens are trained on only when configured; the source row is untouched
   inj = labels == Source.INJECTED
-  assert inj.sum() > 0 and (t.loss_mask[2, :k][inj] == 1).all()
+  assert inj.sum() > 0 and (t.loss_mask(("policy", "injected"))[2, :k][inj] == 1).all()
   assert "<answer> Paris </answer>" in tok.decode(t.tokens[0, :int(t.lengths[0])].tolist())
   # the clone's sampler row holds exactly its trajectory; its policy log-probs sit at its slots
   assert pol.state.histories[m.rows[2].sampler_row] == ids
@@ -83,9 +83,9 @@ def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
 
 
 def test_rex_rag_default_mask_and_no_clone_when_p_zero():
-  batch, *_ = run_rex(mask=MaskConfig())
+  batch, *_ = run_rex()
   inj = batch.traj.labels == Source.INJECTED
-  assert inj.any() and not batch.traj.loss_mask[inj].any()
+  assert inj.any() and not batch.traj.loss_mask()[inj].any()
   batch, pol, *_ = run_rex(p=0.0)
   assert len(batch.meta) == 2 and pol.calls["clone_rows"] == 0
 

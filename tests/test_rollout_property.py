@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
-from ragjax.rollout.labels import MaskConfig, Source  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import PROTOCOLS, get_protocol  # noqa: E402
 from ragjax.rollout.renderer import Renderer  # noqa: E402
 from ragjax.rollout.rex_rag import RexRagCloneHook  # noqa: E402
@@ -74,13 +74,14 @@ def test_any_text_rolls_out_aligned(sc):
   if clone_p is not None:
     hooks, spare = [RexRagCloneHook(is_wrong=lambda g, a: True, p=clone_p, seed=1)], 2
   eng = RolloutEngine(proto, pol, ret, tok,
-                      EngineConfig(spare_rows=spare, mask=MaskConfig(train_injected=train_injected)),
+                      EngineConfig(spare_rows=spare),
                       hooks=hooks)
   batch = eng.run(["Where is Quillport"], samples_per_prompt=rows)
 
   h.check_alignment(batch)
   t = batch.traj
-  labels, mask = np.asarray(t.labels), np.asarray(t.loss_mask)
+  labels = np.asarray(t.labels)
+  mask = t.loss_mask(("policy", "injected") if train_injected else ("policy",))
   assert not mask[(labels == Source.RETRIEVED) | (labels == Source.ENV)].any()
   assert (mask[labels == Source.INJECTED] == float(train_injected)).all()
   assert eng.retrieval_calls == len(ret.calls)

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.chat import user_turn_framing  # noqa: E402
-from ragjax.rollout.labels import MaskConfig, Source, loss_mask_from_labels  # noqa: E402
+from ragjax.rollout.labels import Source, loss_mask  # noqa: E402
 from ragjax.rollout.protocols import (Kind, PromptInput, as_prompt_input,  # noqa: E402
                                       get_protocol)
 from ragjax.rollout.protocols import autorefine, search_r1, ur2  # noqa: E402
@@ -134,7 +134,7 @@ def test_rezero_parser():
 
 
 def test_registry_and_inputs():
-  with pytest.raises(KeyError, match="known:"):
+  with pytest.raises(ValueError, match="known:"):
     get_protocol("nope")
   with pytest.raises(ValueError, match="'question'"):
     as_prompt_input({"q": 1})
@@ -143,13 +143,15 @@ def test_registry_and_inputs():
   assert as_prompt_input({"question": "x", "options": ["a"]}).options == ("a",)
 
 
-def test_loss_mask_from_labels_numpy_and_jax():
-  labels = np.array([[1, 2, 3, 4, 5, 0]], np.int8)
-  np.testing.assert_array_equal(loss_mask_from_labels(labels), [[0, 1, 0, 0, 0, 0]])
-  np.testing.assert_array_equal(loss_mask_from_labels(labels, MaskConfig(train_injected=True)),
-                                [[0, 1, 0, 1, 0, 0]])
-  m = loss_mask_from_labels(jnp.asarray(labels), dtype=jnp.float32)
-  np.testing.assert_array_equal(np.asarray(m), [[0, 1, 0, 0, 0, 0]])
+def test_loss_mask_from_labels():
+  labels = np.array([[1, 2, 3, 4, 5, 0], [2, 2, 4, 3, 2, 0]], np.int8)
+  np.testing.assert_array_equal(loss_mask(labels), [[0, 1, 0, 0, 0, 0], [0, 1, 0, 0, 1, 0]])
+  np.testing.assert_array_equal(loss_mask(labels, ("policy", "injected")),
+                                [[0, 1, 0, 1, 0, 0], [0, 1, 1, 0, 1, 0]])   # position 0 never
+  np.testing.assert_array_equal(loss_mask(jnp.asarray(labels))[0], [0, 1, 0, 0, 0, 0])
+  for bad in ("retrieved", "prompt", "environment"):
+    with pytest.raises(ValueError, match="cannot train on"):
+      loss_mask(labels, ("policy", bad))
 
 
 def test_segments_and_truncation():

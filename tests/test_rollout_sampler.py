@@ -63,6 +63,7 @@ class Keep:
   def __init__(self, sampler):
     self.s = sampler
     self.eos_ids, self.config = sampler.eos_ids, sampler.config
+    self.stop_strings, self.max_extend = sampler.stop_strings, sampler.max_extend
 
   def __getattr__(self, name):
     fn = getattr(self.s, name)

@@ -48,7 +48,7 @@ def test_dump_round_trips_tokens_labels_and_metadata(dumped):
     labels = [Source[s["label"]] for s in rec["spans"] for _ in s["ids"]]
     assert ids == t.tokens[i, :k].tolist()
     assert labels == t.labels[i, :k].tolist()
-    assert sum(s["trained"] for s in rec["spans"]) == int(t.loss_mask[i].sum())
+    assert sum(s["trained"] for s in rec["spans"]) == int(t.loss_mask()[i].sum())
   assert [r["reward"] for r in recs] == [1.0, 0.0]
   assert recs[0]["turns"][0]["query"] == "Tessaly River"
   assert recs[0]["turns"][0]["doc_ids"] == ["p4"]

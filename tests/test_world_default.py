@@ -59,10 +59,10 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   assert recs and all("golden_answers" in r and "spans" in r for r in recs)
 
   # Metrics log and orbax checkpoints of the GRPO run.
-  metrics = [json.loads(l) for l in open(os.path.join(work, "grpo", "metrics.jsonl"))]
+  metrics = [json.loads(l) for l in open(os.path.join(work, "rl", "metrics.jsonl"))]
   assert [m["step"] for m in metrics] == [1, 2]
   assert all(np.isfinite(m["loss"]) for m in metrics if "loss" in m)
-  assert os.listdir(os.path.join(work, "grpo", "latest"))
+  assert os.listdir(os.path.join(work, "rl", "latest"))
 
   # The exported policy loads in transformers with the same logits as ragjax.
   import torch
@@ -88,7 +88,7 @@ def test_toy_pipeline_writes_every_output(tmp_path):
 
   # The evaluate command on the exported policy, with sampled pass@1 / pass@k rows.
   proc = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
-                         "--config=configs/world.py:toy", f"--workdir={work}", "--limit=6",
+                         "--config=configs/world.py:toy", f"--config.workdir={work}", "--limit=6",
                          "--samples=3", "--temperature=0.7"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-4000:]

@@ -218,14 +218,14 @@ class TextEncoder:
     self.mesh = mesh
     model = BertEncoder(cfg)
     if mesh is not None:
-      from ragjax.parallel.shard import batch_sharding
+      from ragjax.parallel.shard import batch_axis_size, batch_sharding
       from ragjax.parallel.mesh import replicated
       in_sh = batch_sharding(mesh, 2)
       self.params = jax.device_put(params, replicated(mesh))
       self._fwd = jax.jit(lambda p, ids, m: model.apply({"params": p}, ids, m),
                           in_shardings=(replicated(mesh), in_sh, in_sh),
                           out_shardings=batch_sharding(mesh, 2))
-      n = mesh.shape["data"] * mesh.shape["fsdp"]
+      n = batch_axis_size(mesh)
       self.batch_size = -(-batch_size // n) * n
     else:
       self._fwd = jax.jit(lambda p, ids, m: model.apply({"params": p}, ids, m))

@@ -52,7 +52,26 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
   return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
 
 
-def _rule(name: Optional[str]):
+def mesh_from_config(section, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+  """The mesh a config's `mesh` section asks for ({data, fsdp, tensor}; one may be -1).
+
+  A mesh of fewer devices than the host has uses the first ones (e.g. `mesh.fsdp=2` on 8
+  devices); -1 takes all the devices the other axes leave."""
+  devices = list(devices if devices is not None else jax.devices())
+  shape = {a: int(section[a]) for a in MESH_AXES}
+  for axis, size in shape.items():
+    if size == 0 or size < -1:
+      raise ValueError(f"mesh.{axis} must be a positive size or -1, got {size}")
+  if -1 not in shape.values():
+    need = math.prod(shape.values())
+    if need > len(devices):
+      raise ValueError(f"mesh {shape} needs {need} devices; this host has {len(devices)}")
+    devices = devices[:need]
+  return make_mesh(**shape, devices=devices)
+
+
+def mesh_axes_of(name: Optional[str]):
+  """The mesh axis (or axes, or None) the rules table maps logical axis `name` to."""
   if name is None:
     return None
   for key, value in LOGICAL_RULES:
@@ -71,7 +90,7 @@ def logical_to_spec(logical: Sequence[Optional[str]], shape: Sequence[int], mesh
     raise ValueError(f"logical axes {tuple(logical)} do not match shape {tuple(shape)}")
   out, used = [], set()
   for name, dim in zip(logical, shape):
-    rule = _rule(name)
+    rule = mesh_axes_of(name)
     axes = () if rule is None else ((rule,) if isinstance(rule, str) else tuple(rule))
     axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
     size = math.prod(mesh.shape[a] for a in axes)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ragjax.parallel.mesh import logical_to_spec
-
-BATCH_AXES = ("data", "fsdp")
+from ragjax.parallel.mesh import logical_to_spec, mesh_axes_of
 
 
 def param_shardings(logical_axes: Any, abstract: Any, mesh: Mesh) -> Any:
@@ -23,10 +22,22 @@ def shard_params(params: Any, shardings: Any) -> Any:
   return jax.device_put(params, shardings)
 
 
+def batch_axes() -> tuple[str, ...]:
+  """The mesh axes a batch dimension is split over (the rules table's `batch` entry)."""
+  rule = mesh_axes_of("batch")
+  return (rule,) if isinstance(rule, str) else tuple(rule or ())
+
+
+def batch_axis_size(mesh: Mesh) -> int:
+  """How many ways the mesh splits a batch: a batch size should be a multiple of it."""
+  return math.prod(mesh.shape[a] for a in batch_axes())
+
+
 def batch_sharding(mesh: Mesh, ndim: int, batch_size: int | None = None) -> NamedSharding:
-  """Leading dim over (data, fsdp); the rest replicated.  Falls back when B doesn't divide."""
+  """Leading dim over the batch axes; the rest replicated.  With `batch_size`, a size the
+  mesh does not divide falls back to the axes that do (or replication)."""
   if batch_size is None:
-    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+    return NamedSharding(mesh, P(batch_axes(), *([None] * (ndim - 1))))
   spec = logical_to_spec(("batch",) + (None,) * (ndim - 1), (batch_size,) + (1,) * (ndim - 1), mesh)
   return NamedSharding(mesh, spec)
 

@@ -63,3 +63,10 @@ def check_search_args(queries: Sequence[str], k: int) -> list[str]:
   if not isinstance(k, int) or k < 1:
     raise ValueError(f"k must be a positive int, got {k!r}")
   return queries
+
+
+class NullRetriever:
+  """Retrieval disabled: every search returns no documents (the 'without retrieval' system)."""
+
+  def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+    return [[] for _ in check_search_args(queries, k)]

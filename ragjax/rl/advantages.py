@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-OUTCOME_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
+from ragjax import registry
 
 
 def _groups(group_ids: Sequence) -> list[np.ndarray]:
@@ -77,21 +77,31 @@ def reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask, eps: float =
   return masked_whiten(centred[:, None] * mask, mask, eps)
 
 
+@registry.register("advantage", "grpo")
+def grpo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  return grpo_advantages(rewards, group_ids, use_std=True, eps=eps)[:, None] * loss_mask
+
+
+@registry.register("advantage", "drgrpo")
+def drgrpo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  return grpo_advantages(rewards, group_ids, use_std=False)[:, None] * loss_mask
+
+
+@registry.register("advantage", "rloo")
+def rloo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  return rloo_advantages(rewards, group_ids)[:, None] * loss_mask
+
+
+@registry.register("advantage", "reinforce_pp_baseline")
+def reinforce_pp_baseline_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6
+                                    ) -> np.ndarray:
+  return reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask)
+
+
 def outcome_advantages(estimator: str, rewards, group_ids, loss_mask, *, eps: float = 1e-6) -> np.ndarray:
-  """Dispatch by name; always returns [B, T] advantages, zero off the loss mask."""
+  """The registered estimator by name; always [B, T] advantages, zero off the loss mask."""
   mask = np.asarray(loss_mask, np.float32)
-  if estimator == "grpo":
-    seq = grpo_advantages(rewards, group_ids, use_std=True, eps=eps)
-  elif estimator == "drgrpo":
-    seq = grpo_advantages(rewards, group_ids, use_std=False)
-  elif estimator == "rloo":
-    seq = rloo_advantages(rewards, group_ids)
-  elif estimator == "reinforce_pp_baseline":
-    return reinforce_pp_baseline_advantages(rewards, group_ids, mask)
-  else:
-    raise ValueError(f"unknown advantage estimator {estimator!r}; known: "
-                     f"{OUTCOME_ESTIMATORS + ('gae',)}")
-  return seq[:, None] * mask
+  return registry.lookup("advantage", estimator)(rewards, group_ids, mask, eps=eps)
 
 
 def gae(token_rewards: jnp.ndarray, values: jnp.ndarray, mask: jnp.ndarray, gamma: float,

@@ -1,23 +1,21 @@
-"""The typed batch the train step consumes, and how rollout arrays + rewards become one.
+"""The typed batch the train step consumes, built once from a rollout's arrays.
 
 Alignment convention: every per-token array is aligned with `tokens`; entry t refers to
 *predicting* tokens[:, t] from tokens[:, :t] (what a sampler records when it emits token t).
-Position 0 is never predicted, so its loss mask is always 0.
+Position 0 is never predicted, so its loss mask is always 0.  Masks, attention and positions
+come from the source labels (`ragjax.rollout.labels`), the one place they are defined.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import flax.struct
 import jax.numpy as jnp
 import numpy as np
 
-# Per-token source labels (the rollout writes them while concatenating spans).
-LABELS: dict[str, int] = {"padding": 0, "prompt": 1, "policy": 2, "retrieved": 3,
-                          "injected": 4, "environment": 5}
-# Search-R1 trains on the policy's own tokens; REX-RAG also trains on injected probe prompts.
-DEFAULT_TRAIN_ON = ("policy",)
+from ragjax.rollout.labels import DEFAULT_TRAIN_ON, attention_mask, loss_mask, positions
+from ragjax.sampling.config import pick_bucket
 
 
 @flax.struct.dataclass
@@ -42,26 +40,6 @@ class TrainBatch:
     return self.tokens.shape
 
 
-def loss_mask_from_labels(labels: np.ndarray, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
-                          label_ids: Mapping[str, int] = LABELS) -> np.ndarray:
-  """1.0 where the token's source label is trained on; retrieved text is never in `train_on`."""
-  unknown = [n for n in train_on if n not in label_ids]
-  if unknown:
-    raise ValueError(f"unknown source labels {unknown} in train_on; known: {sorted(label_ids)}")
-  if "retrieved" in train_on:
-    raise ValueError("retrieved tokens are observations and cannot be trained on")
-  ids = np.asarray([label_ids[n] for n in train_on])
-  mask = np.isin(np.asarray(labels), ids).astype(np.float32)
-  mask[:, 0] = 0.0
-  return mask
-
-
-def positions_from_mask(attention_mask: np.ndarray) -> np.ndarray:
-  """Positions count real tokens only, so left padding does not shift RoPE."""
-  am = np.asarray(attention_mask).astype(np.int32)
-  return np.maximum(np.cumsum(am, axis=1) - 1, 0).astype(np.int32)
-
-
 def broadcast_sequence_advantages(seq_adv: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
   """A per-sequence advantage copied onto every trained token of that sequence."""
   return (np.asarray(seq_adv, np.float32)[:, None] * np.asarray(loss_mask, np.float32))
@@ -75,20 +53,20 @@ def last_token_index(loss_mask: np.ndarray) -> np.ndarray:
   return np.where(lm.any(axis=1), idx, -1)
 
 
-def gather_bucket(n: int, minimum: int = 16) -> int:
-  """K for a batch whose longest row trains on n tokens: powers of two (few compiles)."""
-  k = minimum
-  while k < n:
-    k *= 2
-  return k
+def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+  """lo, 2 lo, 4 lo, ... up to the first value >= hi (a few shapes, so few compiles)."""
+  out = [lo]
+  while out[-1] < hi:
+    out.append(out[-1] * 2)
+  return tuple(out)
 
 
-def trained_positions(loss_mask: np.ndarray) -> np.ndarray:
+def trained_positions(mask: np.ndarray) -> np.ndarray:
   """[B, K] indices of each row's trained tokens, padded with 0 (position 0 is never trained,
   so a gathered mask is 0 there)."""
-  mask = np.asarray(loss_mask) > 0
-  counts = mask.sum(axis=1)
-  k = min(gather_bucket(int(counts.max()) if counts.size else 0), mask.shape[1])
+  mask = np.asarray(mask) > 0
+  longest = int(mask.sum(axis=1).max()) if mask.size else 0
+  k = min(pick_bucket(powers_of_two(16, longest), longest, "trained tokens"), mask.shape[1])
   index = np.zeros((mask.shape[0], k), np.int32)
   for i in range(mask.shape[0]):
     pos = np.flatnonzero(mask[i])
@@ -98,7 +76,6 @@ def trained_positions(loss_mask: np.ndarray) -> np.ndarray:
 
 def make_train_batch(tokens, labels, advantages, old_logprobs, *,
                      train_on: Sequence[str] = DEFAULT_TRAIN_ON,
-                     label_ids: Mapping[str, int] = LABELS,
                      behaviour_logprobs=None, ref_logprobs=None, returns=None,
                      old_values=None, gather: bool = False) -> TrainBatch:
   """Builds a TrainBatch from rollout arrays; `advantages` is [B] (per sequence) or [B, T].
@@ -110,11 +87,10 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
   if tokens.ndim != 2 or labels.shape != tokens.shape:
     raise ValueError(f"tokens {tokens.shape} and labels {labels.shape} must both be [B, T]")
   b, t = tokens.shape
-  attention = (labels != label_ids["padding"]).astype(np.int32)
-  loss_mask = loss_mask_from_labels(labels, train_on, label_ids)
+  mask = loss_mask(labels, train_on)
   adv = np.asarray(advantages, np.float32)
   if adv.shape == (b,):
-    adv = broadcast_sequence_advantages(adv, loss_mask)
+    adv = broadcast_sequence_advantages(adv, mask)
   elif adv.shape != (b, t):
     raise ValueError(f"advantages must be [B]={b} or [B, T]={(b, t)}, got {adv.shape}")
 
@@ -127,10 +103,10 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
     return jnp.asarray(x)
 
   return TrainBatch(
-      tokens=jnp.asarray(tokens), positions=jnp.asarray(positions_from_mask(attention)),
-      attention_mask=jnp.asarray(attention), loss_mask=jnp.asarray(loss_mask),
-      advantages=jnp.asarray(adv * loss_mask), old_logprobs=opt("old_logprobs", old_logprobs),
+      tokens=jnp.asarray(tokens), positions=jnp.asarray(positions(labels)),
+      attention_mask=jnp.asarray(attention_mask(labels)), loss_mask=jnp.asarray(mask),
+      advantages=jnp.asarray(adv * mask), old_logprobs=opt("old_logprobs", old_logprobs),
       behaviour_logprobs=opt("behaviour_logprobs", behaviour_logprobs),
       ref_logprobs=opt("ref_logprobs", ref_logprobs), returns=opt("returns", returns),
       old_values=opt("old_values", old_values),
-      loss_index=jnp.asarray(trained_positions(loss_mask)) if gather else None)
+      loss_index=jnp.asarray(trained_positions(mask)) if gather else None)

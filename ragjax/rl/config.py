@@ -1,24 +1,29 @@
 """Typed RL / optimiser / trainer configs, built from an ml-collections ConfigDict with checks.
 
 The ConfigDict in `configs/*.py` is what users edit and override on the command line; these
-dataclasses are what the code reads.  An unknown or misspelt field is an error naming its
-full path, never silently ignored.
+dataclasses are what the code reads (`ragjax.typed_config.from_dict`: an unknown or misspelt
+field is an error naming its full path).  Plug-in names (rewards, advantage estimators,
+behaviour policies, metrics) are checked against the registry when the config is built, so a
+typo fails before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any, Mapping, Optional
 
-from ragjax.rl.advantages import OUTCOME_ESTIMATORS
+from ragjax import registry
+from ragjax.rl import advantages as _advantages  # noqa: F401  (registers the estimators)
+from ragjax.rl import rewards as _rewards  # noqa: F401  (registers the built-in rewards)
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
+from ragjax.rollout.labels import check_train_on
+from ragjax.typed_config import flatten, from_dict
 
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
   """Every algorithmic choice of the update, by name (all logged with the run)."""
-  advantage: str = "grpo"             # grpo | drgrpo | rloo | reinforce_pp_baseline | gae
+  advantage: str = "grpo"             # registered estimator (grpo, drgrpo, rloo, ...) or gae
   group_size: int = 5                 # samples per prompt
   adv_eps: float = 1e-6               # GRPO std denominator epsilon
   clip_low: float = 0.2
@@ -42,10 +47,20 @@ class RLConfig:
   micro_batch_size: int = 0           # trajectories per gradient-accumulation slice; 0 = no split
   rewards: Mapping[str, float] = dataclasses.field(default_factory=lambda: {"search_r1_em": 1.0})
   reward_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  behaviour: str = ""                 # registered behaviour policy for the ratio ("" = pi_old)
+  behaviour_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
 
   def __post_init__(self):
-    if self.advantage not in OUTCOME_ESTIMATORS + ("gae",):
-      raise ValueError(f"rl.advantage={self.advantage!r}; known: {OUTCOME_ESTIMATORS + ('gae',)}")
+    if self.advantage != "gae":
+      registry.check("advantage", [self.advantage], "rl.advantage")
+    registry.check("reward", self.rewards, "rl.rewards")
+    unknown = sorted(set(self.reward_kwargs) - set(self.rewards))
+    if unknown:
+      raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")
+    if self.behaviour:
+      registry.check("behaviour", [self.behaviour], "rl.behaviour")
+    registry.check("metric", self.metrics, "rl.metrics")
     if self.loss_agg not in AGG_MODES:
       raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
     if self.kl_estimator not in KL_ESTIMATORS:
@@ -55,8 +70,9 @@ class RLConfig:
     if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
       raise ValueError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
-    if "retrieved" in self.train_on:
-      raise ValueError("rl.train_on may not contain 'retrieved': retrieved tokens are observations")
+    check_train_on(self.train_on, "rl.train_on")
+    if self.group_size < 1:
+      raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 
   @property
   def uses_critic(self) -> bool:
@@ -91,79 +107,43 @@ class OptimConfig:
     return self.warmup_steps or int(self.warmup_ratio * self.total_steps)
 
 
-def _is_dataclass_type(tp) -> bool:
-  return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def from_dict(cls, data: Mapping[str, Any], path: str = ""):
-  """Builds dataclass `cls` from a (nested) mapping; unknown fields raise naming the path."""
-  if hasattr(data, "to_dict"):
-    data = data.to_dict()
-  if not isinstance(data, Mapping):
-    raise TypeError(f"config {path or cls.__name__} must be a mapping, got {type(data).__name__}")
-  fields = {f.name: f for f in dataclasses.fields(cls)}
-  unknown = sorted(set(data) - set(fields))
-  if unknown:
-    where = ", ".join(f"{path}.{k}" if path else k for k in unknown)
-    raise ValueError(f"unknown config field(s) {where}; {cls.__name__} knows: {sorted(fields)}")
-  hints = typing.get_type_hints(cls)
-  kw = {}
-  for name, value in data.items():
-    tp = hints.get(name)
-    if typing.get_origin(tp) is typing.Union:   # Optional[SomeConfig]
-      inner = [a for a in typing.get_args(tp) if a is not type(None)]
-      tp = inner[0] if len(inner) == 1 else tp
-    if value is not None and _is_dataclass_type(tp):
-      value = from_dict(tp, value, f"{path}.{name}" if path else name)
-    elif hasattr(value, "to_dict"):
-      value = value.to_dict()
-    elif isinstance(value, list):
-      value = tuple(value)
-    kw[name] = value
-  return cls(**kw)
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """{'rl': {'kl_coef': 0.1}} -> {'rl.kl_coef': 0.1}; used for logging and fingerprints."""
-  if hasattr(data, "to_dict"):
-    data = data.to_dict()
-  out = {}
-  for k, v in data.items():
-    key = f"{prefix}.{k}" if prefix else str(k)
-    if hasattr(v, "to_dict"):
-      v = v.to_dict()
-    if isinstance(v, Mapping) and v:
-      out.update(flatten(v, key))
-    else:
-      out[key] = list(v) if isinstance(v, tuple) else v
-  return out
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
-  """The loop around the update: how long, how often to evaluate / save / log, where."""
-  seed: int = 0
+  """The loop around the update: how long, how often to evaluate / save / log."""
   num_steps: int = 1005               # RL steps (one rollout batch each)
-  batch_prompts: int = 512            # prompts per step (x group_size trajectories)
+  batch_prompts: int = 512            # unique prompts per step (x group_size trajectories)
   eval_every: int = 0                 # 0 = never during training
   eval_prompts: int = 0               # dev prompts per evaluation; 0 = all
   save_every: int = 1
   max_to_keep: int = 2
   keep_best_metric: str = "dev/em"    # chosen on dev, never test
-  workdir: str = "/tmp/ragjax_run"
-  progress: bool = True
+  keep_best: bool = False             # the run's final policy is the best dev checkpoint
   tensorboard: bool = True
 
+  def __post_init__(self):
+    for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
+    for name in ("eval_every", "eval_prompts"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
 
-# Fields a resumed run may change without being refused (they do not alter the trajectory).
-RESUME_MUTABLE = frozenset({"trainer.num_steps", "trainer.workdir", "trainer.progress",
-                            "trainer.tensorboard", "trainer.save_every", "trainer.max_to_keep",
-                            "trainer.eval_every", "trainer.eval_prompts"})
+
+# Fields (or whole sections, ending in '.') a resumed run may change without being refused:
+# they do not alter the trajectory of the run.
+RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
+                  "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
+                  "workdir", "progress", "mesh.", "eval.", "probe.")
+
+
+def resume_mutable(key: str) -> bool:
+  return any(key == m or (m.endswith(".") and key.startswith(m)) for m in RESUME_MUTABLE)
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> dict[str, Any]:
-  """The flattened config minus RESUME_MUTABLE: what a checkpoint must agree with."""
-  return {k: v for k, v in flatten(cfg).items() if k not in RESUME_MUTABLE}
+  """The flattened config minus RESUME_MUTABLE: what a checkpoint must agree with, field by
+  field (a mismatch names each differing field)."""
+  return {k: v for k, v in flatten(cfg).items() if not resume_mutable(k)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +159,8 @@ def parse_run_config(cfg) -> RunConfig:
   """Validates the rl / optim / critic_optim / trainer sections of an experiment ConfigDict
   (other sections belong to the model, data and rollout owners)."""
   d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-  sections = {k: d[k] for k in ("rl", "optim", "trainer", "critic_optim") if k in d and d[k] is not None}
+  sections = {k: d[k] for k in ("rl", "optim", "trainer", "critic_optim")
+              if k in d and d[k] is not None}
   missing = [k for k in ("rl", "optim", "trainer") if k not in sections]
   if missing:
     raise ValueError(f"config lacks section(s) {missing}")

@@ -1,22 +1,32 @@
 """Supervised fine-tuning (cold start) on trajectories with loss masks, via the RL step machinery.
 
 Same chunked log-probs, same `make_update` (micro-batches, sharding, optax), so SFT and RL share
-one tested path.  Only the loss differs: masked token cross-entropy.
+one tested path.  Only the loss differs: masked token cross-entropy.  `run_sft` is the loop
+(bucketed batches, logging) every recipe with a cold start uses.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+import dataclasses
+import json
+from typing import Optional, Sequence
 
 import flax.struct
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ragjax.models.config import DecoderConfig
-from ragjax.rl.batch import (DEFAULT_TRAIN_ON, LABELS, loss_mask_from_labels, positions_from_mask,
-                             trained_positions)
+from ragjax.rl.batch import trained_positions
+from ragjax.rl.config import OptimConfig
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs
 from ragjax.rl.losses import agg_denominator, aggregate
+from ragjax.rl.optim import make_optimizer
+from ragjax.rl.train_step import init_train_state, jit_update, make_update, place_train_state
+from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
+                                   loss_mask, positions)
+from ragjax.rollout.trajectory import pad_rows
+from ragjax.sampling.config import pick_bucket
 
 
 @flax.struct.dataclass
@@ -33,8 +43,7 @@ class SFTBatch:
 
 
 def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
-                   label_ids: Mapping[str, int] = LABELS, gather: bool = False,
-                   context: bool = False) -> SFTBatch:
+                   gather: bool = False, context: bool = False) -> SFTBatch:
   """Trajectory arrays -> SFTBatch; by default retrieved documents and prompts are not trained on.
 
   gather=True also lists each row's trained positions, so the loss projects only those
@@ -47,8 +56,8 @@ def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
   tokens, labels = np.asarray(tokens, np.int32), np.asarray(labels)
   if tokens.shape != labels.shape or tokens.ndim != 2:
     raise ValueError(f"tokens {tokens.shape} and labels {labels.shape} must both be [B, T]")
-  attn = (labels != label_ids["padding"]).astype(np.int32)
-  mask = loss_mask_from_labels(labels, train_on, label_ids)
+  attn = attention_mask(labels)
+  mask = loss_mask(labels, train_on)
   index = weight = context_mask = None
   if context:
     context_mask = ((attn > 0) & (mask == 0)).astype(np.float32)
@@ -58,7 +67,7 @@ def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
     index = trained_positions(mask)
     weight = np.take_along_axis(mask, index, axis=1)     # 0 on the padding (position 0)
     index, weight = jnp.asarray(np.maximum(index, 1)), jnp.asarray(weight)
-  return SFTBatch(tokens=jnp.asarray(tokens), positions=jnp.asarray(positions_from_mask(attn)),
+  return SFTBatch(tokens=jnp.asarray(tokens), positions=jnp.asarray(positions(labels)),
                   attention_mask=jnp.asarray(attn), loss_mask=jnp.asarray(mask),
                   context_mask=context_mask, loss_index=index, loss_weight=weight)
 
@@ -97,3 +106,60 @@ def sft_loss_fn(model_cfg: DecoderConfig, agg: str = "token-mean", chunk: int = 
     return nll, {"loss": nll, "nll": nll, "entropy": aggregate(ent, mask, agg, d)}
 
   return loss_fn, denom
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """The cold-start SFT loop: AdamW, linear warmup then cosine to `min_lr_ratio` x lr."""
+  steps: int = 0                      # 0 = no SFT stage
+  batch_size: int = 32
+  lr: float = 5e-3
+  warmup_steps: int = 40
+  min_lr_ratio: float = 0.1
+  weight_decay: float = 0.01
+  gather: bool = True                 # project only trained positions (same loss)
+  context_weight: float = 0.0         # LM auxiliary on prompt and documents (see sft_loss_fn)
+  log_every: int = 10
+
+
+def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
+            rows_l: Sequence[np.ndarray], sft: SFTConfig, widths: Sequence[int], *, seed: int,
+            log_path: str, progress: bool = True, mesh=None):
+  """SFT on unpadded trajectories (tokens, labels per row); returns (params, history).
+
+  Batches are drawn from one width bucket at a time (chosen in proportion to its size), so
+  short traces are not padded to the longest and each width compiles once.  Metrics go to
+  `log_path` (JSONL) every `log_every` steps."""
+  import tqdm
+  optim = OptimConfig(lr=sft.lr, schedule="cosine", warmup_steps=sft.warmup_steps,
+                      min_lr_ratio=sft.min_lr_ratio, total_steps=sft.steps,
+                      weight_decay=sft.weight_decay, grad_clip=1.0)
+  optimizer = make_optimizer(optim)
+  state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer)
+  loss_fn, denom = sft_loss_fn(model_cfg, context_weight=sft.context_weight)
+  updates = {}
+  rng = np.random.default_rng(seed)
+  history = []
+  widths = tuple(sorted(widths))
+  width_of = np.asarray([pick_bucket(widths, len(t), f"trace {i}") for i, t in enumerate(rows_t)])
+  buckets = {w: np.flatnonzero(width_of == w) for w in np.unique(width_of)}
+  names = sorted(buckets)
+  probs = np.asarray([len(buckets[w]) for w in names], np.float64)
+  probs /= probs.sum()
+  with open(log_path, "w") as f:
+    for step in tqdm.trange(1, sft.steps + 1, desc="sft", disable=not progress):
+      width = names[rng.choice(len(names), p=probs)]
+      idx = rng.choice(buckets[width], sft.batch_size)
+      batch = make_sft_batch(pad_rows([rows_t[i] for i in idx], width, 0, np.int32),
+                             pad_rows([rows_l[i] for i in idx], width, Source.PAD, LABEL_DTYPE),
+                             gather=sft.gather, context=sft.context_weight > 0)
+      shape = (width, None if batch.loss_index is None else batch.loss_index.shape[1])
+      if shape not in updates:
+        updates[shape] = jit_update(make_update(loss_fn, denom, optimizer, 1), state, batch, mesh)
+      state, m = updates[shape](state, batch)
+      if step % sft.log_every == 0 or step == sft.steps:
+        rec = {"step": step, **{k: float(v) for k, v in jax.device_get(m).items()}}
+        history.append(rec)
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
+  return state.params, history

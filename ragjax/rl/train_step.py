@@ -17,7 +17,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from ragjax.models.config import DecoderConfig
-from ragjax.models.decoder import abstract_params, param_logical_axes
+from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel import shard
 from ragjax.parallel.mesh import replicated
 from ragjax.rl.batch import TrainBatch
@@ -153,17 +153,14 @@ def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTr
     metrics["grad_norm"] = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    # The NaN guard checks the params it would save, not only the loss (one reduction).
+    metrics["nonfinite_params"] = sum(jnp.sum(~jnp.isfinite(p)) for p in jax.tree.leaves(params))
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return update
 
 
 # --- shardings ---------------------------------------------------------------------------
-
-def param_shardings(cfg: DecoderConfig, mesh: Mesh, head: str = "lm"):
-  """NamedShardings for a decoder's params from its logical axes (FSDP by default)."""
-  return shard.param_shardings(param_logical_axes(cfg, head), abstract_params(cfg, head), mesh)
-
 
 def batch_shardings(batch, mesh: Mesh):
   """Rows over the batch mesh axes (every TrainBatch array is [B, T])."""
@@ -193,12 +190,18 @@ def opt_state_shardings(optimizer: optax.GradientTransformation, params, p_shard
 def shard_train_state(state: TrainState, cfg: DecoderConfig, mesh: Mesh,
                       optimizer: optax.GradientTransformation, head: str = "lm") -> TrainState:
   """Places params by their logical axes and the optimizer state alongside them."""
-  p_sh = param_shardings(cfg, mesh, head)
+  p_sh = decoder_shardings(cfg, mesh, head)
   params = jax.device_put(state.params, p_sh)
   opt_state = jax.device_put(state.opt_state,
                              opt_state_shardings(optimizer, state.params, p_sh, mesh))
   return TrainState(step=jax.device_put(state.step, replicated(mesh)), params=params,
                     opt_state=opt_state)
+
+
+def place_train_state(state: TrainState, cfg: DecoderConfig, mesh: Optional[Mesh],
+                      optimizer: optax.GradientTransformation, head: str = "lm") -> TrainState:
+  """`shard_train_state` under a mesh; the state unchanged without one."""
+  return state if mesh is None else shard_train_state(state, cfg, mesh, optimizer, head)
 
 
 def jit_update(update, state: TrainState, batch, mesh: Optional[Mesh] = None):

@@ -1,15 +1,22 @@
-"""The RL loop: data -> rollout -> rewards -> advantages -> update, with evaluation, metrics,
-exact-resume checkpoints, keep-best by dev score and a NaN/Inf guard.
+"""The RL loop: prompts -> rollout (the engine) -> rewards -> advantages -> update, with
+evaluation, metrics, exact-resume checkpoints, keep-best by dev score and a NaN/Inf guard.
 
-The rollout is injected (`rollout_fn(params, prompts, rng) -> Trajectories`-like object), so
-this module depends on nothing above ragjax.rl.  Every step is a deterministic function of
-(params, optimizer state, RNG key, data position, method state), all of which are checkpointed,
-so a run killed at any point resumes to the same params and metrics.
+    trainer = Trainer(model_cfg=cfg, run=run, params=params, engine=engine,
+                      eval_engine=greedy_engine, train_data=train, dev_data=dev,
+                      fingerprint=config_fingerprint(c), workdir=w, seed=c.seed, mesh=mesh)
+    trainer.train()
+
+The engine (`ragjax.rollout.engine.RolloutEngine`) gets the step's unique prompt records and
+the group size and returns one `RolloutBatch`; it may hold more rows than prompts x G (REX-RAG
+clones join their prompt's group).  Rewards, metrics and step rewards read each row's metadata
+record; the method parts (reward, advantage estimator, behaviour policy, metrics) are looked up
+in `ragjax.registry` by the config's names, so no method name appears here.  Every step is a
+deterministic function of (params, optimizer state, RNG key, data position, method state), all
+checkpointed, so a run killed at any point resumes to the same params and metrics.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -20,17 +27,22 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from ragjax import registry
+from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.rl import advantages as adv_lib
-from ragjax.rl.batch import LABELS, TrainBatch, loss_mask_from_labels, make_train_batch
+from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.losses import kl_penalty
+from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
-from ragjax.rl.rewards import combine_rewards, cover_exact_match, exact_match, last_answer, token_f1
-from ragjax.rl.train_step import (TrainState, init_train_state, jit_update, make_update,
-                                  policy_loss_fn, value_loss_fn)
+from ragjax.rl.rewards import RewardContext, combine_rewards
+from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
+                                  place_train_state, policy_loss_fn, value_loss_fn)
+from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
+from ragjax.rollout.trajectory import RolloutBatch
 
 
 class NonFiniteError(FloatingPointError):
@@ -63,51 +75,73 @@ class DataCursor:
     return {"epoch": self.epoch, "offset": self.offset}
 
 
-def answer_metrics(response: str, golden) -> dict[str, float]:
-  ans = last_answer(response, None)
-  if ans is None:
-    return {"em": 0.0, "f1": 0.0, "cover_em": 0.0}
-  return {"em": exact_match(ans, golden), "f1": token_f1(ans, golden),
-          "cover_em": cover_exact_match(ans, golden)}
+def _nonfinite(metrics: Mapping[str, float]) -> list[str]:
+  bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
+  if float(metrics.get("nonfinite_params", 0)) > 0:
+    bad.append("nonfinite_params")
+  return bad
 
 
-def _finite(metrics: Mapping[str, float]) -> list[str]:
-  return [k for k, v in metrics.items() if not math.isfinite(float(v))]
+def step_token_rewards(per_step: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
+                       mask: np.ndarray) -> np.ndarray:
+  """[B, T] token rewards: each step's reward on its last policy token, the last step's (and
+  any step's that kept no token) on the row's last trained token (the trajectory's end)."""
+  out = np.zeros(mask.shape, np.float32)
+  last = last_token_index(mask)
+  for b, (rs, ends) in enumerate(zip(per_step, step_ends)):
+    carry = 0.0
+    for i, r in enumerate(rs):
+      end = ends[i] if i < len(ends) else -1
+      if i == len(rs) - 1 or end < 0 or end >= mask.shape[1]:
+        carry += r
+      else:
+        out[b, end] += r
+    if last[b] >= 0:
+      out[b, last[b]] += carry
+  return out
 
 
 class Trainer:
-  """Runs `run.trainer.num_steps` RL steps from `workdir`, resuming if a checkpoint exists."""
+  """Runs `run.trainer.num_steps` RL steps in `workdir`, resuming if a checkpoint exists."""
 
-  def __init__(self, *, model_cfg: DecoderConfig, run: RunConfig, params,
-               rollout_fn: Callable, train_data: Sequence[Mapping[str, Any]],
-               fingerprint: Mapping[str, Any], dev_data: Optional[Sequence[Mapping]] = None,
-               eval_rollout_fn: Optional[Callable] = None, critic_params=None,
-               ref_params=None, behaviour_fn: Optional[Callable] = None, mesh=None):
+  def __init__(self, *, model_cfg: DecoderConfig, run: RunConfig, params, engine,
+               train_data: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any],
+               workdir: str, seed: int = 0, dev_data: Optional[Sequence[Mapping]] = None,
+               eval_engine=None, critic_params=None, ref_params=None, mesh=None,
+               progress: bool = True):
     self.cfg, self.run = model_cfg, run
     self.rl, self.tc = run.rl, run.trainer
-    self.rollout_fn, self.eval_rollout_fn = rollout_fn, eval_rollout_fn or rollout_fn
+    self.engine, self.eval_engine = engine, eval_engine or engine
     self.train_data, self.dev_data = list(train_data), list(dev_data or [])
     for i, ex in enumerate(self.train_data):
       for field in ("question", "golden_answers"):
         if field not in ex:
           raise ValueError(f"training record {i} has no {field!r} field (keys: {sorted(ex)})")
-    self.behaviour_fn, self.mesh = behaviour_fn, mesh
+    self.workdir, self.seed, self.mesh, self.progress = os.path.abspath(workdir), seed, mesh, progress
     self.method_state: dict = {}
+    self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(**self.rl.behaviour_kwargs)
+                      if self.rl.behaviour else None)
+    self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
     self.optimizer = make_optimizer(run.optim)
-    self.state = init_train_state(params, self.optimizer)
+    params = jax.tree.map(jnp.copy, params)      # the update donates its state: keep the caller's
+    self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
+                                   self.optimizer)
     self.ref_params = None
     if self.rl.needs_reference:   # the frozen reference is skipped when kl_coef == 0
-      self.ref_params = ref_params if ref_params is not None else jax.tree.map(jnp.copy, params)
+      self.ref_params = (ref_params if ref_params is not None
+                         else jax.tree.map(jnp.copy, self.state.params))
     self.critic = None
     if self.rl.uses_critic:
       if critic_params is None:
         raise ValueError("rl.advantage='gae' needs critic_params (a Decoder with head='value')")
       self.critic_optimizer = make_optimizer(run.critic_optim)
-      self.critic = init_train_state(critic_params, self.critic_optimizer)
-    self.key = jax.random.PRNGKey(self.tc.seed)
-    self.cursor = DataCursor(len(self.train_data), self.tc.seed)
-    self.ckpt = Checkpointer(self.tc.workdir, fingerprint, self.tc.max_to_keep,
+      self.critic = place_train_state(init_train_state(critic_params, self.critic_optimizer),
+                                      model_cfg, mesh, self.critic_optimizer, head="value")
+    self.key = jax.random.PRNGKey(seed)
+    self.cursor = DataCursor(len(self.train_data), seed)
+    self.ckpt = Checkpointer(self.workdir, fingerprint, self.tc.max_to_keep,
                              best_metric=self.tc.keep_best_metric if self.dev_data else None)
+    self.log = MetricsLog(os.path.join(self.workdir, "metrics.jsonl"))
     self._score = jax.jit(lambda p, t, q, a: sequence_logprobs(
         self.cfg, p, t, q, a, chunk=self.rl.logprob_chunk, temperature=self.rl.temperature))
     self._values = jax.jit(lambda p, t, q, a: sequence_values(self.cfg, p, t, q, a))
@@ -122,38 +156,25 @@ class Trainer:
     return tree
 
   def maybe_resume(self) -> int:
+    """Restores the latest finished checkpoint (0 when none) and trims the metrics log to it."""
     step = self.ckpt.latest_step()
     if step is None:
+      self.log.truncate(None)
       return 0
     tree, extra = self.ckpt.restore(self._ckpt_tree(), step)
     self.state, self.key = tree["train"], tree["rng"]
     self.critic = tree.get("critic", self.critic)
-    self.cursor = DataCursor(len(self.train_data), self.tc.seed, **extra["data_position"])
+    self.cursor = DataCursor(len(self.train_data), self.seed, **extra["data_position"])
     self.method_state = dict(extra.get("method_state", {}))
-    self._truncate_log(step)
+    self.log.truncate(step)
     return step
 
   def _save(self, step: int):
     self.ckpt.save(step, self._ckpt_tree(), {"data_position": self.cursor.state(),
                                             "method_state": self.method_state, "step": step})
 
-  # --- logging ---------------------------------------------------------------------------
-  @property
-  def log_path(self):
-    return os.path.join(self.tc.workdir, "metrics.jsonl")
-
-  def _truncate_log(self, step: int):
-    """Drop log lines past the resumed step, so the log reads as one uninterrupted run."""
-    if not os.path.exists(self.log_path):
-      return
-    with open(self.log_path) as f:
-      keep = [l for l in f if l.strip() and json.loads(l)["step"] <= step]
-    with open(self.log_path, "w") as f:
-      f.writelines(keep)
-
   def _log(self, metrics: dict, writer):
-    with open(self.log_path, "a") as f:
-      f.write(json.dumps(metrics, sort_keys=True) + "\n")
+    self.log.append(metrics)
     if writer is not None:
       for k, v in metrics.items():
         if k != "step" and isinstance(v, (int, float)):
@@ -173,37 +194,37 @@ class Trainer:
                                       self.mesh)
     return self._updates[key]
 
-  def _expand(self, indices: Sequence[int]) -> list[dict]:
-    out = []
-    for i in indices:
-      ex = self.train_data[i]
-      uid = ex.get("uid", ex.get("id", i))
-      out.extend(dict(ex, uid=uid) for _ in range(self.rl.group_size))
-    return out
+  def _rollout(self, engine, prompts: Sequence[Mapping], uids: Sequence[int], group_size: int,
+               rng) -> RolloutBatch:
+    engine.policy.set_params(self.state.params)
+    seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
+    return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 
-  def _build_batch(self, traj, prompts) -> tuple[TrainBatch, dict]:
-    tokens, labels = np.asarray(traj.tokens), np.asarray(traj.labels)
-    n = tokens.shape[0]
-    if n != len(prompts):
-      raise ValueError(f"rollout returned {n} trajectories for {len(prompts)} prompts")
-    results = [combine_rewards(self.rl.rewards, traj.response_text[i], prompts[i]["golden_answers"],
-                               traj.metadata[i], self.rl.reward_kwargs,
-                               record=str(prompts[i].get("id", prompts[i]["uid"])))
-               for i in range(n)]
+  def _build_batch(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
+                   step: int) -> tuple[TrainBatch, dict]:
+    t = batch.traj
+    tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
+    rows = batch.rows
+    results = []
+    for row in rows:
+      ex = prompts[row.prompt_index]
+      record = str(ex.get("id", uids[row.prompt_index]))
+      results.append(combine_rewards(self.rl.rewards, RewardContext(row, ex, step),
+                                     self.rl.reward_kwargs, record=record))
     rewards = np.asarray([r.total for r in results], np.float32)
-    mask = loss_mask_from_labels(labels, self.rl.train_on)
-    attn = (labels != LABELS["padding"]).astype(np.int32)
-    pos = np.maximum(np.cumsum(attn, 1) - 1, 0).astype(np.int32)
-    args = (jnp.asarray(tokens), jnp.asarray(pos), jnp.asarray(attn))
+    mask = loss_mask(labels, self.rl.train_on)
+    attn = attention_mask(labels)
+    args = (jnp.asarray(tokens), jnp.asarray(positions(labels)), jnp.asarray(attn))
     if self.rl.use_sampler_logprobs:
-      old = np.asarray(traj.sampler_logprobs, np.float32)
+      old = np.asarray(t.sampler_logprobs, np.float32)
     else:
       old = np.asarray(self._score(self.state.params, *args)[0])
     ref = None if self.ref_params is None else np.asarray(self._score(self.ref_params, *args)[0])
     returns = values = None
     if self.rl.uses_critic:
       values = np.asarray(self._values(self.critic.params, *args))
-      token_r = adv_lib.place_outcome_rewards(rewards, mask)
+      token_r = step_token_rewards([r.per_step for r in results],
+                                   [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
         token_r = token_r - self.rl.kl_coef * np.asarray(
             kl_penalty(jnp.asarray(old), jnp.asarray(ref), "k1")) * mask
@@ -211,26 +232,28 @@ class Trainer:
                            self.rl.gamma, self.rl.lam)
       advantages, returns = np.asarray(a), np.asarray(ret)
     else:
-      advantages = adv_lib.outcome_advantages(self.rl.advantage, rewards, traj.group_id, mask,
+      advantages = adv_lib.outcome_advantages(self.rl.advantage, rewards, t.group_id, mask,
                                               eps=self.rl.adv_eps)
     behaviour = None
-    if self.behaviour_fn is not None:   # e.g. REX-RAG's mixture mu over clones
-      behaviour = self.behaviour_fn(traj, old, self.method_state)
-    batch = make_train_batch(tokens, labels, advantages, old, train_on=self.rl.train_on,
-                             behaviour_logprobs=behaviour,
-                             ref_logprobs=ref if not self.rl.kl_in_reward else None,
-                             returns=returns, old_values=values, gather=self.rl.gather)
-    ans = [answer_metrics(traj.response_text[i], prompts[i]["golden_answers"]) for i in range(n)]
-    searches = [m.get("num_searches", len(m.get("queries", []))) for m in traj.metadata]
+    if self.behaviour is not None:   # e.g. REX-RAG's mixture mu over clones
+      behaviour = self.behaviour(batch, old, self.method_state)
+    train_batch = make_train_batch(tokens, labels, advantages, old, train_on=self.rl.train_on,
+                                   behaviour_logprobs=behaviour,
+                                   ref_logprobs=ref if not self.rl.kl_in_reward else None,
+                                   returns=returns, old_values=values, gather=self.rl.gather)
+    examples = [prompts[row.prompt_index] for row in rows]
+    ans = [answer_metrics(row.answer, ex["golden_answers"]) for row, ex in zip(rows, examples)]
     stats = {"reward": float(rewards.mean()), "reward_std": float(rewards.std()),
              "em": float(np.mean([a["em"] for a in ans])),
              "f1": float(np.mean([a["f1"] for a in ans])),
-             "response_length": float((labels == LABELS["policy"]).sum(1).mean()),
-             "searches_per_traj": float(np.mean(searches)),
-             "tokens": int(attn.sum())}
+             "response_length": float((labels == Source.POLICY).sum(1).mean()),
+             "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
+             "trajectories": len(rows), "tokens": int(attn.sum())}
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
-    return batch, stats
+    for name, fn in self.metric_fns.items():
+      stats.update({f"{name}/{k}": float(v) for k, v in fn(rows, examples).items()})
+    return train_batch, stats
 
   def _minibatches(self, batch: TrainBatch):
     n = batch.tokens.shape[0]
@@ -251,17 +274,17 @@ class Trainer:
   def train_step(self, step: int) -> dict:
     t0 = time.perf_counter()
     self.key, rk = jax.random.split(self.key)
-    prompts = self._expand(self.cursor.take(self.tc.batch_prompts))
-    traj = self.rollout_fn(self.state.params, prompts, rk)
+    uids = self.cursor.take(self.tc.batch_prompts)
+    prompts = [self.train_data[i] for i in uids]
+    batch = self._rollout(self.engine, prompts, uids, self.rl.group_size, rk)
     t_roll = time.perf_counter() - t0
-    batch, stats = self._build_batch(traj, prompts)
+    train_batch, stats = self._build_batch(batch, prompts, uids, step)
     t1 = time.perf_counter()
     sums: dict = {}
     count = 0
     for _ in range(self.rl.ppo_epochs):
-      for mb in self._minibatches(batch):
+      for mb in self._minibatches(train_batch):
         if self.mesh is not None:
-          from ragjax.rl.train_step import batch_shardings
           mb = jax.device_put(mb, batch_shardings(mb, self.mesh))
         nm = self._num_micro(mb.tokens.shape[0])
         self.state, m = self._update_fn("policy", mb, nm)(self.state, mb)
@@ -269,7 +292,7 @@ class Trainer:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
         m = jax.device_get(m)
-        bad = _finite(m)
+        bad = _nonfinite(m)
         if bad:
           last = self.ckpt.latest_step()
           raise NonFiniteError(
@@ -281,31 +304,39 @@ class Trainer:
         count += 1
     t_upd = time.perf_counter() - t1
     total = time.perf_counter() - t0
-    metrics = {"step": step, **stats, **{k: v / count for k, v in sums.items()},
-               "time/rollout_s": traj.timings.get("rollout_s", t_roll),
-               "time/retrieval_s": traj.timings.get("retrieval_s", 0.0),
-               "time/update_s": t_upd, "time/step_s": total,
-               "tokens_per_s": stats["tokens"] / max(total, 1e-9)}
-    return metrics
+    sums.pop("nonfinite_params", None)
+    return {"step": step, **stats, **{k: v / count for k, v in sums.items()},
+            "time/rollout_s": batch.timings.get("rollout_s", t_roll),
+            "time/retrieval_s": batch.timings.get("retrieval_s", 0.0),
+            "time/update_s": t_upd, "time/step_s": total,
+            "tokens_per_s": stats["tokens"] / max(total, 1e-9)}
 
   # --- evaluation ------------------------------------------------------------------------
   def evaluate(self, step: int) -> dict:
     data = self.dev_data[:self.tc.eval_prompts or len(self.dev_data)]
-    prompts = [dict(ex, uid=ex.get("uid", ex.get("id", i))) for i, ex in enumerate(data)]
-    traj = self.eval_rollout_fn(self.state.params, prompts, jax.random.PRNGKey(self.tc.seed + 1))
-    ans = [answer_metrics(traj.response_text[i], p["golden_answers"]) for i, p in enumerate(prompts)]
+    batch = self._rollout(self.eval_engine, data, list(range(len(data))), 1,
+                          jax.random.PRNGKey(self.seed + 1))
+    ans = [answer_metrics(row.answer, data[row.prompt_index]["golden_answers"])
+           for row in batch.rows]
     return {f"dev/{k}": float(np.mean([a[k] for a in ans])) for k in ("em", "f1", "cover_em")}
+
+  def final_params(self):
+    """The run's policy: the best dev checkpoint when `trainer.keep_best`, else the last."""
+    if self.tc.keep_best and self.ckpt.best_step() is not None:
+      params, _ = self.ckpt.restore_best(self.state.params)
+      return params
+    return self.state.params
 
   # --- the loop --------------------------------------------------------------------------
   def train(self, on_checkpoint: Optional[Callable[[int], None]] = None) -> list[dict]:
-    os.makedirs(self.tc.workdir, exist_ok=True)
+    os.makedirs(self.workdir, exist_ok=True)
     start = self.maybe_resume()
     writer = None
     if self.tc.tensorboard:
       from tensorboardX import SummaryWriter
-      writer = SummaryWriter(os.path.join(self.tc.workdir, "tb"))
+      writer = SummaryWriter(os.path.join(self.workdir, "tb"))
     bar = tqdm.tqdm(range(start + 1, self.tc.num_steps + 1), initial=start,
-                    total=self.tc.num_steps, disable=not self.tc.progress, desc="rl")
+                    total=self.tc.num_steps, disable=not self.progress, desc="rl")
     try:
       for step in bar:
         metrics = self.train_step(step)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ragjax.rollout.labels import Source
+from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Source
 from ragjax.rollout.textspan import decode
 if TYPE_CHECKING:                      # keeps the viewer CLI free of jax imports
   from ragjax.rollout.trajectory import RolloutBatch
@@ -41,13 +41,16 @@ def spans_of(tokens, labels, turns, mask, logprobs, tokenizer) -> list[dict]:
 
 
 def batch_records(batch: "RolloutBatch", tokenizer, rewards: Optional[Sequence[float]] = None,
-                  extra: Optional[Sequence[dict]] = None) -> list[dict]:
+                  extra: Optional[Sequence[dict]] = None,
+                  train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> list[dict]:
+  """One record per row; a span's `trained` counts its tokens under `train_on`."""
   t = batch.traj
+  mask = t.loss_mask(train_on)
   recs = []
   for i, m in enumerate(batch.meta.rows):
     k = int(t.lengths[i])
-    arrays = [np.asarray(getattr(t, f))[i, :k] for f in ("tokens", "labels", "turn", "loss_mask",
-                                                          "sampler_logprobs")]
+    arrays = [np.asarray(getattr(t, f))[i, :k] for f in ("tokens", "labels", "turn")]
+    arrays += [mask[i, :k], np.asarray(t.sampler_logprobs)[i, :k]]
     rec = {"row": i, "group_id": int(m.group_id), "prompt_index": m.prompt_index,
            "sample_index": m.sample_index, "clone_of": m.clone_of, "protocol": batch.meta.protocol,
            "stop_reason": m.stop_reason, "answer": m.answer,

@@ -10,31 +10,33 @@ Tokens in, tokens out: the policy's spans are the sampler's own ids (cut only on
 boundaries when the protocol drops what follows an action); only environment / injected text is
 tokenised, segment by segment, so each label is attached while concatenating.
 
-`policy` is anything with the `ragjax.sampling.Sampler` API (prefill, decode, extend, set_done,
-clone_rows, truncate, eos_ids); `retriever` anything with `search(queries, k) -> hits`.
+`policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
+`retriever` is anything with `search(queries, k) -> hits`.  Prompts are dataset records (dicts
+with a `question`, as the data package writes them), `PromptInput`s or strings; hooks see the
+record of their row's prompt, so a method hook can read its gold answers.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 import warnings
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ragjax.rollout.hooks import RowEditor, TurnView
-from ragjax.rollout.labels import MaskConfig, Source
-from ragjax.rollout.protocols.base import Action, Kind, Protocol, as_prompt_input, hit_id
+from ragjax.rollout.labels import Source
+from ragjax.rollout.protocols.base import (Action, Kind, Protocol, as_prompt_input, hit_contents,
+                                           hit_id)
 from ragjax.rollout.renderer import Renderer
 from ragjax.rollout.segments import Segment
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
                                        assemble)
+from ragjax.sampling.config import CACHE_FULL, NOT_RUN
 
-# Sampler stop-reason codes (ragjax.sampling.config); duplicated as plain ints so the engine
-# also drives any policy object that follows the same convention.
-_NOT_RUN, _CACHE_FULL = 0, 4
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
 
 
@@ -45,11 +47,12 @@ class EngineConfig:
   `max_response_tokens` caps everything after the prompt (policy + observations); the tighter
   of it and the protocol's own cap applies.  `spare_rows` reserves sampler rows for hooks that
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
+  `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
+  shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   """
   max_response_tokens: Optional[int] = None
   spare_rows: int = 0
-  mask: MaskConfig = MaskConfig()
-  pad_to_multiple: int = 8
+  widths: Optional[tuple[int, ...]] = None
   pad_id: int = 0
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
@@ -102,14 +105,13 @@ class RolloutEngine:
     self.config = config
     self.hooks = list(hooks)
     self.renderer = Renderer(protocol, tokenizer, chat=config.chat)
-    self.eos_ids = frozenset(int(e) for e in getattr(policy, "eos_ids", ()) or ())
+    self.eos_ids = frozenset(int(e) for e in policy.eos_ids or ())
     self.retrieval_calls = 0
     caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
     self.response_budget = min(caps) if caps else None
-    ext = getattr(getattr(policy, "config", None), "extend_buckets", None)
-    self.max_extend = int(ext[-1]) if ext else None
-    stops = getattr(getattr(policy, "config", None), "stop_strings", None)
-    missing = [s for s in protocol.stop_sequences if stops is not None and s not in stops]
+    self.max_extend = policy.max_extend
+    stops = policy.stop_strings
+    missing = [s for s in protocol.stop_sequences if s not in stops]
     if missing:
       warnings.warn(f"the sampler does not stop on {missing} ({protocol.name}); turns run to the "
                     f"per-turn budget and are cut after the action, which wastes decode steps",
@@ -118,8 +120,12 @@ class RolloutEngine:
   # ------------------------------------------------------------------------------------------
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
           uids: Optional[Sequence[int]] = None) -> RolloutBatch:
-    """Rolls out every prompt `samples_per_prompt` times; `uids` are the group ids (default
-    0..B-1), so GRPO groups are per prompt, never per sample (Search-R1 issue #88)."""
+    """Rolls out every (unique) prompt `samples_per_prompt` times; `uids` are the group ids
+    (default 0..B-1), so GRPO groups are per prompt, never per sample (Search-R1 issue #88).
+    Hooks may add rows (REX-RAG clones), so the batch can hold more rows than prompts x G."""
+    t_start = time.perf_counter()
+    self._retrieval_s, calls0 = 0.0, self.retrieval_calls
+    self._prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
     if not inputs:
       raise ValueError("run() needs at least one prompt")
@@ -163,7 +169,11 @@ class RolloutEngine:
     for row in self._rows.values():
       if not row.done:
         row.done, row.stop_reason = True, "max_turns"
-    return self._finish()
+    batch = self._finish()
+    batch.timings = {"rollout_s": time.perf_counter() - t_start,
+                     "retrieval_s": self._retrieval_s,
+                     "retrieval_calls": self.retrieval_calls - calls0}
+    return batch
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
@@ -217,18 +227,20 @@ class RolloutEngine:
       row.resume = False
       row.pending = []
       row.append(ids[:keep], Source.POLICY, t, lps[r, :keep])
-      if int(reasons[r]) == _CACHE_FULL:
+      if int(reasons[r]) == CACHE_FULL:
         row.action = Action(Kind.END, reason="budget")
-      elif int(reasons[r]) == _NOT_RUN:
+      elif int(reasons[r]) == NOT_RUN:
         row.action = Action(Kind.END, reason="sampler_finished")
       row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
+                                    start=row.turn_start, end=len(row.tokens),
                                     query=action.query if action.kind == Kind.SEARCH else None,
                                     all_queries=action.all_queries, reason=row.action.reason))
 
     if self.hooks:
       views = [TurnView(row=r, turn=t, final=final, action=self._rows[r].action,
                         text=self._rows[r].turn_text, group_id=self._rows[r].group_id,
-                        clone_of=self._rows[r].clone_of) for r in live]
+                        clone_of=self._rows[r].clone_of,
+                        prompt=self._prompts[self._rows[r].prompt_index]) for r in live]
       editor = RowEditor(self, t)
       for hook in self.hooks:
         hook(views, editor)
@@ -247,6 +259,7 @@ class RolloutEngine:
         content = self.protocol.observation(row.action.query, hits[r])
         obs = self.renderer.wrap_observation(content, row.end_token_text)
         row.records[-1].doc_ids = tuple(hit_id(h) for h in hits[r])
+        row.records[-1].doc_texts = tuple(hit_contents(h) for h in hits[r])
       elif kind == Kind.INVALID:
         obs = self.renderer.wrap_observation(self.protocol.invalid_observation(),
                                              row.end_token_text)
@@ -288,7 +301,9 @@ class RolloutEngine:
       return {}
     k = self.protocol.top_k
     extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
+    t0 = time.perf_counter()
     results = self.retriever.search([self._rows[r].action.query for r in rows], k + extra)
+    self._retrieval_s += time.perf_counter() - t0
     self.retrieval_calls += 1
     if len(results) != len(rows):
       raise ValueError(f"retriever returned {len(results)} result lists for {len(rows)} queries")
@@ -369,6 +384,7 @@ class RolloutEngine:
     row.turn_ids = row.turn_ids[:keep]
     row.turn_text = decode(self.tokenizer, row.turn_ids)
     row.records[-1].text = row.turn_text
+    row.records[-1].end = row.turn_start + keep
     row.end_token_text = None
     row.answer = None
 
@@ -395,12 +411,14 @@ class RolloutEngine:
       row = self._rows[r]
       dicts.append(dict(tokens=row.tokens, labels=row.labels, logprobs=row.logprobs,
                         turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
-      metas.append(RowMeta(
+      meta = RowMeta(
           row=i, group_id=row.group_id, prompt_index=row.prompt_index,
           sample_index=row.sample_index, sampler_row=r, cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
           response_text=decode(self.tokenizer, row.tokens[row.prompt_len:]),
-          turns=row.records))
-    traj = assemble(dicts, self.config.mask, self.config.pad_to_multiple, self.config.pad_id)
+          turns=row.records)
+      meta.extra = self.protocol.annotate(meta)
+      metas.append(meta)
+    traj = assemble(dicts, self.config.widths, self.config.pad_id)
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name))

@@ -9,7 +9,7 @@ row continue without retrieval.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ragjax.rollout.protocols.base import Action
 from ragjax.rollout.segments import Segment
@@ -24,6 +24,7 @@ class TurnView:
   text: str                     # the row's kept policy text of this turn
   group_id: int
   clone_of: Optional[int]
+  prompt: Any = None            # the row's prompt as given to run() (a dataset record)
 
 
 class RowEditor:

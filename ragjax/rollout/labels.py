@@ -1,16 +1,17 @@
-"""Per-token source labels and the loss mask derived from them.
+"""Per-token source labels, and the loss mask, attention mask and positions derived from them.
 
 Every token of a trajectory records where it came from, so the loss mask is a pure function of
 the labels and the config instead of something rebuilt later by re-tokenising decoded text
 (the bug behind Search-R1 PRs #19/#20).  REX-RAG trains on its injected exploration prompt;
 everything the environment wrote (retrieved documents, tag wrappers, chat framing, invalid-action
-messages) is never trained on.
+messages) is never trained on.  This is the one label table and the one mask function: the
+rollout writes labels, the trainer and the SFT loop build their masks here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
+from typing import Sequence
 
 import numpy as np
 
@@ -26,20 +27,42 @@ class Source(enum.IntEnum):
 
 
 LABEL_DTYPE = np.int8
+# Labels a config may train on (`rl.train_on`), by lower-case name.  Retrieved documents,
+# prompts and environment text are observations: never trained on.
+TRAINABLE = ("policy", "injected")
+DEFAULT_TRAIN_ON = ("policy",)
 
 
-@dataclasses.dataclass(frozen=True)
-class MaskConfig:
-  """Which labels carry loss.  Policy tokens always do; retrieved/env/prompt/pad never do."""
-  train_injected: bool = False
+def check_train_on(train_on: Sequence[str], field: str = "train_on") -> tuple[Source, ...]:
+  """The Source values named by `train_on`, or a ValueError naming the offending entry."""
+  out = []
+  for name in train_on:
+    if name not in TRAINABLE:
+      raise ValueError(f"{field}: cannot train on {name!r}; trainable labels: {list(TRAINABLE)}"
+                       + (" (retrieved tokens are observations)" if name == "retrieved" else ""))
+    out.append(Source[name.upper()])
+  return tuple(out)
 
 
-def loss_mask_from_labels(labels, config: MaskConfig = MaskConfig(), dtype=np.float32):
-  """1 where the label is trained on, else 0; works on numpy and jax arrays alike."""
-  keep = labels == Source.POLICY
-  if config.train_injected:
-    keep = keep | (labels == Source.INJECTED)
-  return keep.astype(dtype)
+def loss_mask(labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON, dtype=np.float32) -> np.ndarray:
+  """[B, T] 1.0 where the token's label is trained on.  Position 0 is never predicted (no token
+  before it), so it is always 0."""
+  labels = np.asarray(labels)
+  mask = np.isin(labels, np.asarray([int(s) for s in check_train_on(train_on)])).astype(dtype)
+  if mask.ndim == 2:
+    mask[:, 0] = 0
+  return mask
+
+
+def attention_mask(labels) -> np.ndarray:
+  """1 on real tokens, 0 on padding (int32)."""
+  return (np.asarray(labels) != Source.PAD).astype(np.int32)
+
+
+def positions(labels) -> np.ndarray:
+  """RoPE positions that count real tokens only, so padding never shifts them."""
+  am = attention_mask(labels)
+  return np.maximum(np.cumsum(am, axis=-1) - 1, 0).astype(np.int32)
 
 
 def label_name(value: int) -> str:

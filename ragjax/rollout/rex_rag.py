@@ -4,9 +4,9 @@ When an original (non-clone) row gives a wrong answer in a turn where search is 
 with probability p it is cloned into a spare row of the same group; the clone loses the
 `<answer>...</answer>` span of that turn (the reasoning before it stays), gets one exploration
 prompt from the pool appended as INJECTED tokens, and keeps rolling.  Clones are never cloned
-again, and answers in the final forced turn are not eligible.  Whether an answer is wrong is
-the caller's business (`is_wrong(group_id, answer)`, EM against the gold answers in `rl`), so
-this module needs nothing above the rollout layer.
+again, and answers in the final forced turn are not eligible.  An answer is wrong when its EM
+against the row's prompt record (`golden_answers`) is 0, or as `is_wrong(group_id, answer)`
+says when given.  Registered as the rollout hook `rex_rag_clone`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ragjax import registry
+from ragjax.metrics import exact_match
 from ragjax.rollout.hooks import RowEditor, TurnView
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Kind, first_tag_action
@@ -60,9 +62,18 @@ ABLATION_FIVE = (1, 11, 12, 14, 24)   # the 5-prompt pool of REX-RAG Table 5
 DEFAULT_P = 20 / 101
 
 
+def wrong_by_em(view: TurnView) -> bool:
+  """EM = 0 against the gold answers of the row's prompt record."""
+  prompt = view.prompt if isinstance(view.prompt, dict) else {}
+  if "golden_answers" not in prompt:
+    raise ValueError(f"row {view.row}: the REX-RAG clone hook needs prompt records with "
+                     f"'golden_answers' to judge an answer (got {type(view.prompt).__name__})")
+  return not exact_match(view.action.answer or "", prompt["golden_answers"])
+
+
 @dataclasses.dataclass
 class RexRagCloneHook:
-  is_wrong: Callable[[int, str], bool]
+  is_wrong: Optional[Callable[[int, str], bool]] = None   # None: EM against the prompt record
   p: float = DEFAULT_P
   prompts: Sequence[str] = EXPLORATION_PROMPTS
   seed: int = 0
@@ -79,7 +90,9 @@ class RexRagCloneHook:
     for v in views:
       if v.clone_of is not None or v.final or v.action.kind != Kind.ANSWER:
         continue
-      if not self.is_wrong(v.group_id, v.action.answer or ""):
+      wrong = (wrong_by_em(v) if self.is_wrong is None
+               else self.is_wrong(v.group_id, v.action.answer or ""))
+      if not wrong:
         continue
       if self._rng.random() >= self.p:
         continue
@@ -97,3 +110,10 @@ class RexRagCloneHook:
 def pool(indices: Optional[Sequence[int]] = None) -> tuple[str, ...]:
   """The full pool, or the prompts at `indices` (e.g. ABLATION_FIVE)."""
   return EXPLORATION_PROMPTS if indices is None else tuple(EXPLORATION_PROMPTS[i] for i in indices)
+
+
+@registry.register("rollout_hook", "rex_rag_clone")
+def rex_rag_clone(p: float = DEFAULT_P, prompt_indices: Optional[Sequence[int]] = None,
+                  seed: int = 0) -> RexRagCloneHook:
+  """Config entry point: `rollout.hooks = {"rex_rag_clone": {"p": ..., "prompt_indices": ...}}`."""
+  return RexRagCloneHook(p=p, prompts=pool(prompt_indices), seed=seed)

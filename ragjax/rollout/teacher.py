@@ -11,7 +11,6 @@ is full.  A script that runs out emits eos.
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Sequence
 
 import numpy as np
@@ -40,7 +39,8 @@ class TeacherState:
 
 
 class TeacherPolicy:
-  """Forced text per row; see the module docstring.  Log-probs are reported as 0."""
+  """Forced text per row (a `ragjax.rollout.policy.Policy`); see the module docstring.
+  Log-probs are reported as 0."""
 
   def __init__(self, tokenizer, scripts: Sequence[Sequence[str]], stop_strings=(),
                eos_ids: Sequence[int] = (), max_new_tokens: int = 256,
@@ -50,8 +50,10 @@ class TeacherPolicy:
     self.stop_strings = tuple(stop_strings)
     self.eos_ids = tuple(eos_ids) or (tokenizer.eos_token_id,)
     self.max_new_tokens, self.cache_length = max_new_tokens, cache_length
-    self.config = types.SimpleNamespace(stop_strings=self.stop_strings,
-                                        extend_buckets=(cache_length,))
+    self.max_extend = cache_length
+
+  def set_params(self, params) -> None:
+    """A scripted policy has no weights; accepted so it can stand wherever a sampler does."""
 
   def prefill(self, prompts, samples_per_prompt: int = 1, seed: int = 0) -> TeacherState:
     hist = [list(p) for p in prompts for _ in range(samples_per_prompt)]
@@ -122,3 +124,31 @@ class TeacherPolicy:
       del state.histories[r][n:]
       state.finished[r] = False
     return state
+
+
+def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], *,
+                   max_new_tokens: int, cache_length: int, chunk: int = 500, seed: int = 0
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Forced traces run through the real engine: (tokens, labels) per prompt, unpadded.
+
+  `engine` supplies the protocol, retriever, tokenizer, eos ids and loop settings; each chunk of
+  `chunk` prompts runs with a `TeacherPolicy` emitting `scripts[i]` in place of its policy, so
+  observations are real retrieval results and labels match RL rollouts exactly."""
+  from ragjax.rollout.engine import RolloutEngine
+  if len(prompts) != len(scripts):
+    raise ValueError(f"{len(prompts)} prompts but {len(scripts)} scripts")
+  rows_t, rows_l = [], []
+  for s in range(0, len(prompts), chunk):
+    teacher = TeacherPolicy(engine.tokenizer, scripts[s:s + chunk],
+                            stop_strings=engine.protocol.stop_sequences,
+                            eos_ids=tuple(engine.policy.eos_ids),
+                            max_new_tokens=max_new_tokens, cache_length=cache_length)
+    forced = RolloutEngine(engine.protocol, teacher, engine.retriever, engine.tokenizer,
+                           engine.config)
+    t = forced.run(list(prompts[s:s + chunk]), samples_per_prompt=1, seed=seed).traj
+    tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
+    for i in range(t.num_rows):
+      n = int(t.lengths[i])
+      rows_t.append(tokens[i, :n])
+      rows_l.append(labels[i, :n])
+  return rows_t, rows_l

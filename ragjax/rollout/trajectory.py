@@ -1,33 +1,36 @@
-"""The Trajectory batch: a pytree of [rows, T] arrays plus host metadata kept beside it.
+"""The rollout batch: [rows, T] arrays plus one metadata record per row.
 
-Arrays (what `ragjax.rl` consumes; names are the contract):
-  tokens [R,T] int32, labels [R,T] int8 (`Source`), loss_mask [R,T] float32,
-  sampler_logprobs [R,T] float32 (0 off policy tokens), group_id [R] int32 (the prompt uid;
-  REX-RAG clones share their source's), turn [R,T] int32 (-1 on prompt and padding),
-  lengths [R], prompt_lengths [R] int32.
-Rows are right-padded: [prompt | response | PAD].
+This is the one type that crosses from rollout to training.  Arrays (`Trajectory`):
+  tokens [R,T] int32, labels [R,T] int8 (`Source`), sampler_logprobs [R,T] float32 (0 off
+  policy tokens), group_id [R] int32 (the prompt's uid; REX-RAG clones share their source's),
+  turn [R,T] int32 (-1 on prompt and padding), lengths [R], prompt_lengths [R] int32.
+Rows are right-padded to a width bucket: [prompt | response | PAD].  The loss mask is not
+stored: it is `labels.loss_mask(labels, train_on)`, a function of the config.
 
-The metadata (queries, doc ids, answers, stop reasons, texts) is host-only and lives in
-`TrajectoryMeta`, outside the pytree, so jitted train steps never retrace on strings.
+The metadata record (`RowMeta`: parsed answer, queries, retrieved ids and texts, per-turn token
+spans = step boundaries, stop reason, protocol fields such as refine text or fallback counts)
+is host-only and lives beside the arrays, so jitted steps never retrace on strings.  Rewards,
+metrics and step rewards read only this record (plus the dataset example and training step).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import flax.struct
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.rollout.labels import LABEL_DTYPE, MaskConfig, Source, loss_mask_from_labels
+from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
+                                   loss_mask)
+from ragjax.sampling.config import pick_bucket
 
 
 @flax.struct.dataclass
 class Trajectory:
   tokens: jnp.ndarray
   labels: jnp.ndarray
-  loss_mask: jnp.ndarray
   sampler_logprobs: jnp.ndarray
   group_id: jnp.ndarray
   turn: jnp.ndarray
@@ -38,8 +41,11 @@ class Trajectory:
   def num_rows(self) -> int:
     return int(self.tokens.shape[0])
 
-  def attention_mask(self):
-    return self.labels != Source.PAD
+  def attention_mask(self) -> np.ndarray:
+    return attention_mask(self.labels)
+
+  def loss_mask(self, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> np.ndarray:
+    return loss_mask(self.labels, train_on)
 
   def select(self, rows: Sequence[int]) -> "Trajectory":
     idx = np.asarray(rows, np.int64)
@@ -49,30 +55,36 @@ class Trajectory:
 
 @dataclasses.dataclass
 class TurnRecord:
-  """One generation turn of one row."""
+  """One generation turn of one row.  [start, end) are the token indices (in the row) of the
+  policy tokens this turn kept: `end` is the step boundary that step rewards land on."""
   turn: int
   action: str                       # search | answer | invalid | end | continue
   text: str                         # the kept policy text of the turn
+  start: int = 0
+  end: int = 0
   query: Optional[str] = None
   all_queries: tuple[str, ...] = ()
   doc_ids: tuple[str, ...] = ()
+  doc_texts: tuple[str, ...] = ()   # contents of the retrieved documents shown after this turn
   obs_truncated: bool = False
   reason: str = ""
 
 
 @dataclasses.dataclass
 class RowMeta:
+  """The per-row metadata record every reward and metric reads."""
   row: int                          # index in the Trajectory
   group_id: int
-  prompt_index: int
+  prompt_index: int                 # index of the prompt (dataset example) in the run() call
   sample_index: int
   clone_of: Optional[int] = None    # Trajectory row this one was cloned from
   sampler_row: int = -1             # the sampler row it ran in
   cloned_at_turn: Optional[int] = None  # turns before this one are the source's history
-  answer: Optional[str] = None
+  answer: Optional[str] = None      # the protocol's parse of the final answer (None: no answer)
   stop_reason: str = ""
-  response_text: str = ""
+  response_text: str = ""           # everything after the prompt (policy text + observations)
   turns: list[TurnRecord] = dataclasses.field(default_factory=list)
+  extra: dict = dataclasses.field(default_factory=dict)   # protocol fields (Protocol.annotate)
 
   @property
   def queries(self) -> list[str]:
@@ -83,8 +95,27 @@ class RowMeta:
     return [t.doc_ids for t in self.turns if t.action == "search"]
 
   @property
+  def doc_texts(self) -> list[tuple[str, ...]]:
+    return [t.doc_texts for t in self.turns if t.action == "search"]
+
+  @property
   def num_searches(self) -> int:
     return len(self.queries)
+
+  @property
+  def policy_text(self) -> str:
+    """The policy's own text, turns concatenated (no observations)."""
+    return "".join(t.text for t in self.turns)
+
+  @property
+  def step_ends(self) -> list[int]:
+    """Token index of each turn's last policy token (its step boundary); -1 for a turn that
+    kept no token."""
+    return [t.end - 1 if t.end > t.start else -1 for t in self.turns]
+
+  @property
+  def num_steps(self) -> int:
+    return len(self.turns)
 
 
 @dataclasses.dataclass
@@ -118,13 +149,32 @@ class TrajectoryMeta:
 
 @dataclasses.dataclass
 class RolloutBatch:
+  """What the engine returns and the trainer consumes: arrays, row records and timings
+  (`rollout_s`, `retrieval_s`, `retrieval_calls`)."""
   traj: Trajectory
   meta: TrajectoryMeta
+  timings: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def rows(self) -> list[RowMeta]:
+    return self.meta.rows
 
 
-def assemble(rows: Sequence[dict], mask_config: MaskConfig = MaskConfig(),
-             pad_to_multiple: int = 1, pad_id: int = 0) -> Trajectory:
-  """Pads host rows ({tokens, labels, logprobs, turns, prompt_len, group_id}) into arrays."""
+def pad_rows(rows: Sequence[Sequence[Any]], width: int, fill, dtype) -> np.ndarray:
+  """[len(rows), width] array of right-padded rows; a row longer than `width` is an error."""
+  out = np.full((len(rows), width), fill, dtype)
+  for i, r in enumerate(rows):
+    if len(r) > width:
+      raise ValueError(f"row {i} has {len(r)} tokens, more than the width {width}")
+    out[i, :len(r)] = r
+  return out
+
+
+def assemble(rows: Sequence[dict], widths: Optional[Sequence[int]] = None,
+             pad_id: int = 0) -> Trajectory:
+  """Pads host rows ({tokens, labels, logprobs, turns, prompt_len, group_id}) into arrays whose
+  width is the smallest of `widths` holding the longest row (None: a multiple of 8), so a
+  jitted consumer sees a few shapes only."""
   if not rows:
     raise ValueError("assemble needs at least one row")
   for i, r in enumerate(rows):
@@ -132,22 +182,14 @@ def assemble(rows: Sequence[dict], mask_config: MaskConfig = MaskConfig(),
     for key in ("labels", "logprobs", "turns"):
       if len(r[key]) != n:
         raise ValueError(f"row {i}: {key} has {len(r[key])} entries for {n} tokens")
-  t = max(len(r["tokens"]) for r in rows)
-  t = -(-t // pad_to_multiple) * pad_to_multiple
-  n = len(rows)
-  tokens = np.full((n, t), pad_id, np.int32)
-  labels = np.full((n, t), Source.PAD, LABEL_DTYPE)
-  logps = np.zeros((n, t), np.float32)
-  turn = np.full((n, t), -1, np.int32)
-  for i, r in enumerate(rows):
-    k = len(r["tokens"])
-    tokens[i, :k] = r["tokens"]
-    labels[i, :k] = r["labels"]
-    logps[i, :k] = r["logprobs"]
-    turn[i, :k] = r["turns"]
+  longest = max(len(r["tokens"]) for r in rows)
+  width = (-(-longest // 8) * 8 if widths is None
+           else pick_bucket(tuple(widths), longest, "the longest trajectory"))
   return Trajectory(
-      tokens=tokens, labels=labels, loss_mask=loss_mask_from_labels(labels, mask_config),
-      sampler_logprobs=logps,
-      group_id=np.asarray([r["group_id"] for r in rows], np.int32), turn=turn,
+      tokens=pad_rows([r["tokens"] for r in rows], width, pad_id, np.int32),
+      labels=pad_rows([r["labels"] for r in rows], width, Source.PAD, LABEL_DTYPE),
+      sampler_logprobs=pad_rows([r["logprobs"] for r in rows], width, 0.0, np.float32),
+      group_id=np.asarray([r["group_id"] for r in rows], np.int32),
+      turn=pad_rows([r["turns"] for r in rows], width, -1, np.int32),
       lengths=np.asarray([len(r["tokens"]) for r in rows], np.int32),
       prompt_lengths=np.asarray([r["prompt_len"] for r in rows], np.int32))

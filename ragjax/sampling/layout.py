@@ -14,12 +14,12 @@ from jax.sharding import Mesh, NamedSharding
 
 from ragjax.models.decoder import CACHE_LOGICAL_AXES
 from ragjax.parallel.mesh import logical_to_spec
+from ragjax.parallel.shard import batch_sharding
 
 
-def batch_sharding(mesh: Mesh, shape) -> NamedSharding:
-  """Batch on axis 0, everything else replicated (full vocab per row for sampling)."""
-  logical = ("batch",) + (None,) * (len(shape) - 1)
-  return NamedSharding(mesh, logical_to_spec(logical, shape, mesh))
+def rows_sharding(mesh: Mesh, shape) -> NamedSharding:
+  """Rows on axis 0, everything else replicated (full vocab per row for sampling)."""
+  return batch_sharding(mesh, len(shape), shape[0])
 
 
 def cache_sharding(mesh: Mesh, shape) -> NamedSharding:
@@ -32,13 +32,13 @@ def constrain_state(state, mesh: Optional[Mesh]):
     return state
   wsc = jax.lax.with_sharding_constraint
   cache = {k: wsc(v, cache_sharding(mesh, v.shape)) for k, v in state.cache.items()}
-  rest = {f: wsc(getattr(state, f), batch_sharding(mesh, getattr(state, f).shape))
+  rest = {f: wsc(getattr(state, f), rows_sharding(mesh, getattr(state, f).shape))
           for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys")}
   return state.replace(cache=cache, **rest)
 
 
 def constrain_rows(x, mesh: Optional[Mesh]):
-  return x if mesh is None else jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape))
+  return x if mesh is None else jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.shape))
 
 
 def constrain_cache(cache, mesh: Optional[Mesh]):

@@ -41,13 +41,13 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ragjax.models.config import DecoderConfig
-from ragjax.models.decoder import abstract_params, param_logical_axes
-from ragjax.parallel.shard import param_shardings, shard_params
+from ragjax.models.sharded import decoder_shardings
+from ragjax.parallel.shard import shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import rows as rows_lib
 from ragjax.sampling.config import SamplerConfig, pick_bucket
-from ragjax.sampling.layout import batch_sharding
+from ragjax.sampling.layout import rows_sharding
 from ragjax.sampling.state import SamplerState, TurnOutput
 from ragjax.sampling.stops import compile_stop_strings, token_bytes
 
@@ -70,7 +70,7 @@ class Sampler:
       self.stop_table = self._replicate(jnp.asarray(self.stops.table))
     self._param_shardings = None
     if mesh is not None:
-      self._param_shardings = param_shardings(param_logical_axes(cfg), abstract_params(cfg), mesh)
+      self._param_shardings = decoder_shardings(cfg, mesh)
     self.set_params(params)
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
@@ -111,7 +111,16 @@ class Sampler:
   def _clone_fn(self, state, source):
     return rows_lib.clone(state, source, mesh=self.mesh)
 
-  # ---- host API ----
+  # ---- host API (ragjax.rollout.policy.Policy) ----
+  @property
+  def stop_strings(self) -> tuple[str, ...]:
+    return tuple(self.config.stop_strings)
+
+  @property
+  def max_extend(self) -> int:
+    """Most tokens one `extend` call takes (the largest extend bucket)."""
+    return int(self.config.extend_buckets[-1])
+
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
     if self._param_shardings is not None:
@@ -200,7 +209,7 @@ class Sampler:
   def _rows(self, x: np.ndarray):
     if self.mesh is None:
       return jnp.asarray(x)
-    return jax.device_put(x, batch_sharding(self.mesh, x.shape))
+    return jax.device_put(x, rows_sharding(self.mesh, x.shape))
 
   def _replicate(self, x):
     if self.mesh is None:

@@ -1,54 +1,52 @@
-"""The rewards registry: name -> function(response_text, golden_answers, metadata) -> float | list[float].
+"""Rewards: functions of one row's record, registered by name in `ragjax.registry` ("reward").
 
-A reward returning a list gives one value per step (R3-RAG's step samples, ReZero's per-turn
-terms); scalars are outcome rewards and land on the last step.  `metadata` carries whatever the
-rollout recorded about the trajectory (queries, retrieved doc ids, refine text, step texts), so a
-method adds its reward here without touching the trainer.  User rewards bind through gin:
-`user_rewards.rewards = {"mine": @my_reward}` in a `--gin_file`.
+    @register_reward("em")
+    def em_reward(ctx: RewardContext, **kwargs) -> float | list[float]: ...
+
+`ctx.row` is the rollout's metadata record of the trajectory (parsed answer, queries, retrieved
+ids and texts, per-turn spans, protocol fields such as refine text or fallback counts),
+`ctx.example` the dataset record it answers (gold answers, question type, task) and `ctx.step`
+the training step (0 in evaluation), so a method adds a reward here without touching the
+trainer.  A reward returning a list gives one value per step (turn) of the row (R3-RAG's step
+samples, ReZero's per-turn terms); scalars are outcome rewards and land on the last step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
-import gin
+from ragjax import registry
 
 RewardValue = Union[float, Sequence[float]]
-RewardFn = Callable[..., RewardValue]
 
-_REGISTRY: dict[str, RewardFn] = {}
+
+@dataclasses.dataclass(frozen=True)
+class RewardContext:
+  row: Any                          # ragjax.rollout.trajectory.RowMeta
+  example: Mapping[str, Any]        # the dataset record (golden_answers, metadata, ...)
+  step: int = 0                     # training step (0 outside training)
+
+  @property
+  def golden_answers(self):
+    return self.example["golden_answers"]
+
+  @property
+  def answer(self) -> Optional[str]:
+    return self.row.answer
 
 
 def register_reward(name: str):
-  """Decorator: adds a reward under `name` (names are unique)."""
-  def wrap(fn: RewardFn) -> RewardFn:
-    if name in _REGISTRY and _REGISTRY[name] is not fn:
-      raise ValueError(f"reward {name!r} is already registered (by {_REGISTRY[name].__module__})")
-    _REGISTRY[name] = fn
-    return fn
-  return wrap
+  """Decorator: registers fn(ctx, **kwargs) as reward `name`."""
+  return registry.register("reward", name)
 
 
-@gin.configurable
-def user_rewards(rewards: Optional[Mapping[str, RewardFn]] = None) -> dict[str, RewardFn]:
-  """Rewards bound with gin; they shadow nothing (a clash with a built-in name is an error)."""
-  return dict(rewards or {})
-
-
-def get_reward(name: str) -> RewardFn:
-  extra = user_rewards()
-  clash = set(extra) & set(_REGISTRY)
-  if clash:
-    raise ValueError(f"gin-bound user rewards {sorted(clash)} clash with built-in rewards")
-  table = {**_REGISTRY, **extra}
-  if name not in table:
-    raise KeyError(f"unknown reward {name!r}; registered: {sorted(table)}")
-  return table[name]
+def get_reward(name: str):
+  return registry.lookup("reward", name)
 
 
 def registered_rewards() -> list[str]:
-  return sorted({**_REGISTRY, **user_rewards()})
+  return registry.names("reward")
 
 
 @dataclasses.dataclass
@@ -59,20 +57,19 @@ class RewardResult:
   components: dict[str, float]
 
 
-def combine_rewards(weights: Mapping[str, float], response_text: str, golden_answers,
-                    metadata: Optional[Mapping[str, Any]] = None,
+def combine_rewards(weights: Mapping[str, float], ctx: RewardContext,
                     kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                    num_steps: Optional[int] = None, record: str = "?") -> RewardResult:
-  """Weighted sum of named rewards; per-step rewards add step-wise, scalars add to the last step."""
-  metadata = dict(metadata or {})
+                    record: str = "?") -> RewardResult:
+  """Weighted sum of named rewards; per-step rewards add step-wise, scalars add to the last
+  step.  A reward that raises is reported with the reward's name and the record's id."""
   kwargs = kwargs or {}
-  steps = num_steps or int(metadata.get("num_steps", 1)) or 1
+  steps = max(int(ctx.row.num_steps), 1)
   per_step = [0.0] * steps
   components = {}
   for name, weight in weights.items():
     fn = get_reward(name)
     try:
-      value = fn(response_text, golden_answers, metadata, **dict(kwargs.get(name, {})))
+      value = fn(ctx, **dict(kwargs.get(name, {})))
     except Exception as e:  # name the record and reward so bad data is findable
       raise ValueError(f"reward {name!r} failed on record {record}: {e}") from e
     if isinstance(value, (list, tuple)):

@@ -1,29 +1,11 @@
-"""Parsing the Search-R1 tag grammar out of a response span (never the prompt, which holds examples)."""
+"""The Search-R1 format check over a response span (never the prompt, which holds examples).
+Answers are parsed once, by the protocol (`RowMeta.answer`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Optional
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _TAG = re.compile(r"</?(think|search|information|answer)>")
-
-
-def extract_answers(response: str) -> list[str]:
-  return [m.strip() for m in _ANSWER.findall(response)]
-
-
-def last_answer(response: str, max_answer_tags: Optional[int] = None) -> Optional[str]:
-  """The last <answer> content; None when there is none or when answer tags repeat too often.
-
-  Capping repeated tags stops a policy from spraying many guesses and being scored on the last.
-  """
-  answers = extract_answers(response)
-  if not answers:
-    return None
-  if max_answer_tags is not None and len(answers) > max_answer_tags:
-    return None
-  return answers[-1]
 
 
 def is_valid_search_r1_format(response: str) -> bool:

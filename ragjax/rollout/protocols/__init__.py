@@ -15,10 +15,12 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 
 
 def get_protocol(name: str, **overrides) -> Protocol:
-  """The protocol called `name` with field `overrides` (e.g. `top_k=5`)."""
+  """The protocol called `name` with field `overrides` (e.g. `top_k=5`); an unknown name or
+  field is a ValueError naming it (`protocol.<field>` as a config writes it)."""
   if name not in PROTOCOLS:
-    raise KeyError(f"unknown protocol {name!r}; known: {sorted(PROTOCOLS)}")
-  return PROTOCOLS[name](**overrides)
+    raise ValueError(f"protocol.name: unknown protocol {name!r}; known: {sorted(PROTOCOLS)}")
+  from ragjax.typed_config import from_dict
+  return from_dict(PROTOCOLS[name], overrides, "protocol")
 
 
 __all__ = ["Action", "AutoRefine", "Kind", "PROTOCOLS", "PromptInput", "Protocol", "R3Rag",

@@ -62,3 +62,8 @@ class AutoRefine(SearchR1):
     docs = self.format_documents(hits).strip()
     return [Segment("\n\n<documents>", Source.ENV), self.retrieved_segment(docs),
             Segment("</documents>\n\n", Source.ENV)]
+
+  def annotate(self, row) -> dict:
+    """`refine_texts`: the contents of every `<refine>` block the policy wrote (what the
+    retrieval reward of Eq. 3 and the refine-success metric read)."""
+    return {"refine_texts": refine_blocks(row.policy_text)}

@@ -61,7 +61,10 @@ def search_r1_question(question: str) -> str:
 
 
 def hit_contents(hit) -> str:
-  """A hit's `"Title"\\ntext` contents (Search-R1 corpus form), from any retriever's hit."""
+  """A hit's `"Title"\\ntext` contents (Search-R1 corpus form), from any retriever's hit (a
+  plain string is its own contents: what a row record keeps)."""
+  if isinstance(hit, str):
+    return hit
   contents = getattr(hit, "contents", None)
   if contents is None and isinstance(hit, dict):
     contents = hit.get("contents")
@@ -165,3 +168,15 @@ class Protocol:
 
   def final_turn_segments(self) -> list[Segment]:
     return [Segment(self.force_answer_text, Source.ENV)] if self.force_answer_text else []
+
+  # --- the row's metadata record -----------------------------------------------------------
+  def extract_answer(self, text: str) -> Optional[str]:
+    """The answer a finished turn's text gives under this grammar (None: no answer).  The
+    engine records exactly this parse as `RowMeta.answer`; rewards and metrics read that."""
+    action = self.parse(text, final=True)
+    return action.answer if action.kind == Kind.ANSWER else None
+
+  def annotate(self, row) -> dict:
+    """Protocol-specific fields of a finished row's record (`RowMeta.extra`), e.g. AutoRefine's
+    refine text or UR²'s fallback count.  `row` is the `RowMeta` with turns filled in."""
+    return {}

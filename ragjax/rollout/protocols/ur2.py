@@ -233,3 +233,8 @@ class UR2(Protocol):
 
   def invalid_observation(self) -> list[Segment]:
     return []
+
+  def annotate(self, row) -> dict:
+    """`fallbacks`: searches answered with the fallback sentence (P_fallback counts them)."""
+    fallbacks = sum(1 for docs in row.doc_texts if ur2_documents(docs).strip() == FALLBACK)
+    return {"fallbacks": fallbacks}

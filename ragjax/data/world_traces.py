@@ -5,16 +5,15 @@ A trace is the list of turns the policy should emit for one world question: one
 on purpose, as R3-RAG's cold-start data is: retry questions first try the obvious query (which
 tends to land on a namesake, see `ragjax.data.world`), and a share of multi-hop traces start
 with a wasted query (the question itself) before the right hops.  RL then has something to
-improve on.  The traces are run through the real rollout engine with a `TeacherPolicy`, so the
-observations are real retrieval results and labels match RL rollouts exactly.
+improve on.  The traces are run through the real rollout engine with a `TeacherPolicy`
+(`ragjax.rollout.teacher.teacher_traces`), so the observations are real retrieval results and
+labels match RL rollouts exactly.  Examples are world records (`Example.to_record()` dicts).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Sequence
-
-from ragjax.data.schema import Example
+from typing import Mapping, Sequence
 
 
 def search_turn(query: str) -> str:
@@ -25,21 +24,21 @@ def answer_turn(answer: str) -> str:
   return f"<answer> {answer} </answer>"
 
 
-def trace_turns(ex: Example, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
+def trace_turns(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
   """The turns of one trace (see the module docstring)."""
-  meta = ex.metadata
+  meta = ex.get("metadata") or {}
   hops = meta.get("hops") or []
   if not hops:
-    raise ValueError(f"world question {ex.id} has no hop chain in metadata")
+    raise ValueError(f"world question {ex.get('id')} has no hop chain in metadata")
   queries = [h["query"] for h in hops]
   if meta.get("qtype") == "retry" and meta.get("first_query"):
     queries = [meta["first_query"]] + queries
   elif len(hops) > 1 and rng.random() < wasted_query_rate:
-    queries = [ex.question.rstrip("?")] + queries
-  return [search_turn(q) for q in queries] + [answer_turn(ex.golden_answers[0])]
+    queries = [ex["question"].rstrip("?")] + queries
+  return [search_turn(q) for q in queries] + [answer_turn(ex["golden_answers"][0])]
 
 
-def make_scripts(examples: Sequence[Example], seed: int, wasted_query_rate: float = 0.15
+def make_scripts(examples: Sequence[Mapping], seed: int, wasted_query_rate: float = 0.15
                  ) -> list[list[str]]:
   rng = random.Random(f"ragjax-traces-{seed}")
   return [trace_turns(ex, rng, wasted_query_rate) for ex in examples]

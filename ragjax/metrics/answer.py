@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Iterable, Sequence
+from typing import Optional, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = frozenset(string.punctuation)
@@ -62,5 +62,9 @@ def token_f1(prediction: str, golden_answers: Sequence[str] | str) -> float:
   return max(_f1(prediction, g) for g in _golds(golden_answers))
 
 
-def any_of(values: Iterable[float]) -> float:
-  return float(max(values, default=0.0))
+def answer_metrics(answer: Optional[str], golden_answers) -> dict[str, float]:
+  """EM, F1 and cover-EM of a parsed answer; a trajectory with no answer scores 0 on all."""
+  if answer is None:
+    return {"em": 0.0, "f1": 0.0, "cover_em": 0.0}
+  return {"em": exact_match(answer, golden_answers), "f1": token_f1(answer, golden_answers),
+          "cover_em": cover_exact_match(answer, golden_answers)}

@@ -1,0 +1,46 @@
+"""Question files in the field's formats, read into the one `Example` schema.
+
+    examples = read_examples("nq_test.jsonl")           # format from the extension
+    examples = read_examples("dev.json", "hotpotqa")
+
+Formats: FlashRAG jsonl (`flashrag`), verl parquet (`verl`), raw HotpotQA / 2Wiki / MuSiQue
+json (`hotpotqa`, `2wiki`, `musique`).  Every bad record is a `DataError` naming the file,
+line and field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Optional
+
+from ragjax.data.schema import Example
+
+READERS = {
+    "flashrag": ("ragjax.data.flashrag", "read_flashrag"),
+    "verl": ("ragjax.data.verl", "read_verl"),
+    "hotpotqa": ("ragjax.data.hotpotqa", "read_hotpotqa"),
+    "2wiki": ("ragjax.data.twowiki", "read_twowiki"),
+    "musique": ("ragjax.data.musique", "read_musique"),
+}
+_BY_EXTENSION = {".jsonl": "flashrag", ".parquet": "verl"}
+
+
+def read_examples(path: str, fmt: Optional[str] = None) -> list[Example]:
+  """Every question of `path`; the format comes from `fmt` or the file extension."""
+  if fmt is None:
+    fmt = _BY_EXTENSION.get(os.path.splitext(path)[1])
+    if fmt is None:
+      raise ValueError(f"{path}: cannot tell the format from the extension; give one of "
+                       f"{sorted(READERS)}")
+  if fmt not in READERS:
+    raise ValueError(f"unknown question-file format {fmt!r}; known: {sorted(READERS)}")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: no such question file")
+  module, fn = READERS[fmt]
+  return list(getattr(importlib.import_module(module), fn)(path))
+
+
+def as_record(example) -> dict:
+  """A dataset example (`Example` or a mapping) as the plain dict trainers and engines take."""
+  return example.to_record() if hasattr(example, "to_record") else dict(example)

@@ -1,0 +1,228 @@
+"""Recipe parts built from a config: data, retriever, mesh, policy, engines, trainer, evaluation.
+
+Every recipe wires these in its own order; none of them holds method logic (that lives in the
+packages and the plug-in registry).  `evaluate_checkpoint` is what `python -m ragjax.evaluate`
+runs for any recipe's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Optional, Sequence
+
+import jax
+
+from ragjax import registry
+from ragjax.data.readers import as_record, read_examples
+from ragjax.models.config import DecoderConfig
+from ragjax.models.decoder import init_params
+from ragjax.parallel.mesh import mesh_from_config
+from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
+from ragjax.rl.sft import SFTConfig
+from ragjax.rl.trainer import Trainer
+from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config
+from ragjax.typed_config import from_dict
+
+RL_DIR = "rl"                   # the RL run's checkpoints and metrics, under the workdir
+POLICY_DIR = "policy"           # the trained policy as an HF directory
+
+
+def log(msg: str) -> None:
+  print(f"[ragjax {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- checks before any work -------------------------------------------------------------------
+def validate(c) -> RunConfig:
+  """Every registry key and typed section of the config, checked before any data, index or
+  training work (a typo fails in a second, not after minutes of set-up)."""
+  run = parse_run_config(c)
+  protocol_from_config(c)
+  make_hooks(c)
+  from_dict(SFTConfig, c.sft, "sft")
+  registry.check("reward", run.rl.rewards, "rl.rewards")
+  if c.data.source not in ("world", "files"):
+    raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
+  if c.data.source == "files" and not c.data.train_files:
+    raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
+  return run
+
+
+# --- data and retrieval -----------------------------------------------------------------------
+@dataclasses.dataclass
+class Setup:
+  """What a recipe trains and evaluates on: records by split, the retriever, and (for the
+  synthetic world) its tokenizer and extras."""
+  splits: dict                     # split -> list of records (plain dicts)
+  retriever: object
+  tokenizer: Optional[object] = None
+  world: Optional[object] = None
+  corpus_path: Optional[str] = None  # the world's corpus file (indexed under the workdir)
+
+
+def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
+  """`retriever.url` (a Search-R1 server), `retriever.index` (a built index), or an index of
+  `corpus_path` built once under `<workdir>/index`."""
+  r = c.retriever
+  if r.url:
+    from ragjax.retrieval import SearchClient
+    return SearchClient(r.url)
+  from ragjax.retrieval import open_index
+  if r.index:
+    return open_index(r.index, cache_size=r.cache_size)
+  if corpus_path is None:
+    raise ValueError("set retriever.index (an index directory) or retriever.url")
+  from ragjax.retrieval.index import EncoderSpec, build_index
+  index_dir = os.path.join(workdir, "index")
+  if not os.path.exists(os.path.join(index_dir, "index.json")):
+    build_index(corpus_path, index_dir, backend=r.backend,
+                encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+  return open_index(index_dir, cache_size=r.cache_size)
+
+
+def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
+  """The synthetic world (`data.source='world'`, written under the workdir) or question files."""
+  if c.data.source == "world":
+    from ragjax.data.world import WorldConfig
+    from ragjax.data.world_setup import prepare_world
+    world, paths, tok = prepare_world(from_dict(WorldConfig, c.world, "world"), workdir,
+                                      **c.tokenizer.to_dict())
+    splits = {s: [as_record(e) for e in q] for s, q in world.questions.items()}
+    return Setup(splits, open_retriever(c, workdir, paths["corpus"]) if retriever else None,
+                 tok, world, paths["corpus"])
+  splits = {}
+  for split in ("train", "dev", "test"):
+    files = getattr(c.data, f"{split}_files")
+    splits[split] = [as_record(e) for f in files for e in read_examples(f)]
+  return Setup(splits, open_retriever(c, workdir) if retriever else None)
+
+
+# --- mesh, policy, critic ---------------------------------------------------------------------
+def make_mesh(c):
+  """The config's mesh; None on a single device (no sharding to do)."""
+  if len(jax.devices()) == 1:
+    return None
+  return mesh_from_config(c.mesh)
+
+
+def policy_config(c, tok) -> DecoderConfig:
+  """A from-scratch shape (`model.hidden_size` ...), or a preset sized to the tokenizer."""
+  m = c.model
+  dtypes = dict(dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers,
+                remat=m.remat)
+  if m.preset:
+    from ragjax.models.presets import get_preset
+    return get_preset(m.preset).replace(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                                        **dtypes)
+  if not m.hidden_size:
+    raise ValueError("set model.checkpoint (an HF directory), model.preset, or the model's "
+                     "shape (model.hidden_size, ...)")
+  return DecoderConfig(arch="qwen2", vocab_size=len(tok), hidden_size=m.hidden_size,
+                       intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+                       num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                       rope_theta=m.rope_theta, tie_word_embeddings=True,
+                       max_position_embeddings=c.sampler.max_cache_length,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       pad_token_id=tok.pad_token_id, **dtypes)
+
+
+def load_policy(c, tok=None, mesh=None):
+  """(cfg, params, tokenizer): `model.checkpoint` loaded (into the mesh's shardings), or a
+  new policy of `policy_config` with random weights (seeded by `c.seed`)."""
+  m = c.model
+  if m.checkpoint:
+    from ragjax.models.hf_io import load_decoder, load_tokenizer
+    from ragjax.models.sharded import decoder_shardings
+    cfg, params = load_decoder(
+        m.checkpoint, dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers,
+        remat=m.remat, shardings=None if mesh is None else lambda cf: decoder_shardings(cf, mesh))
+    return cfg, params, load_tokenizer(m.checkpoint)
+  if tok is None:
+    raise ValueError("model.checkpoint is empty and the data brings no tokenizer; set "
+                     "model.checkpoint to an HF directory")
+  cfg = policy_config(c, tok)
+  return cfg, init_params(cfg, jax.random.PRNGKey(c.seed)), tok
+
+
+def init_critic(cfg: DecoderConfig, params, seed: int = 1):
+  """A value model initialised from the policy's body (PPO), with a fresh value head."""
+  critic = init_params(cfg, jax.random.PRNGKey(seed), head="value")
+  body = {k: v for k, v in params.items() if k in critic and k != "value_head"}
+  return jax.tree.map(lambda x: x.copy(), {**dict(critic), **body})
+
+
+# --- the RL stage -----------------------------------------------------------------------------
+def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -> Trainer:
+  """The trainer over a sampling engine (with the config's hooks) and a greedy one for dev."""
+  workdir = os.path.join(os.path.abspath(c.workdir), RL_DIR)
+  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
+  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
+  critic = init_critic(cfg, params) if run.rl.uses_critic else None
+  return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
+                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
+                 critic_params=critic, progress=c.progress)
+
+
+def export_policy(out_dir: str, cfg, params, tok) -> str:
+  from ragjax.models.hf_io import save_decoder
+  save_decoder(out_dir, cfg, params, tokenizer=tok)
+  return out_dir
+
+
+# --- evaluation -------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+  checkpoint: str
+  split: str = "test"
+  data: Optional[str] = None          # a question file instead of the config's split
+  data_format: Optional[str] = None
+  index: Optional[str] = None         # retriever overrides
+  url: Optional[str] = None
+  limit: int = 0
+  samples: int = 0                    # > 0: also sampled pass@1 / pass@k rows
+  temperature: float = 1.0
+
+
+def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None) -> str:
+  """Greedy EM of an exported policy with and without retrieval (and sampled pass@k), by
+  question type with bootstrap intervals, on the config's data; returns the markdown table."""
+  from ragjax.eval.systems import evaluate_system, results_table, sample_system
+  from ragjax.models.hf_io import load_decoder, load_tokenizer
+  from ragjax.retrieval.types import NullRetriever
+  workdir = os.path.abspath(c.workdir)
+  overridden = bool(opts.index or opts.url)
+  if overridden:
+    c = c.copy_and_resolve_references()
+    c.retriever.index, c.retriever.url = opts.index or "", opts.url or ""
+  if opts.data:
+    records = [as_record(e) for e in read_examples(opts.data, opts.data_format)]
+    split = os.path.basename(opts.data)
+    retriever = open_retriever(c, workdir)
+  else:
+    setup = load_data(c, workdir)
+    if opts.split not in setup.splits or not setup.splits[opts.split]:
+      raise ValueError(f"the config's data has no {opts.split!r} questions "
+                       f"(splits: {sorted(k for k, v in setup.splits.items() if v)})")
+    records, split, retriever = setup.splits[opts.split], opts.split, setup.retriever
+  if opts.limit:
+    records = records[:opts.limit]
+  if hasattr(retriever, "health"):
+    retriever.health()              # a dead server fails here, not as an all-zero table
+  cfg, params = load_decoder(opts.checkpoint)
+  tok = load_tokenizer(opts.checkpoint)
+  log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}")
+  size = c.eval.batch_size
+  results = []
+  for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
+    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[])
+    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed))
+  if opts.samples:
+    engine = make_engine(c, cfg, params, tok, retriever, greedy=False,
+                         temperature=opts.temperature, hooks=[])
+    results += sample_system("policy + retrieval", engine, records, split,
+                             samples=opts.samples, temperature=opts.temperature,
+                             batch_size=size)
+  table, _ = results_table(results, qtypes)
+  return table

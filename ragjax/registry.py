@@ -1,0 +1,91 @@
+"""The one plug-in registry: every method part a config can name, by category.
+
+A method is a config plus the plug-ins it registers; the trainer and the engine look plug-ins
+up by the names the config gives and contain no method names themselves.
+
+    @register("reward", "em")
+    def em_reward(ctx, **kwargs): ...
+
+    lookup("reward", "em")             # the function
+    check("reward", c.rl.rewards, "rl.rewards")   # before any work: unknown names fail fast
+
+Categories:
+  reward        fn(ctx: RewardContext, **kwargs) -> float | list[float]  (per step)
+  advantage     outcome advantage estimator fn(rewards, group_ids, loss_mask, eps) -> [B, T]
+  rollout_hook  factory(**kwargs) -> hook(views, editor) run after every parsed turn
+  behaviour     factory(**kwargs) -> fn(batch, old_logprobs, state) -> ratio denominators
+  metric        fn(rows, examples) -> {name: float} logged every step
+
+This module imports nothing from ragjax: the packages that define built-ins register them when
+imported (`ragjax.rl.rewards`, `ragjax.rl.advantages`, `ragjax.rollout.rex_rag`, ...).  User
+components bind through gin in a `--gin_file`:
+`user_plugins.plugins = {"reward": {"mine": @my_reward}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+import gin
+
+CATEGORIES = ("reward", "advantage", "rollout_hook", "behaviour", "metric")
+
+_TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
+
+
+def _category(category: str) -> dict[str, Any]:
+  if category not in _TABLE:
+    raise KeyError(f"unknown plug-in category {category!r}; known: {list(CATEGORIES)}")
+  return _TABLE[category]
+
+
+def register(category: str, name: str) -> Callable[[Any], Any]:
+  """Decorator: adds a plug-in under (category, name); names are unique per category."""
+  table = _category(category)
+
+  def wrap(obj):
+    if name in table and table[name] is not obj:
+      raise ValueError(f"{category} {name!r} is already registered (by "
+                       f"{getattr(table[name], '__module__', '?')})")
+    table[name] = obj
+    return obj
+  return wrap
+
+
+@gin.configurable
+def user_plugins(plugins: Optional[Mapping[str, Mapping[str, Any]]] = None
+                 ) -> dict[str, dict[str, Any]]:
+  """Plug-ins bound with gin ({category: {name: object}}); they may not shadow a built-in."""
+  out = {}
+  for category, table in dict(plugins or {}).items():
+    _category(category)
+    out[category] = dict(table)
+  return out
+
+
+def _merged(category: str) -> dict[str, Any]:
+  table = _category(category)
+  extra = user_plugins().get(category, {})
+  clash = sorted(set(extra) & set(table))
+  if clash:
+    raise ValueError(f"gin-bound {category} plug-ins {clash} clash with registered ones")
+  return {**table, **extra}
+
+
+def lookup(category: str, name: str) -> Any:
+  table = _merged(category)
+  if name not in table:
+    raise KeyError(f"unknown {category} {name!r}; registered: {sorted(table)}")
+  return table[name]
+
+
+def names(category: str) -> list[str]:
+  return sorted(_merged(category))
+
+
+def check(category: str, keys: Iterable[str], field: str) -> None:
+  """Raises ValueError naming the config `field` when any key is not registered."""
+  known = _merged(category)
+  bad = [k for k in keys if k not in known]
+  if bad:
+    raise ValueError(f"{field}: unknown {category} {bad}; registered: {sorted(known)}")

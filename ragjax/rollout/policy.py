@@ -1,0 +1,35 @@
+"""`Policy`: what the rollout engine needs from whatever writes the tokens.
+
+The JAX `ragjax.sampling.Sampler` implements it (the RL policy and in-process judges), as does
+`ragjax.rollout.teacher.TeacherPolicy` (forced text for cold-start traces); test doubles in
+tests/ implement it too.  Rows are prompt-major (row p * G + g is sample g of prompt p), every
+call takes a state and returns the next one, and the state exposes `cache_length` (the most
+tokens a row may hold).  `decode` returns a `ragjax.sampling.state.TurnOutput` whose
+`stop_reason` uses the codes of `ragjax.sampling.config`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class Policy(Protocol):
+  eos_ids: tuple[int, ...]          # a sampled eos ends the row
+  stop_strings: tuple[str, ...]     # a turn ends right after one of these (matched on device)
+  max_extend: Optional[int]         # most tokens one `extend` call takes (None: no limit)
+
+  def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
+              seed: int = 0) -> Any: ...
+
+  def decode(self, state) -> tuple[Any, Any]: ...
+
+  def extend(self, state, rows: Sequence[int], token_lists: Sequence[Sequence[int]]) -> Any: ...
+
+  def set_done(self, state, rows: Sequence[int]) -> Any: ...
+
+  def clone_rows(self, state, src_rows: Sequence[int], dst_rows: Sequence[int]) -> Any: ...
+
+  def truncate(self, state, rows: Sequence[int], new_lengths: Sequence[int]) -> Any: ...
+
+  def set_params(self, params) -> None: ...

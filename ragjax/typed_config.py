@@ -1,0 +1,68 @@
+"""Typed dataclasses from ml-collections ConfigDicts, with errors that name the field.
+
+The ConfigDict in `configs/*.py` is what users edit and override on the command line; the
+frozen dataclasses each package defines (`SamplerConfig`, `RLConfig`, `WorldConfig`, ...) are
+what the code reads.  An unknown or misspelt field is an error naming its full path, never
+silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Mapping
+
+
+def _is_dataclass_type(tp) -> bool:
+  return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def from_dict(cls, data: Mapping[str, Any], path: str = "", **overrides):
+  """Builds dataclass `cls` from a (nested) mapping plus `overrides`; unknown fields raise
+  naming the path (e.g. `sampler.temprature`)."""
+  if hasattr(data, "to_dict"):
+    data = data.to_dict()
+  if not isinstance(data, Mapping):
+    raise TypeError(f"config {path or cls.__name__} must be a mapping, got {type(data).__name__}")
+  data = {**data, **overrides}
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  unknown = sorted(set(data) - set(fields))
+  if unknown:
+    where = ", ".join(f"{path}.{k}" if path else k for k in unknown)
+    raise ValueError(f"unknown config field(s) {where}; {cls.__name__} knows: {sorted(fields)}")
+  hints = typing.get_type_hints(cls)
+  kw = {}
+  for name, value in data.items():
+    tp = hints.get(name)
+    if typing.get_origin(tp) is typing.Union:   # Optional[SomeConfig]
+      inner = [a for a in typing.get_args(tp) if a is not type(None)]
+      tp = inner[0] if len(inner) == 1 else tp
+    if value is not None and _is_dataclass_type(tp):
+      value = from_dict(tp, value, f"{path}.{name}" if path else name)
+    elif hasattr(value, "to_dict"):
+      value = value.to_dict()
+    elif isinstance(value, list):
+      value = tuple(value)
+    kw[name] = value
+  try:
+    return cls(**kw)
+  except (TypeError, ValueError) as e:
+    if not path or str(e).startswith(path) or type(e) not in (TypeError, ValueError):
+      raise
+    raise type(e)(f"{path}: {e}") from None
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{'rl': {'kl_coef': 0.1}} -> {'rl.kl_coef': 0.1}; used for logging and fingerprints."""
+  if hasattr(data, "to_dict"):
+    data = data.to_dict()
+  out = {}
+  for k, v in data.items():
+    key = f"{prefix}.{k}" if prefix else str(k)
+    if hasattr(v, "to_dict"):
+      v = v.to_dict()
+    if isinstance(v, Mapping) and v:
+      out.update(flatten(v, key))
+    else:
+      out[key] = list(v) if isinstance(v, tuple) else v
+  return out
