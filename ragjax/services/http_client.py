@@ -150,7 +150,7 @@ class OpenAIChatClient:
       try:
         return self._attempt(body, remaining)
       except requests.Timeout:
-        last = f"timed out after {min(self.timeout, remaining):g}s"
+        last = f"timed out after {min(self.timeout, remaining):.3g}s"
       except requests.ConnectionError as e:
         last = f"connection failed ({type(e).__name__}: {str(e)[:160]})"
       except _Retryable as e:
