@@ -472,10 +472,10 @@ class Parsed:
 
 def parse_yes_no(reply: str) -> Parsed:
   """ReZero's judge (§B3, 1(d)): correct iff the reply contains "yes", case-insensitive — the
-  code's lenient substring test, kept (so "No, not yes" counts as yes).  A reply with neither
-  "yes" nor "no" is unparsed and, as in the code, scores False."""
+  code's lenient substring test, kept (so "No, not yes" counts as yes).  A reply without the
+  word "yes" or "no" is unparsed and, as in the code, scores False."""
   low = str(reply).lower()
-  return Parsed("yes" in low, "yes" in low or "no" in low)
+  return Parsed("yes" in low, re.search(r"\b(yes|no)\b", low) is not None)
 
 
 _RELEVANCE = re.compile(r"(Relevance):\s*([01]\.\d{2}|\d\.?\d*)", re.IGNORECASE)
