@@ -110,7 +110,7 @@ class OpenAIChatClient:
     return s
 
   def _attempt(self, body: dict, remaining: float) -> Completion:
-    """One POST; returns the completion, raises _Rejected, or raises a retryable str cause."""
+    """One POST: the completion, or `_Retryable` / `_Rejected` / a requests exception."""
     self._count("requests_sent")
     r = self._session().post(self.url, json=body, headers=self._headers,
                              timeout=(min(self.connect_timeout, remaining),

@@ -77,6 +77,7 @@ class LocalChatModel:
     self.batch_buckets = _powers_of_two(1, max_batch)
     self._samplers: collections.OrderedDict = collections.OrderedDict()
     self._lock = threading.Lock()
+    self._tok_lock = threading.Lock()       # encode is called from server threads
     self.calls = self.decode_calls = self.rows = 0
 
   @classmethod
@@ -100,7 +101,8 @@ class LocalChatModel:
   def encode(self, messages: Sequence[Message], where: str = "messages") -> list[int]:
     """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`."""
     text = self.prompt_text(messages)
-    ids = list(self.tokenizer.encode(text, add_special_tokens=not self.chat))
+    with self._tok_lock:
+      ids = list(self.tokenizer.encode(text, add_special_tokens=not self.chat))
     if not ids:
       raise ValueError(f"{where}: the prompt is empty")
     if len(ids) > self.max_prompt_tokens:

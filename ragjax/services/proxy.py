@@ -18,6 +18,9 @@ sends math queries to Qwen-3 and the rest to GPT; `search_with_context` takes a 
 previous reasoning per query.  The Search-R1 `/retrieve` protocol carries only queries, so the
 served proxy summarises for its `--task` with empty previous reasoning.
 
+Sampling settings default to the template's (the paper's: e.g. 4096 tokens for the strong
+prompt); a `LocalChatModel` needs `max_tokens` within its `max_new_tokens`.
+
 When the model fails (`ChatServiceError`), `on_error="raise"` re-raises (the summaries that did
 arrive are cached); `on_error="message"` answers those rows with `UR2_SUMMARY_FAILED`, as the
 code does after its 5 retries (not cached).  Counters (`stats()`): `summaries` (model replies),

@@ -179,7 +179,9 @@ class ServerThread:
   def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
     import uvicorn
     self.host = host
-    self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    # log_config=None: leave the host process's logging alone (uvicorn's loggers propagate).
+    self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                 log_config=None))
     self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
     self.port = port
 
