@@ -184,8 +184,8 @@ def test_server_answers_bad_requests_with_4xx_naming_the_field():
       err = r.json()["error"]
       assert err["param"] == param and err["message"], (body, err)
     # A prompt longer than max_prompt_tokens (but within max_chars) is a 400 too.
-    small = make_app(model.__class__(model.cfg, model.params, model.tokenizer, max_prompt_tokens=32),
-                     max_chars=10_000)
+    tight = model.__class__(model.cfg, model.params, model.tokenizer, max_prompt_tokens=32)
+    small = make_app(tight, max_chars=10_000)
     with ServerThread(small) as srv2:
       r = requests.post(srv2.url + "/v1/chat/completions", timeout=30,
                         json={"messages": [{"role": "user", "content": "Quillport " * 40}]})

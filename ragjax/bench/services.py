@@ -144,7 +144,8 @@ def main(argv=None):
       "in_process_requests_per_s": round(n / t_local, 2),
       "server_requests_per_s": round(n / t_server, 2),
       "server_overhead_ratio": round((n / t_local) / (n / t_server), 3),
-      "server_decode_batches_per_run": round((after["batches"] - before["batches"]) / args.repeats, 2),
+      "server_decode_batches_per_run": round((after["batches"] - before["batches"])
+                                             / args.repeats, 2),
       "server_one_at_a_time_requests_per_s": round(n / t_serial, 2),
       "same_text": got == [c.text for c in ref],
   }

@@ -75,7 +75,8 @@ class OpenAIChatClient:
       raise ValueError(f"max_retries, backoff and max_backoff must be >= 0, got "
                        f"{max_retries}, {backoff}, {max_backoff}")
     self.model = model
-    self.max_concurrency, self.timeout, self.connect_timeout = max_concurrency, timeout, connect_timeout
+    self.max_concurrency, self.timeout = max_concurrency, timeout
+    self.connect_timeout = connect_timeout
     self.max_retries, self.backoff, self.max_backoff = max_retries, backoff, max_backoff
     self.deadline = deadline
     self._headers = {"Content-Type": "application/json"}

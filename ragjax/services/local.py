@@ -81,8 +81,8 @@ class LocalChatModel:
     self.calls = self.decode_calls = self.rows = 0
 
   @classmethod
-  def from_checkpoint(cls, model_dir: str, *, name: Optional[str] = None, dtype: Optional[str] = None,
-                      **kw) -> "LocalChatModel":
+  def from_checkpoint(cls, model_dir: str, *, name: Optional[str] = None,
+                      dtype: Optional[str] = None, **kw) -> "LocalChatModel":
     """Loads an HF Llama/Qwen2 directory and its tokenizer (`ragjax.models.hf_io`)."""
     if not os.path.isdir(model_dir):
       raise ValueError(f"checkpoint directory {model_dir!r} does not exist")

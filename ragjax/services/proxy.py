@@ -128,9 +128,10 @@ class SummarisingRetriever:
       convs.append(render_ur2_summary(key[3], key[2], [h.contents for h in hits], task,
                                       self.mode))
     chat = self.chat_for(task)
-    kwargs = dict(max_tokens=self.max_tokens or template.max_tokens,
-                  temperature=template.temperature if self.temperature is None else self.temperature,
-                  top_p=template.top_p if self.top_p is None else self.top_p)
+    t = template
+    kwargs = dict(max_tokens=self.max_tokens or t.max_tokens,
+                  temperature=t.temperature if self.temperature is None else self.temperature,
+                  top_p=t.top_p if self.top_p is None else self.top_p)
     failed = None
     try:
       replies = chat.complete(convs, **kwargs)

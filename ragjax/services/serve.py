@@ -46,7 +46,8 @@ def _number(body: dict, field: str, default, kind=float):
   v = body.get(field, default)
   if v is None:
     return default
-  if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+      (kind is int and not isinstance(v, int)):
     raise RequestError(f"{field} must be {'an integer' if kind is int else 'a number'}, got "
                        f"{json.dumps(v)[:50]}", field)
   return kind(v)

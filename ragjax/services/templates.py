@@ -3,18 +3,18 @@
 Each prompt is a named `Template` in `TEMPLATES` with the messages it renders to, the sampling
 settings the paper's code used, and the parser of its reply:
 
-| name                      | spec section                                   | reply parsed as       |
-|---------------------------|------------------------------------------------|-----------------------|
-| `rezero_correctness`      | seeds_ur2_rezero.md §B3 (1. reward_correctness) | yes / no             |
-| `r3_relevance`            | seeds_rex_autorefine_r3.md §3.3 (document relevance) | score in [0, 1] |
-| `r3_answer`               | seeds_rex_autorefine_r3.md §3.3 (Acc_model)     | True / False         |
-| `r3_teacher_first`        | seeds_rex_autorefine_r3.md §3.5 (Figure 6)      | a "Step j" step      |
-| `r3_teacher_next`         | seeds_rex_autorefine_r3.md §3.5 (Figure 7)      | a "Step j" step      |
-| `ur2_summary_strong`      | seeds_ur2_rezero.md §A4.5 (strong, non-math)    | summary or fallback  |
-| `ur2_summary_strong_math` | seeds_ur2_rezero.md §A4.5 (strong, math)        | summary or fallback  |
-| `ur2_summary_weak`        | seeds_ur2_rezero.md §A4.5 (weak, non-math)      | summary              |
-| `ur2_summary_weak_math`   | seeds_ur2_rezero.md §A4.5 (weak, math)          | summary              |
-| `ur2_math_judge`          | seeds_ur2_rezero.md §A3.1 (math judge)          | 2.0 / 1.0 / 0.0      |
+| name | spec section | reply parsed as |
+|---|---|---|
+| `rezero_correctness` | seeds_ur2_rezero.md §B3 (1. reward_correctness) | yes / no |
+| `r3_relevance` | seeds_rex_autorefine_r3.md §3.3 (document relevance) | score in [0, 1] |
+| `r3_answer` | seeds_rex_autorefine_r3.md §3.3 (Acc_model) | True / False |
+| `r3_teacher_first` | seeds_rex_autorefine_r3.md §3.5 (Figure 6) | a "Step j" step |
+| `r3_teacher_next` | seeds_rex_autorefine_r3.md §3.5 (Figure 7) | a "Step j" step |
+| `ur2_summary_strong` | seeds_ur2_rezero.md §A4.5 (strong, non-math) | summary or fallback |
+| `ur2_summary_strong_math` | seeds_ur2_rezero.md §A4.5 (strong, math) | summary or fallback |
+| `ur2_summary_weak` | seeds_ur2_rezero.md §A4.5 (weak, non-math) | summary |
+| `ur2_summary_weak_math` | seeds_ur2_rezero.md §A4.5 (weak, math) | summary |
+| `ur2_math_judge` | seeds_ur2_rezero.md §A3.1 (math judge) | 2.0 / 1.0 / 0.0 |
 
 Constants from the same sections: `UR2_FALLBACK` (the summariser's fallback sentence),
 `UR2_NO_FINAL_INFORMATION` and `UR2_SUMMARY_FAILED` (the code's replies for a missing label and
@@ -27,7 +27,8 @@ parser's docstring says which).  `TemplateJudge` (ragjax.services.judge) counts 
 Where the spec gives less than the whole prompt, the gap is filled as each constant's comment
 says ([D] in the spec's terms); the weak UR² prompts are the main case.  The R3-RAG teacher's
 reply is one step of R3-RAG's own protocol, so it is parsed by the rollout's
-`ragjax.rollout.protocols.r3_rag.parse_r3_step` (not imported here: services sit below it).
+`ragjax.rollout.protocols.r3_rag.parse_r3_step` (services import only `rollout.chat` from
+the rollout package, so the caller applies it).
 """
 
 from __future__ import annotations
