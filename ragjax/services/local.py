@@ -1,0 +1,206 @@
+"""`ChatModel` on a ragjax decoder in this process: a judge checkpoint, or a frozen policy copy.
+
+    chat = LocalChatModel.from_checkpoint("ckpt/qwen2.5-7b-instruct", max_batch=32)
+    chat = LocalChatModel(cfg, params, tokenizer)        # weights already in memory
+
+The prompt is the tokenizer's chat template with the assistant generation prompt
+(`apply_chat_template(..., add_generation_prompt=True)`), or, for a tokenizer without one, the
+messages' contents joined by blank lines (tokenised with the tokenizer's own special tokens,
+e.g. a base model's BOS).  A whole `complete` call is one prefill and one decode per chunk of
+`max_batch` conversations, on the ragjax `Sampler`: greedy when `temperature == 0`, stop
+strings matched on device, eos ids from the model config unless `eos_ids` says otherwise.  As
+in vLLM, decoding is not steered by the stop strings (the sampler's `forbid_stop_overhang` is
+off): a row stops at the token that completes one, and the reply is cut before it (a token
+that runs past the stop string loses its tail too).  The params are only read.
+
+Static shapes keep recompiles bounded: the batch pads to a power of two (at most
+`max_batch`), prompts to power-of-two buckets up to `max_prompt_tokens`, and the per-call token
+budget to a power of two (at least 16, at most `max_new_tokens`; replies are cut to the
+requested `max_tokens`).  One sampler is compiled per (budget, temperature, top_p, stop
+strings); the last `max_samplers` are kept.  `calls` and `decode_calls` count `generate`
+calls and batched decodes (what the server's batching saves).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from ragjax.models.config import DecoderConfig
+from ragjax.models.hf_io import load_decoder, load_tokenizer
+from ragjax.rollout.chat import has_chat_template, render_chat
+from ragjax.sampling.config import EOS, STOP, SamplerConfig
+from ragjax.sampling.sampler import Sampler
+from ragjax.services.chat_model import (Completion, Message, check_messages, check_messages_list,
+                                        check_sampling, check_stop)
+
+
+def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+  """lo, 2 lo, 4 lo, ... below hi, then hi."""
+  out, b = [], lo
+  while b < hi:
+    out.append(b)
+    b *= 2
+  return tuple(out) + (hi,)
+
+
+class PromptTooLong(ValueError):
+  pass
+
+
+class LocalChatModel:
+  """See the module docstring."""
+
+  def __init__(self, cfg: DecoderConfig, params, tokenizer, *, name: str = "ragjax-local",
+               max_batch: int = 16, max_prompt_tokens: int = 1024, max_new_tokens: int = 512,
+               eos_ids: Optional[Sequence[int]] = None, use_chat_template: Optional[bool] = None,
+               seed: int = 0, mesh=None, max_samplers: int = 8):
+    if tokenizer is None:
+      raise ValueError("tokenizer is required (prompts are text)")
+    for field, v in (("max_batch", max_batch), ("max_prompt_tokens", max_prompt_tokens),
+                     ("max_new_tokens", max_new_tokens), ("max_samplers", max_samplers)):
+      if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{field} must be a positive int, got {v!r}")
+    if use_chat_template and not has_chat_template(tokenizer):
+      raise ValueError("use_chat_template=True but the tokenizer has no chat_template")
+    self.cfg, self.params, self.tokenizer, self.name = cfg, params, tokenizer, name
+    self.max_batch, self.max_prompt_tokens = max_batch, max_prompt_tokens
+    self.max_new_tokens, self.mesh, self.max_samplers = max_new_tokens, mesh, max_samplers
+    self.chat = has_chat_template(tokenizer) if use_chat_template is None else use_chat_template
+    self.eos_ids = tuple(int(e) for e in (cfg.eos_ids if eos_ids is None else eos_ids))
+    self.seed = int(seed)
+    self.prompt_buckets = _powers_of_two(min(32, max_prompt_tokens), max_prompt_tokens)
+    self.batch_buckets = _powers_of_two(1, max_batch)
+    self._samplers: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()
+    self._tok_lock = threading.Lock()       # encode is called from server threads
+    self.calls = self.decode_calls = self.rows = 0
+
+  @classmethod
+  def from_checkpoint(cls, model_dir: str, *, name: Optional[str] = None,
+                      dtype: Optional[str] = None, **kw) -> "LocalChatModel":
+    """Loads an HF Llama/Qwen2 directory and its tokenizer (`ragjax.models.hf_io`)."""
+    if not os.path.isdir(model_dir):
+      raise ValueError(f"checkpoint directory {model_dir!r} does not exist")
+    overrides = {"dtype": dtype} if dtype else {}
+    cfg, params = load_decoder(model_dir, **overrides)
+    tok = load_tokenizer(model_dir)
+    return cls(cfg, params, tok, name=name or os.path.basename(os.path.normpath(model_dir)), **kw)
+
+  # ---- prompts ----
+  def prompt_text(self, messages: Sequence[Message]) -> str:
+    msgs = check_messages(messages)
+    if self.chat:
+      return render_chat(self.tokenizer, msgs)
+    return "\n\n".join(m["content"] for m in msgs)
+
+  def encode(self, messages: Sequence[Message], where: str = "messages") -> list[int]:
+    """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`."""
+    text = self.prompt_text(messages)
+    with self._tok_lock:
+      ids = list(self.tokenizer.encode(text, add_special_tokens=not self.chat))
+    if not ids:
+      raise ValueError(f"{where}: the prompt is empty")
+    if len(ids) > self.max_prompt_tokens:
+      raise PromptTooLong(f"{where}: the prompt has {len(ids)} tokens, more than this model's "
+                          f"max_prompt_tokens={self.max_prompt_tokens}")
+    return ids
+
+  # ---- decoding ----
+  def _budget(self, max_tokens: int) -> int:
+    b = 16
+    while b < max_tokens:
+      b *= 2
+    return min(b, self.max_new_tokens)
+
+  def _sampler(self, budget: int, temperature: float, top_p: float, stop: tuple) -> Sampler:
+    greedy = temperature == 0.0
+    key = (budget, greedy, 0.0 if greedy else float(temperature), 1.0 if greedy else float(top_p),
+           stop)
+    s = self._samplers.get(key)
+    if s is not None:
+      self._samplers.move_to_end(key)
+      return s
+    config = SamplerConfig(
+        max_cache_length=self.max_prompt_tokens + budget, max_new_tokens=budget,
+        prompt_buckets=self.prompt_buckets, extend_buckets=(min(16, self.max_prompt_tokens),),
+        greedy=greedy, temperature=1.0 if greedy else float(temperature),
+        top_p=1.0 if greedy else float(top_p), stop_strings=stop, eos_ids=self.eos_ids,
+        pad_id=0, forbid_stop_overhang=False)
+    s = Sampler(self.cfg, self.params, self.tokenizer if stop else None, config, mesh=self.mesh)
+    self._samplers[key] = s
+    while len(self._samplers) > self.max_samplers:
+      self._samplers.popitem(last=False)
+    return s
+
+  def _finish(self, toks: list[int], reason: int, stop_id: int, limit: int, stop: tuple,
+              n_prompt: int) -> Completion:
+    if len(toks) > limit:
+      toks, finish, reason = toks[:limit], "length", -1
+    else:
+      finish = "stop" if reason in (STOP, EOS) else "length"
+    body = toks[:-1] if reason == EOS and toks and toks[-1] in self.eos_ids else toks
+    text = self.tokenizer.decode(body, skip_special_tokens=True)
+    if reason == STOP and 0 <= stop_id < len(stop):
+      cut = text.find(stop[stop_id])
+      if cut >= 0:
+        text = text[:cut]
+    return Completion(text, finish, n_prompt, len(toks))
+
+  def generate_tokens(self, prompts: Sequence[Sequence[int]],
+                      max_tokens: Union[int, Sequence[int]] = 256, temperature: float = 0.0,
+                      stop: Optional[Sequence[str]] = None, top_p: float = 1.0,
+                      seed: Optional[int] = None) -> list[Completion]:
+    """Completions of already-encoded prompts; `max_tokens` may differ per row (the batch
+    decodes to the largest and each reply is cut to its own)."""
+    n = len(prompts)
+    limits = [max_tokens] * n if isinstance(max_tokens, int) else list(max_tokens)
+    if len(limits) != n:
+      raise ValueError(f"max_tokens has {len(limits)} entries for {n} prompts")
+    for mt in limits:
+      check_sampling(mt, temperature, top_p)
+      if mt > self.max_new_tokens:
+        raise ValueError(f"max_tokens={mt} exceeds this model's max_new_tokens="
+                         f"{self.max_new_tokens}")
+    stop = check_stop(stop)
+    if not n:
+      return []
+    with self._lock:
+      sampler = self._sampler(self._budget(max(limits)), float(temperature), float(top_p), stop)
+      base_seed = self.seed + self.calls if seed is None else int(seed)
+      self.calls += 1
+      out: list[Completion] = []
+      for start in range(0, n, self.max_batch):
+        chunk = [list(p) for p in prompts[start:start + self.max_batch]]
+        width = next(b for b in self.batch_buckets if b >= len(chunk))
+        padded = chunk + [chunk[0]] * (width - len(chunk))
+        state = sampler.prefill(padded, samples_per_prompt=1, seed=base_seed + start)
+        _, turn = sampler.decode(state)
+        self.decode_calls += 1
+        self.rows += len(chunk)
+        toks = turn.token_lists()
+        reasons, stop_ids = np.asarray(turn.stop_reason), np.asarray(turn.stop_id)
+        for j, p in enumerate(chunk):
+          out.append(self._finish(toks[j], int(reasons[j]), int(stop_ids[j]),
+                                  limits[start + j], stop, len(p)))
+      return out
+
+  def generate(self, messages_list, max_tokens: int = 256, temperature: float = 0.0,
+               stop: Optional[Sequence[str]] = None, top_p: float = 1.0,
+               seed: Optional[int] = None) -> list[Completion]:
+    convs = check_messages_list(messages_list)
+    check_sampling(max_tokens, temperature, top_p)
+    prompts = [self.encode(m, f"messages_list[{i}]") for i, m in enumerate(convs)]
+    return self.generate_tokens(prompts, max_tokens, temperature, stop, top_p, seed)
+
+  def complete(self, messages_list, max_tokens: int = 256, temperature: float = 0.0,
+               stop: Optional[Sequence[str]] = None, top_p: float = 1.0,
+               seed: Optional[int] = None) -> list[str]:
+    """One reply per conversation, in order (see the module docstring).  Sampling draws from
+    `seed` (default: the model's seed plus the call count), so a given seed and batch repeat."""
+    return [c.text for c in self.generate(messages_list, max_tokens, temperature, stop, top_p,
+                                          seed)]
