@@ -49,14 +49,17 @@ def main(argv):
   if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
     raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
                          "in the config)", exitcode=2)
+  from ragjax.errors import exit_on_user_error
   from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
   qtypes = None
   if f.config.data.source == "world" and not f.data:
     from ragjax.data.world import QTYPES
     qtypes = QTYPES
-  print(evaluate_checkpoint(f.config, EvalOptions(
-      checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format, index=f.index,
-      url=f.url, limit=f.limit, samples=f.samples, temperature=f.temperature), qtypes))
+  with exit_on_user_error("ragjax.evaluate"):
+    print(evaluate_checkpoint(f.config, EvalOptions(
+        checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
+        index=f.index, url=f.url, limit=f.limit, samples=f.samples,
+        temperature=f.temperature), qtypes))
 
 
 if __name__ == "__main__":

@@ -41,16 +41,19 @@ def run(config) -> dict:
   maybe_initialize()
   for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
     import gin
+    from ragjax import registry  # noqa: F401  (defines the gin-configurable `user_plugins`)
     gin.parse_config_file(path)
   return recipe_module(config).run(config)
 
 
 def main(argv):
   from absl import logging
+  from ragjax.errors import exit_on_user_error
   logging.set_verbosity(logging.WARNING)   # orbax logs every save at INFO
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  run(flags.FLAGS.config)
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
+  with exit_on_user_error("ragjax.train"):
+    run(flags.FLAGS.config)
 
 
 if __name__ == "__main__":
