@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from ragjax.rollout.protocols import search_r1, autorefine, r3_rag, ur2, rezero
+from ragjax.rollout.protocols import search_r1, autorefine, ur2, rezero
 from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
 from ragjax.rollout.teacher import TeacherState

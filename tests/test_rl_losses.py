@@ -1,6 +1,5 @@
 """Losses against hand-computed numbers, and the gradient at retrieved tokens is exactly zero."""
 
-import dataclasses
 import math
 
 import jax

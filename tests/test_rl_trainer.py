@@ -3,12 +3,10 @@ on the tiny preset: PPO with a critic, keep-best on dev, JSONL + TensorBoard log
 guard, a metrics log that survives kills; and SFT through the same step machinery."""
 
 import glob
-import json
 import math
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest

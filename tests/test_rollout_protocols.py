@@ -15,7 +15,7 @@ from ragjax.rollout.chat import user_turn_framing  # noqa: E402
 from ragjax.rollout.labels import Source, loss_mask  # noqa: E402
 from ragjax.rollout.protocols import (Kind, PromptInput, as_prompt_input,  # noqa: E402
                                       get_protocol)
-from ragjax.rollout.protocols import autorefine, search_r1, ur2  # noqa: E402
+from ragjax.rollout.protocols import autorefine, ur2  # noqa: E402
 from ragjax.rollout.renderer import Renderer  # noqa: E402
 from ragjax.rollout.segments import Segment, tokenize_segments  # noqa: E402
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within  # noqa: E402

@@ -9,7 +9,6 @@ only one [B, T, chunk] block at a time.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -14,7 +14,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings

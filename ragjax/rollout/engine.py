@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ragjax.rollout.hooks import RowEditor, TurnView
+from ragjax.rollout.hooks import TurnView
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import (Action, Kind, Protocol, as_prompt_input, hit_contents,
                                            hit_id)
@@ -57,7 +57,7 @@ class EngineConfig:
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
 
-Hook = Callable[[list, RowEditor], None]
+Hook = Callable[[list, "RowEditor"], None]
 
 
 @dataclasses.dataclass
@@ -422,3 +422,32 @@ class RolloutEngine:
       metas.append(meta)
     traj = assemble(dicts, self.config.widths, self.config.pad_id)
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name))
+
+
+class RowEditor:
+  """The engine's row edits, valid during one hook call."""
+
+  def __init__(self, engine, turn: int):
+    self._engine, self._turn = engine, turn
+    self.created: list[int] = []
+
+  def clone(self, row: int) -> int:
+    """A copy of `row` (history, cache, this turn's action) in a spare row of its group."""
+    dst = self._engine._clone(row, self._turn)
+    self.created.append(dst)
+    return dst
+
+  def delete_span(self, row: int, start: int, end: Optional[int] = None) -> None:
+    """Deletes characters [start, end) of the row's last turn (end = the turn's end)."""
+    self._engine._delete_span(row, start, end)
+
+  def insert(self, row: int, segments: Sequence[Segment]) -> None:
+    """Appends labelled text after the row's last turn; it is fed to the sampler next."""
+    self._engine._insert(row, segments, self._turn)
+
+  def resume(self, row: int) -> None:
+    """The row continues decoding next turn, without retrieval or an observation."""
+    self._engine._resume(row)
+
+  def text(self, row: int) -> str:
+    return self._engine._rows[row].turn_text
