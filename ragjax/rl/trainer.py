@@ -215,6 +215,7 @@ class Trainer:
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
     args = (jnp.asarray(tokens), jnp.asarray(positions(labels)), jnp.asarray(attn))
+    t_score = time.perf_counter()           # forwards that score the batch (ragjax.bench.grpo_step)
     if self.rl.use_sampler_logprobs:
       old = np.asarray(t.sampler_logprobs, np.float32)
     else:
@@ -223,6 +224,8 @@ class Trainer:
     returns = values = None
     if self.rl.uses_critic:
       values = np.asarray(self._values(self.critic.params, *args))
+    score_s = time.perf_counter() - t_score
+    if self.rl.uses_critic:
       token_r = step_token_rewards([r.per_step for r in results],
                                    [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
@@ -248,7 +251,9 @@ class Trainer:
              "f1": float(np.mean([a["f1"] for a in ans])),
              "response_length": float((labels == Source.POLICY).sum(1).mean()),
              "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
-             "trajectories": len(rows), "tokens": int(attn.sum())}
+             "trajectories": len(rows), "tokens": int(attn.sum()),
+             "positions": int(tokens.size), "trained_tokens": int(mask.sum()),
+             "time/logprob_s": score_s}
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():
