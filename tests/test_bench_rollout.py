@@ -7,7 +7,7 @@ from ragjax.bench.rollout import LOOPS, main
 
 TINY = ["--preset", "test", "--corpus", "world", "--turns", "2", "--batch", "3",
         "--repeats", "1", "--think-tokens", "6", "--query-words", "2", "--doc-tokens", "40",
-        "--vocab", "2048"]
+        "--vocab", "2048", "--reprefill-rows", "2"]      # re-prefills 2 + 1 rows per turn
 
 
 def test_three_loops_agree_and_report(tmp_path, capsys):
@@ -30,5 +30,6 @@ def test_three_loops_agree_and_report(tmp_path, capsys):
   assert eng["tokens_fed"]["extend"] > 0 and rep["tokens_fed"]["extend"] == 0
   assert rep["tokens_fed"]["prefill"] > eng["tokens_fed"]["prefill"] + eng["tokens_fed"]["extend"]
   assert eng["tokens_fed"]["decode"] == rep["tokens_fed"]["decode"] == result["policy_tokens"]
-  assert result["loops"]["transformers"]["tokens_processed"]["prefill"] > eng["tokens_fed"]["extend"]
+  hf = result["loops"]["transformers"]
+  assert hf["tokens_processed"]["prefill"] > eng["tokens_fed"]["extend"]
   assert result["ratio_engine_vs_reprefill"] > 0 and result["ratio_engine_vs_transformers"] > 0

@@ -11,8 +11,8 @@ Everything is built from the config the way `python -m ragjax.train` builds it
 engine from `ragjax.rollout.factory`); then `--steps` RL steps run through
 `Trainer.train_step` (no evaluation, no checkpoint).  A step whose batch shape (rows x padded
 width) is new compiles the scoring and update programs; the JSON line reports the median of
-the steps whose shape was already seen (of all but the first when none was).  The policy has the config's random initialisation unless
-`model.checkpoint` is set, so its rollouts are those of an untrained policy (turns run to the
+the steps whose shape was already seen (of all but the first when none was).  The policy has
+the config's random initialisation unless `model.checkpoint` is set, so its rollouts are those of an untrained policy (turns run to the
 per-turn budget); the update's shapes are the config's either way.
 
 Update FLOPs follow `ragjax.bench.train_step.model_flops_per_token` (6 x matmul params + the

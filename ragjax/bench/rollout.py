@@ -127,7 +127,7 @@ class Setup:
     self.args = args
 
   def sampler(self, turns: int) -> Sampler:
-    budget = self.grammar.max_turn_tokens + 4                    # the grammar always stops before it
+    budget = self.grammar.max_turn_tokens + 4          # the grammar always stops before it
     need = max(len(p) for p in self.prompts) + (turns + 1) * budget + turns * (self.obs_cap + 16)
     cache = -(-need // 128) * 128
     scfg = SamplerConfig(
@@ -219,8 +219,9 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
   timed_a, timed_b = TimedPolicy(sampler), TimedPolicy(sampler)
   econf = EngineConfig(chat=False)
   engine = RolloutEngine(protocol, timed_a, setup.env.retriever, setup.tokenizer, econf)
-  reprefill = RolloutEngine(protocol, RePrefillPolicy(timed_b), setup.env.retriever,
-                            setup.tokenizer, econf)
+  rep_policy = RePrefillPolicy(timed_b, rows_per_prefill=args.reprefill_rows)
+  reprefill = RolloutEngine(protocol, rep_policy,
+                            setup.env.retriever, setup.tokenizer, econf)
   prompts = setup.env.questions[:batch]
   runs = {"engine": lambda: _engine_run(engine, timed_a, prompts),
           "reprefill": lambda: _engine_run(reprefill, timed_b, prompts)}
@@ -274,7 +275,8 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
       loops[name]["host_in_generate_s"] = round(stats["host_in_generate_s"], 3)
       loops[name]["torch_threads"] = stats["torch_threads"]
   result["loops"] = loops
-  result["ratio_engine_vs_reprefill"] = round(best["reprefill"]["wall_s"] / best["engine"]["wall_s"], 2)
+  result["ratio_engine_vs_reprefill"] = round(
+      best["reprefill"]["wall_s"] / best["engine"]["wall_s"], 2)
   if "transformers" in best:
     result["ratio_engine_vs_transformers"] = round(
         best["transformers"]["wall_s"] / best["engine"]["wall_s"], 2)
@@ -291,7 +293,8 @@ def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--preset", default="small",
                   help=f"{sorted(SHAPES)} or a ragjax.models.presets name (random weights)")
-  ap.add_argument("--turns", type=int_list, default=[4], help="searches per row; a comma list sweeps")
+  ap.add_argument("--turns", type=int_list, default=[4],
+                  help="searches per row; a comma list sweeps")
   ap.add_argument("--batch", type=int_list, default=[8], help="rows; a comma list sweeps")
   ap.add_argument("--doc-tokens", type=int, default=100, help="tokens per retrieved document")
   ap.add_argument("--top-k", type=int, default=3)
@@ -303,6 +306,9 @@ def main(argv=None):
   ap.add_argument("--vocab", type=int, default=8192, help="tokenizer size (trained in the run)")
   ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
   ap.add_argument("--repeats", type=int, default=2)
+  ap.add_argument("--reprefill-rows", type=int, default=0,
+                  help="re-prefill at most this many rows per call (0: all live rows; a GPU "
+                       "batch of 256 full histories needs chunks to fit in memory)")
   ap.add_argument("--skip-hf", action="store_true")
   ap.add_argument("--torch-threads", type=int_list, default=[1, os.cpu_count() or 1],
                   help="the transformers loop warms up at each thread count and is timed at the "

@@ -21,7 +21,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
 SHARED_CORPUS = os.path.join(SHARED_DATA, "corpus", "derived_multihop_wiki_passages_31144.jsonl")
-SHARED_QUESTIONS = os.path.join(SHARED_DATA, "flashrag_format", "derived_hotpotqa_dev_qa_7405.jsonl")
+SHARED_QUESTIONS = os.path.join(SHARED_DATA, "flashrag_format",
+                                "derived_hotpotqa_dev_qa_7405.jsonl")
 
 
 @dataclasses.dataclass

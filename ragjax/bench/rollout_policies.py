@@ -8,8 +8,10 @@
   and every `decode` re-prefills each live row's whole history (prompt, every turn, every
   document) into a fresh cache before decoding, as a loop without prefix caching does
   (Search-R1's verl loop, Tunix's re-tokenised chat).  Live rows only are prefilled, packed
-  into a batch of their own, and padded to the sampler's prompt buckets.  Greedy decoding
-  gives the engine's tokens (the PRNG keys of sampled decoding differ).
+  into a batch of their own, and padded to the sampler's prompt buckets (in prefills of at
+  most `rows_per_prefill` rows when set: the full-history prefill of a large batch can exceed
+  device memory where extending the same batch does not).  Greedy decoding gives the engine's
+  tokens (the PRNG keys of sampled decoding differ).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ragjax.sampling.config import CACHE_FULL, EOS, NOT_RUN, pick_bucket
@@ -102,8 +105,9 @@ class RePrefillPolicy:
 
   max_extend = None
 
-  def __init__(self, sampler, seed: int = 0):
+  def __init__(self, sampler, seed: int = 0, rows_per_prefill: int = 0):
     self.sampler = sampler
+    self.rows_per_prefill = rows_per_prefill
     self.eos_ids, self.stop_strings = sampler.eos_ids, sampler.stop_strings
     inner = getattr(sampler, "sampler", sampler)
     self.cache_length = inner.config.max_cache_length
@@ -125,7 +129,10 @@ class RePrefillPolicy:
     stop_id = np.full((b,), -1, np.int32)
     live = [r for r in range(b) if not state.done[r]]
     if live:
-      inner = self.sampler.prefill([state.tokens[r] for r in live], 1, self.seed)
+      histories = [state.tokens[r] for r in live]
+      step = self.rows_per_prefill or len(live)
+      inner = concat_states([self.sampler.prefill(histories[i:i + step], 1, self.seed)
+                             for i in range(0, len(live), step)])
       _, out = self.sampler.decode(inner)
       o_tok, o_len = np.asarray(out.tokens), np.asarray(out.lengths)
       o_lp, o_reason, o_stop = (np.asarray(out.logprobs), np.asarray(out.stop_reason),
@@ -167,3 +174,14 @@ class RePrefillPolicy:
 
   def set_params(self, params) -> None:
     self.sampler.set_params(params)
+
+
+def concat_states(states):
+  """One sampler state holding the rows of `states` in order (cache rows are axis 1)."""
+  if len(states) == 1:
+    return states[0]
+  first = states[0]
+  cache = {k: jnp.concatenate([s.cache[k] for s in states], axis=1) for k in first.cache}
+  rows = {f: jnp.concatenate([getattr(s, f) for s in states], axis=0)
+          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys")}
+  return first.replace(cache=cache, **rows)
