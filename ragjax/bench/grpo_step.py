@@ -26,8 +26,6 @@ bfloat16 8192 on accelerators).  `--retriever bm25` swaps the config's dense ind
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 import json
 import os
 import statistics
@@ -38,41 +36,9 @@ import jax.numpy as jnp
 
 from ragjax.bench.train_step import measured_matmul_peak, model_flops_per_token
 from ragjax.recipes import components as parts
+from ragjax.recipes.config_files import apply_overrides, load_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CONFIGS = ("configs/world.py", "configs/search_r1.py:tiny")
-
-
-def load_config(spec: str):
-  """`FILE.py[:ARG]` (relative to the repository or absolute), as the train command reads it."""
-  file, _, arg = spec.partition(":")
-  path = file if os.path.isabs(file) else os.path.join(REPO, file)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"no config file {path}")
-  module_spec = importlib.util.spec_from_file_location("bench_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
-def apply_overrides(c, overrides):
-  """`section.field=value` (a Python literal, else a string) for each override."""
-  for ov in overrides:
-    key, sep, value = ov.partition("=")
-    if not sep:
-      raise ValueError(f"--set needs FIELD=VALUE, got {ov!r}")
-    try:
-      value = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      pass
-    node = c
-    *path, leaf = key.split(".")
-    for p in path:
-      node = node[p]
-    if leaf not in node:
-      raise ValueError(f"--set {key}: the config has no field {leaf!r} there")
-    node[leaf] = value
-  return c
 
 
 def update_flops(cfg, m: dict, run) -> float:

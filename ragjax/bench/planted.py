@@ -134,46 +134,42 @@ def grammar_table(tokenizer, vocab_size: int, grammar: Grammar, start_ids: Seque
   t_open, t_close, s_open, s_close = tags
   rng = np.random.default_rng(seed)
   reserved = set(tags) | set(start_ids)
-  query_pool = [i for i in word_tokens(tokenizer, vocab_size, 4) if i not in reserved]
-  need_q = g.query_max * g.query_choices
-  need_t = g.think_max * g.think_choices
-  if len(query_pool) < need_q:
-    raise ValueError(f"the tokenizer has {len(query_pool)} whole-word tokens of 4+ letters; the "
-                     f"grammar needs {need_q} query words (lower query_max/query_choices)")
-  query = [int(x) for x in rng.choice(query_pool, need_q, replace=False)]
-  reserved |= set(query)
-  think_pool = [i for i in word_tokens(tokenizer, vocab_size, 1) if i not in reserved]
-  if len(think_pool) < need_t:
-    raise ValueError(f"the tokenizer has {len(think_pool)} free whole-word tokens; the grammar "
-                     f"needs {need_t} think words (lower think_max/think_choices)")
-  think = [int(x) for x in rng.choice(think_pool, need_t, replace=False)]
+
+  def draw(min_len: int, count: int, what: str) -> list[int]:
+    pool = [i for i in word_tokens(tokenizer, vocab_size, min_len) if i not in reserved]
+    if len(pool) < count:
+      raise ValueError(f"the tokenizer has {len(pool)} free whole-word tokens of {min_len}+ "
+                       f"letters; the grammar needs {count} {what} words (lower {what}_max or "
+                       f"{what}_choices)")
+    words = [int(x) for x in rng.choice(pool, count, replace=False)]
+    reserved.update(words)
+    return words
+
+  query = draw(4, g.query_max * g.query_choices, "query")     # BM25 drops short words
+  think = draw(1, g.think_max * g.think_choices, "think")
 
   state = np.full((vocab_size,), -1, np.int32)
   follows = np.zeros((g.num_states, vocab_size), np.float32)
-  s_start, s_topen = 0, 1
-  s_think = lambda i: 2 + i                                  # after think word i (0-based)
-  s_tclose, s_sopen = 2 + g.think_max, 3 + g.think_max
-  s_query = lambda i: 4 + g.think_max + i                   # after query word i
-  state[list(start_ids)] = s_start
-  state[t_open], state[t_close], state[s_open] = s_topen, s_tclose, s_sopen
-  follows[s_start, t_open] = 1
+  s_tclose, s_sopen = 2 + g.think_max, 3 + g.think_max   # 0: start, 1: after <think>
+  state[list(start_ids)] = 0
+  state[t_open], state[t_close], state[s_open] = 1, s_tclose, s_sopen
+  follows[0, t_open] = 1
   follows[s_tclose, s_open] = 1
-  think_sets = [think[i * g.think_choices:(i + 1) * g.think_choices] for i in range(g.think_max)]
-  query_sets = [query[i * g.query_choices:(i + 1) * g.query_choices] for i in range(g.query_max)]
-  follows[s_topen, think_sets[0]] = 1
-  for i, words in enumerate(think_sets):
-    state[words] = s_think(i)
-    if i + 1 < g.think_max:
-      follows[s_think(i), think_sets[i + 1]] = 1
-    if i + 1 >= g.think_min:
-      follows[s_think(i), t_close] = 1
-  follows[s_sopen, query_sets[0]] = 1
-  for i, words in enumerate(query_sets):
-    state[words] = s_query(i)
-    if i + 1 < g.query_max:
-      follows[s_query(i), query_sets[i + 1]] = 1
-    if i + 1 >= g.query_min:
-      follows[s_query(i), s_close] = 1
+
+  def words_between(opener: int, first: int, words, choices: int, min_words: int, close: int):
+    """opener -> w1 -> ... -> wn -> close, min_words <= n <= len(words) / choices; word i is
+    one of its `choices` candidates and puts the row in state first + i."""
+    prev = opener
+    for i in range(len(words) // choices):
+      ids = words[i * choices:(i + 1) * choices]
+      follows[prev, ids] = 1
+      prev = first + i
+      state[ids] = prev
+      if i + 1 >= min_words:
+        follows[prev, close] = 1
+
+  words_between(1, 2, think, g.think_choices, g.think_min, t_close)
+  words_between(s_sopen, 4 + g.think_max, query, g.query_choices, g.query_min, s_close)
   fixed = sorted(set(int(i) for i in fixed_text_ids) | set(tags) | set(start_ids))
   return GrammarTable(state, follows, tuple(fixed))
 
