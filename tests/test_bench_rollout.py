@@ -14,7 +14,7 @@ def test_three_loops_agree_and_report(tmp_path, capsys):
   (result,) = main(TINY + ["--workdir", str(tmp_path)])
   printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
   assert printed == result
-  assert result["identical"] is True
+  assert result["identical"] is True and result["attend_step"] == 0
   assert result["rows_identical"] == {"reprefill": 3, "transformers": 3, "of": 3}
   assert result["max_logprob_diff_reprefill"] < 1e-3
   assert result["searches_per_row"] == 2.0          # the planted grammar searches every turn

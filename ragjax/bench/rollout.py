@@ -130,8 +130,10 @@ class Setup:
     budget = self.grammar.max_turn_tokens + 4          # the grammar always stops before it
     need = max(len(p) for p in self.prompts) + (turns + 1) * budget + turns * (self.obs_cap + 16)
     cache = -(-need // 128) * 128
+    step = self.args.attend_step
     scfg = SamplerConfig(
         max_cache_length=cache, max_new_tokens=budget, greedy=True,
+        attend_buckets=buckets(step, cache) if step else None,
         prompt_buckets=buckets(64, cache), extend_buckets=buckets(64, self.obs_cap + 16, (16, 32)),
         stop_strings=SearchR1().stop_sequences, eos_ids=(self.tokenizer.eos_token_id,))
     return Sampler(self.cfg, jax.device_put(self.params), self.tokenizer, scfg)
@@ -259,7 +261,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
                 int((labels == int(Source.RETRIEVED)).sum())
                 / max(sum(r.num_searches for r in eb.rows), 1), 1),
             "trajectory_tokens": int(np.asarray(eb.traj.lengths).sum()),
-            "cache_length": sampler.config.max_cache_length,
+            "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
   loops = {}
   for name, stats in best.items():
@@ -306,6 +308,9 @@ def main(argv=None):
   ap.add_argument("--vocab", type=int, default=8192, help="tokenizer size (trained in the run)")
   ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
   ap.add_argument("--repeats", type=int, default=2)
+  ap.add_argument("--attend-step", type=int, default=0,
+                  help="the sampler attends to cache windows in multiples of this (0: its "
+                       "default, powers of two, then the whole cache)")
   ap.add_argument("--reprefill-rows", type=int, default=0,
                   help="re-prefill at most this many rows per call (0: all live rows; a GPU "
                        "batch of 256 full histories needs chunks to fit in memory)")
