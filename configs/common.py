@@ -69,7 +69,8 @@ def get_config() -> ConfigDict:
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
       use_sampler_logprobs=False, gather=False, temperature=1.0, logprob_chunk=8192,
       ppo_epochs=1, mini_batch_size=0, micro_batch_size=0, rewards={"search_r1_em": 1.0},
-      reward_kwargs={}, behaviour="", behaviour_kwargs={}, metrics=()))
+      reward_kwargs={}, behaviour="", behaviour_kwargs={}, batch_filter="",
+      batch_filter_kwargs={}, metrics=()))
   c.rl.dual_clip = config_dict.placeholder(float)
   c.optim = ConfigDict(dict(lr=1e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                             min_lr_ratio=0.0, total_steps=1000, b1=0.9, b2=0.999, eps=1e-8,

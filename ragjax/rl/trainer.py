@@ -9,14 +9,17 @@ evaluation, metrics, exact-resume checkpoints, keep-best by dev score and a NaN/
 The engine (`ragjax.rollout.engine.RolloutEngine`) gets the step's unique prompt records and
 the group size and returns one `RolloutBatch`; it may hold more rows than prompts x G (REX-RAG
 clones join their prompt's group).  Rewards, metrics and step rewards read each row's metadata
-record; the method parts (reward, advantage estimator, behaviour policy, metrics) are looked up
-in `ragjax.registry` by the config's names, so no method name appears here.  Every step is a
+record; the method parts (reward, batch filter, advantage estimator, behaviour policy, metrics)
+are looked up in `ragjax.registry` by the config's names, so no method name appears here.  A
+batch filter may drop rows after rewards and old log-probs; the update then sees a variable
+row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).  Every step is a
 deterministic function of (params, optimizer state, RNG key, data position, method state), all
 checkpointed, so a run killed at any point resumes to the same params and metrics.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import time
@@ -31,7 +34,7 @@ from ragjax import registry
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.rl import advantages as adv_lib
-from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch
+from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
@@ -39,6 +42,7 @@ from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.rewards import RewardContext, combine_rewards
+from ragjax.rl.step_context import StepContext
 from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
                                   place_train_state, policy_loss_fn, value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
@@ -47,6 +51,11 @@ from ragjax.rollout.trajectory import RolloutBatch
 
 class NonFiniteError(FloatingPointError):
   pass
+
+
+# A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
+# rl.micro_batch_size), so a variable row count compiles a few update shapes, not one per count.
+ROW_MULTIPLE = 8
 
 
 class DataCursor:
@@ -119,9 +128,14 @@ class Trainer:
           raise ValueError(f"training record {i} has no {field!r} field (keys: {sorted(ex)})")
     self.workdir, self.seed, self.mesh, self.progress = os.path.abspath(workdir), seed, mesh, progress
     self.method_state: dict = {}
-    self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(**self.rl.behaviour_kwargs)
-                      if self.rl.behaviour else None)
+    tokenizer = getattr(engine, "tokenizer", None)   # the policy's, for plug-ins that tokenise
+    self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(
+        tokenizer=tokenizer, **self.rl.behaviour_kwargs) if self.rl.behaviour else None)
+    self.batch_filter = (registry.lookup("batch_filter", self.rl.batch_filter)(
+        tokenizer=tokenizer, **self.rl.batch_filter_kwargs) if self.rl.batch_filter else None)
     self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
+    self._metric_ctx = {name for name, fn in self.metric_fns.items()
+                        if "ctx" in inspect.signature(fn).parameters}
     self.optimizer = make_optimizer(run.optim)
     params = jax.tree.map(jnp.copy, params)      # the update donates its state: keep the caller's
     self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
@@ -200,6 +214,13 @@ class Trainer:
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 
+  def _context(self, step, batch, prompts, rewards, old, mask, behaviour=None) -> StepContext:
+    return StepContext(step=step, rollout=batch,
+                       examples=[prompts[row.prompt_index] for row in batch.rows],
+                       rewards=rewards, old_logprobs=old, loss_mask=mask,
+                       num_prompts=len(prompts), group_size=self.rl.group_size, rl=self.rl,
+                       method_state=self.method_state, behaviour_logprobs=behaviour)
+
   def _build_batch(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
                    step: int) -> tuple[TrainBatch, dict]:
     t = batch.traj
@@ -220,6 +241,17 @@ class Trainer:
     else:
       old = np.asarray(self._score(self.state.params, *args)[0])
     ref = None if self.ref_params is None else np.asarray(self._score(self.ref_params, *args)[0])
+    generated = len(rows)
+    if self.batch_filter is not None:   # e.g. REX-RAG's trajectory filter over its clones
+      keep = [int(i) for i in self.batch_filter(
+          self._context(step, batch, prompts, rewards, old, mask), self.method_state)]
+      if not keep:
+        raise ValueError(f"rl.batch_filter {self.rl.batch_filter!r} kept no row of step {step}")
+      batch, results, rewards = batch.select(keep), [results[i] for i in keep], rewards[keep]
+      t, rows, tokens, labels = batch.traj, batch.rows, tokens[keep], labels[keep]
+      mask, attn, old = mask[keep], attn[keep], old[keep]
+      ref = None if ref is None else ref[keep]
+      args = tuple(a[np.asarray(keep)] for a in args)
     returns = values = None
     if self.rl.uses_critic:
       values = np.asarray(self._values(self.critic.params, *args))
@@ -241,7 +273,8 @@ class Trainer:
                                    behaviour_logprobs=behaviour,
                                    ref_logprobs=ref if not self.rl.kl_in_reward else None,
                                    returns=returns, old_values=values, gather=self.rl.gather)
-    examples = [prompts[row.prompt_index] for row in rows]
+    ctx = self._context(step, batch, prompts, rewards, old, mask, behaviour)
+    examples = ctx.examples
     ans = [answer_metrics(row.answer, ex["golden_answers"]) for row, ex in zip(rows, examples)]
     stats = {"reward": float(rewards.mean()), "reward_std": float(rewards.std()),
              "em": float(np.mean([a["em"] for a in ans])),
@@ -249,19 +282,31 @@ class Trainer:
              "response_length": float((labels == Source.POLICY).sum(1).mean()),
              "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
              "trajectories": len(rows), "tokens": int(attn.sum())}
+    if self.batch_filter is not None:
+      stats["trajectories_generated"] = generated
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():
-      stats.update({f"{name}/{k}": float(v) for k, v in fn(rows, examples).items()})
+      out = fn(rows, examples, ctx=ctx) if name in self._metric_ctx else fn(rows, examples)
+      stats.update({f"{name}/{k}": float(v) for k, v in out.items()})
     return train_batch, stats
 
+  def _minibatch_rows(self, n: int) -> int:
+    """Rows per update: rl.mini_batch_size, or the whole batch of n rounded up to a multiple of
+    rl.micro_batch_size (ROW_MULTIPLE when unset)."""
+    if self.rl.mini_batch_size:
+      return self.rl.mini_batch_size
+    unit = self.rl.micro_batch_size or ROW_MULTIPLE
+    return -(-n // unit) * unit
+
   def _minibatches(self, batch: TrainBatch):
+    """Consecutive mini-batches of `_minibatch_rows` rows; the last is filled up with rows that
+    train on nothing (`pad_batch_rows`) when the row count does not divide, as with REX-RAG's
+    kept clones: verl's short last mini-batch, at a fixed shape."""
     n = batch.tokens.shape[0]
-    mb = self.rl.mini_batch_size or n
-    if n % mb:
-      raise ValueError(f"{n} trajectories do not split into mini-batches of {mb} "
-                       f"(rl.mini_batch_size)")
-    for s in range(0, n, mb):
+    mb = self._minibatch_rows(n)
+    batch = pad_batch_rows(batch, -(-n // mb) * mb)
+    for s in range(0, batch.tokens.shape[0], mb):
       yield jax.tree.map(lambda x: x[s:s + mb], batch)
 
   def _num_micro(self, rows: int) -> int:

@@ -47,6 +47,8 @@ class EngineConfig:
   `max_response_tokens` caps everything after the prompt (policy + observations); the tighter
   of it and the protocol's own cap applies.  `spare_rows` reserves sampler rows for hooks that
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
+  spare_rows=-1 sizes them per run from the hooks: the sum of `hook.spare_rows(rows)` over
+  hooks that define it (a hook that clones with probability p asks for about rows x p).
   `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   """
@@ -136,7 +138,8 @@ class RolloutEngine:
     if len(uids) != len(inputs):
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
-    extra = -(-self.config.spare_rows // g) if self.config.spare_rows else 0
+    spare = self.spare_rows(len(inputs) * g)
+    extra = -(-spare // g) if spare else 0
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed)
     n = len(inputs) * g
@@ -151,6 +154,7 @@ class RolloutEngine:
     if free:
       state = self.policy.set_done(state, free)
     self._state, self._rows, self._free = state, rows, free
+    self._seed, self._stats = int(seed), {}
     self._capacity = getattr(state, "cache_length", None)
 
     total_turns = self.protocol.max_turns + (1 if self.protocol.final_turn else 0)
@@ -170,10 +174,20 @@ class RolloutEngine:
       if not row.done:
         row.done, row.stop_reason = True, "max_turns"
     batch = self._finish()
+    batch.stats = dict(self._stats)
     batch.timings = {"rollout_s": time.perf_counter() - t_start,
                      "retrieval_s": self._retrieval_s,
                      "retrieval_calls": self.retrieval_calls - calls0}
     return batch
+
+  def spare_rows(self, rows: int) -> int:
+    """Spare sampler rows for a run of `rows` rows (see EngineConfig.spare_rows)."""
+    if self.config.spare_rows >= 0:
+      return self.config.spare_rows
+    if self.config.spare_rows != -1:
+      raise ValueError(f"EngineConfig.spare_rows must be >= 0 or -1 (sized by the hooks), got "
+                       f"{self.config.spare_rows}")
+    return sum(int(h.spare_rows(rows)) for h in self.hooks if hasattr(h, "spare_rows"))
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
@@ -425,11 +439,32 @@ class RolloutEngine:
 
 
 class RowEditor:
-  """The engine's row edits, valid during one hook call."""
+  """The engine's row edits, valid during one hook call.
+
+  `seed` is the run's seed and `turn` the turn being edited: a hook that draws random numbers
+  seeds them from these, so a run's edits do not depend on the runs before it (exact resume)."""
 
   def __init__(self, engine, turn: int):
     self._engine, self._turn = engine, turn
     self.created: list[int] = []
+
+  @property
+  def seed(self) -> int:
+    return self._engine._seed
+
+  @property
+  def turn(self) -> int:
+    return self._turn
+
+  @property
+  def free_rows(self) -> int:
+    """Spare rows left to clone into this run (a clone with none left is an error)."""
+    return len(self._engine._free)
+
+  def note(self, key: str, n: float = 1) -> None:
+    """Adds n to the run's counter `key` (returned as `RolloutBatch.stats`)."""
+    stats = self._engine._stats
+    stats[key] = stats.get(key, 0) + n
 
   def clone(self, row: int) -> int:
     """A copy of `row` (history, cache, this turn's action) in a spare row of its group."""
