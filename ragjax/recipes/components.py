@@ -20,7 +20,7 @@ from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
-from ragjax.rl.sft import SFTConfig
+from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rl.trainer import Trainer
 from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config
 from ragjax.typed_config import from_dict
@@ -150,6 +150,26 @@ def init_critic(cfg: DecoderConfig, params, seed: int = 1):
   critic = init_params(cfg, jax.random.PRNGKey(seed), head="value")
   body = {k: v for k, v in params.items() if k in critic and k != "value_head"}
   return jax.tree.map(lambda x: x.copy(), {**dict(critic), **body})
+
+
+def cold_start(c, cfg, params, tok, setup: Setup, workdir: str, mesh=None):
+  """SFT on scripted search traces of the training questions when `sft.steps` > 0 (the
+  embedded default's cold start, `ragjax.recipes.world`); the params unchanged otherwise.  A
+  from-scratch tiny policy then follows the protocol, so a method that acts on its actions
+  (REX-RAG clones wrong answers) has something to act on.  The traces are scripted from the
+  synthetic world's hop chains; the run is deterministic, so a resumed run re-derives it."""
+  if not c.sft.steps:
+    return params
+  if setup.world is None:
+    raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
+                     "scripted from the world's hop chains)")
+  from ragjax.recipes.world import scripted_traces
+  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
+  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"])
+  params, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
+                      c.rollout.widths, seed=c.seed, mesh=mesh, progress=c.progress,
+                      log_path=os.path.join(workdir, "sft_metrics.jsonl"))
+  return params
 
 
 # --- the RL stage -----------------------------------------------------------------------------

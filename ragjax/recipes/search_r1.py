@@ -2,9 +2,10 @@
 
     python -m ragjax.train --config=configs/search_r1.py:tiny
 
-Wires: checks -> data + retriever -> mesh -> policy -> trainer (sampling engine, greedy dev
-engine, registry plug-ins named by the config) -> train -> export the policy as an HF
-directory (`<workdir>/policy`), which `python -m ragjax.evaluate` and transformers load.
+Wires: checks -> data + retriever -> mesh -> policy -> cold-start SFT on the synthetic world
+(only when `sft.steps` > 0) -> trainer (sampling engine, greedy dev engine, registry plug-ins
+named by the config) -> train -> export the policy as an HF directory (`<workdir>/policy`),
+which `python -m ragjax.evaluate` and transformers load.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def run(c) -> dict:
   parts.log(f"data: { {s: len(v) for s, v in setup.splits.items()} } questions")
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
+  params = parts.cold_start(c, cfg, params, tok, setup, workdir, mesh)   # when sft.steps > 0
   trainer = parts.make_trainer(c, run_cfg, cfg, params, tok, setup, mesh)
   history = trainer.train()
   params = trainer.final_params()
