@@ -2,6 +2,7 @@
 
     python -m ragjax.retrieval.evaluate --index DIR --questions FILE --k 10 [--backend exact]
         [--limit N] [--url http://127.0.0.1:8000]   (evaluate a running server instead)
+        [--allow-pickle]   (open an index holding a pickle: only one you trust)
 
 Prints a table for k in {1, 3, K} and a final JSON line.
 """
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None)
   ap.add_argument("--limit", type=int, default=None, help="first N questions only")
   ap.add_argument("--batch", type=int, default=256, help="queries per search call")
+  ap.add_argument("--allow-pickle", action="store_true",
+                  help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
   if args.k < 1:
     ap.error("--k must be >= 1")
@@ -38,7 +41,10 @@ def main(argv=None) -> int:
     retriever = SearchClient(args.url)
   else:
     from ragjax.retrieval.index import open_index
-    retriever = open_index(args.index, backend=args.backend)
+    try:
+      retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle)
+    except (OSError, ValueError) as e:
+      ap.error(f"--index: {e}")
   t0 = time.time()
   hits = []
   for s in range(0, len(questions), args.batch):

@@ -63,7 +63,8 @@ def encode_by_length(encoder, texts) -> "np.ndarray":
   return out
 
 
-def _read_meta(directory: str) -> dict:
+def read_meta(directory: str) -> dict:
+  """DIR/index.json; a clear error when DIR is not an index."""
   path = os.path.join(directory, META)
   if not os.path.exists(path):
     raise FileNotFoundError(f"{directory} is not a ragjax index (missing {META}); build one with "
@@ -125,10 +126,15 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
 
 
 def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, mesh=None,
-               cache_size: int = 0):
-  """Opens DIR as a `Retriever`.  `backend="exact"` serves a ScaNN index's embeddings exactly."""
+               cache_size: int = 0, allow_pickle: bool = False):
+  """Opens DIR as a `Retriever`.  `backend="exact"` serves a ScaNN index's embeddings exactly.
+
+  A directory holding a pickle is refused unless `allow_pickle` (see `ragjax.retrieval.trust`).
+  """
   from ragjax.retrieval.retrievers import BM25Retriever, DenseRetriever
-  meta = _read_meta(directory)
+  from ragjax.retrieval.trust import refuse_pickles
+  meta = read_meta(directory)
+  refuse_pickles(directory, allow_pickle)
   backend = backend or meta["backend"]
   store = PassageStore(directory)
   if backend == "bm25":
@@ -144,7 +150,7 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
       if not os.path.isdir(os.path.join(directory, "scann")):
         raise FileNotFoundError(f"{directory} has no ScaNN index; build with --backend scann "
                                 f"or open with backend='exact'")
-      index = ScannIndex.load(os.path.join(directory, "scann"))
+      index = ScannIndex.load(os.path.join(directory, "scann"), allow_pickle=allow_pickle)
     else:
       from ragjax.retrieval.exact import ExactIndex
       index = ExactIndex(embed_store.load_embeddings(os.path.join(directory, "embeddings")), mesh=mesh)

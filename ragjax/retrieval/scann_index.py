@@ -106,14 +106,18 @@ class ScannIndex:
                  "num_leaves": self.num_leaves}, f, indent=1)
 
   @classmethod
-  def load(cls, directory: str) -> "ScannIndex":
+  def load(cls, directory: str, allow_pickle: bool = False) -> "ScannIndex":
+    """Refuses a directory holding a pickle (ScaNN would unpickle `scann_docids.pkl`) unless
+    `allow_pickle`; never writes into `directory` (ScaNN's back-compat shim would)."""
     import scann
+    from ragjax.retrieval.trust import refuse_pickles
+    refuse_pickles(directory, allow_pickle)
     meta_path = os.path.join(directory, _CONFIG_FILE)
     if not os.path.exists(meta_path):
       raise FileNotFoundError(f"no ScaNN index at {directory} (missing {_CONFIG_FILE})")
     with open(meta_path) as f:
       meta = json.load(f)
-    searcher = scann.scann_ops_pybind.load_searcher(directory)
+    searcher = scann.scann_ops_pybind.load_searcher(directory, assets_backcompat_shim=False)
     return cls(searcher, ScannConfig(**meta["config"]), meta["n"], meta["dim"], meta["num_leaves"])
 
   @staticmethod

@@ -5,7 +5,8 @@
 `POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}` answers
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}` when return_scores is true
 and, as Search-R1 does, the bare documents otherwise.  `GET /health` reports the index size.
-Binds 127.0.0.1 unless --host says otherwise.
+Binds 127.0.0.1 unless --host says otherwise.  An index directory holding a pickle is refused
+unless --allow-pickle (see `ragjax.retrieval.trust`).
 """
 
 from __future__ import annotations
@@ -59,10 +60,16 @@ def main(argv=None):
                   help="override the index's backend (e.g. exact search over a ScaNN index's embeddings)")
   ap.add_argument("--topk", type=int, default=3, help="default k when a request omits topk")
   ap.add_argument("--cache-size", type=int, default=0, help="server-side LRU cache entries")
+  ap.add_argument("--allow-pickle", action="store_true",
+                  help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
   import uvicorn
   from ragjax.retrieval.index import open_index
-  retriever = open_index(args.index, backend=args.backend, cache_size=args.cache_size)
+  try:
+    retriever = open_index(args.index, backend=args.backend, cache_size=args.cache_size,
+                           allow_pickle=args.allow_pickle)
+  except (OSError, ValueError) as e:
+    ap.error(f"--index: {e}")
   info = {"index": args.index, "backend": args.backend or "default",
           "passages": len(getattr(getattr(retriever, "inner", retriever), "store", []))}
   uvicorn.run(make_app(retriever, args.topk, info), host=args.host, port=args.port, log_level="warning")
