@@ -85,3 +85,39 @@ def test_question_formats_and_answer_matching(tmp_path):
   (tmp_path / "bad.jsonl").write_text('{"question": "q"}\n')
   with pytest.raises(ValueError, match=r"bad\.jsonl:1: record has neither 'golden_answers' nor 'answer'"):
     read_questions(str(tmp_path / "bad.jsonl"))
+
+
+def _usage_error(main, argv, capsys):
+  with pytest.raises(SystemExit) as e:
+    main(argv)
+  err = capsys.readouterr().err
+  assert e.value.code == 2, err
+  return err.strip().splitlines()[-1]          # argparse: usage line(s), then the error line
+
+
+@pytest.mark.parametrize("module,argv,flag,says", [
+    ("serve", ["--port", "70000"], "--port", "1..65535"),
+    ("serve", ["--port", "-1"], "--port", "1..65535"),
+    ("serve", ["--topk", "0"], "--topk", ">= 1"),
+    ("serve", ["--cache-size", "-5"], "--cache-size", ">= 0"),
+    ("evaluate", ["--batch", "0"], "--batch", ">= 1"),
+    ("evaluate", ["--limit", "-3"], "--limit", ">= 1"),
+    ("evaluate", ["--k", "0"], "--k", ">= 1"),
+    ("build", ["--batch-size", "0"], "--batch-size", ">= 1"),
+    ("build", ["--chunk-rows", "-1"], "--chunk-rows", ">= 1"),
+    ("build", ["--max-length", "0"], "--max-length", ">= 1"),
+])
+def test_out_of_range_numbers_are_usage_errors_naming_the_flag(tmp_path, capsys, module, argv, flag, says):
+  import importlib
+  main = importlib.import_module(f"ragjax.retrieval.{module}").main
+  required = {"serve": ["--index", str(tmp_path)],
+              "evaluate": ["--index", str(tmp_path), "--questions", str(tmp_path / "q.json")],
+              "build": ["--corpus", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]}[module]
+  line = _usage_error(main, required + argv, capsys)
+  assert f"argument {flag}:" in line and says in line, line
+
+
+def test_serve_port_out_of_range_exits_2_without_listening(tmp_path):
+  r = _run("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
+  assert r.returncode == 2 and "argument --port: must be a TCP port in 1..65535" in r.stderr
+  assert "Traceback" not in r.stderr

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from ragjax.retrieval.argtypes import positive_int
+
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,9 +28,10 @@ def main(argv=None) -> int:
   ap.add_argument("--pooling", choices=("mean", "cls"), default=None)
   ap.add_argument("--query-prefix", default=None)
   ap.add_argument("--passage-prefix", default=None)
-  ap.add_argument("--max-length", type=int, default=None)
-  ap.add_argument("--batch-size", type=int, default=64)
-  ap.add_argument("--chunk-rows", type=int, default=2048, help="rows per embedding chunk (resume unit)")
+  ap.add_argument("--max-length", type=positive_int, default=None)
+  ap.add_argument("--batch-size", type=positive_int, default=64)
+  ap.add_argument("--chunk-rows", type=positive_int, default=2048,
+                  help="rows per embedding chunk (resume unit)")
   ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                   help="malformed / duplicate corpus records: report and skip, or stop")
   ap.add_argument("--scann", default="{}", help='JSON overrides of ScannConfig, e.g. \'{"reorder": 100}\'')

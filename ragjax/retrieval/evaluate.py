@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from ragjax.retrieval.argtypes import positive_int
+
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -22,15 +24,13 @@ def main(argv=None) -> int:
   src.add_argument("--index", help="index directory")
   src.add_argument("--url", help="a running /retrieve server")
   ap.add_argument("--questions", required=True, help="HotpotQA / 2Wiki / MuSiQue / FlashRAG question file")
-  ap.add_argument("--k", type=int, default=10)
+  ap.add_argument("--k", type=positive_int, default=10)
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None)
-  ap.add_argument("--limit", type=int, default=None, help="first N questions only")
-  ap.add_argument("--batch", type=int, default=256, help="queries per search call")
+  ap.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
+  ap.add_argument("--batch", type=positive_int, default=256, help="queries per search call")
   ap.add_argument("--allow-pickle", action="store_true",
                   help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
-  if args.k < 1:
-    ap.error("--k must be >= 1")
   if not os.path.exists(args.questions):
     ap.error(f"--questions file not found: {args.questions}")
 

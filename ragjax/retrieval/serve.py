@@ -17,6 +17,7 @@ from typing import List, Optional
 
 from pydantic import BaseModel
 
+from ragjax.retrieval.argtypes import non_negative_int, port, positive_int
 from ragjax.retrieval.types import Retriever
 
 MAX_TOPK = 1000
@@ -54,12 +55,12 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--index", required=True, help="index directory from ragjax.retrieval.build")
-  ap.add_argument("--port", type=int, default=8000)
+  ap.add_argument("--port", type=port, default=8000, help="1..65535, or 0 for any free port")
   ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1 only)")
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None,
                   help="override the index's backend (e.g. exact search over a ScaNN index's embeddings)")
-  ap.add_argument("--topk", type=int, default=3, help="default k when a request omits topk")
-  ap.add_argument("--cache-size", type=int, default=0, help="server-side LRU cache entries")
+  ap.add_argument("--topk", type=positive_int, default=3, help="default k when a request omits topk")
+  ap.add_argument("--cache-size", type=non_negative_int, default=0, help="server-side LRU cache entries")
   ap.add_argument("--allow-pickle", action="store_true",
                   help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
