@@ -61,14 +61,17 @@ def main(argv=None):
                   help="override the index's backend (e.g. exact search over a ScaNN index's embeddings)")
   ap.add_argument("--topk", type=positive_int, default=3, help="default k when a request omits topk")
   ap.add_argument("--cache-size", type=non_negative_int, default=0, help="server-side LRU cache entries")
+  ap.add_argument("--query-batch-size", type=positive_int, default=None,
+                  help="rows per query-encoder call (dense backends; default: see index.QUERY_BATCH_SIZE)")
   ap.add_argument("--allow-pickle", action="store_true",
                   help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
   import uvicorn
-  from ragjax.retrieval.index import open_index
+  from ragjax.retrieval.index import QUERY_BATCH_SIZE, open_index
   try:
     retriever = open_index(args.index, backend=args.backend, cache_size=args.cache_size,
-                           allow_pickle=args.allow_pickle)
+                           allow_pickle=args.allow_pickle,
+                           query_batch_size=args.query_batch_size or QUERY_BATCH_SIZE)
   except (OSError, ValueError) as e:
     ap.error(f"--index: {e}")
   info = {"index": args.index, "backend": args.backend or "default",
