@@ -199,12 +199,12 @@ def test_tfds_world_builder_is_byte_identical_and_round_trips(tmp_path):
 
 def test_flashrag_files_round_trip_through_the_flashrag_builder(tmp_path):
   from ragjax.data.builders import FilesConfig, RagjaxFlashrag
-  from ragjax.data.corpus import read_corpus
+  from ragjax.retrieval.corpus import read_passages
   from ragjax.data.flashrag import read_flashrag
   from ragjax.data.load import load_split
   world = generate_world(SMALL)
   paths = write_flashrag(world, str(tmp_path / "flat"))
-  assert [p.to_record() for p in read_corpus(paths["corpus"])] == world.passages
+  assert [p.to_record() for p in read_passages(paths["corpus"])] == world.passages
   back = list(read_flashrag(paths["dev"]))
   assert back == world.questions["dev"]
   b = RagjaxFlashrag(config=FilesConfig(name="w", files={s: [paths[s]] for s in ("train", "dev", "test")}),

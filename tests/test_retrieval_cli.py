@@ -1,36 +1,26 @@
 """The build and evaluate command lines, run as a user would (subprocesses, real files)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from _retrieval_helpers import REPO, small_corpus, write_jsonl
+from _retrieval_helpers import run_module, small_corpus, write_jsonl
 import ragjax.retrieval as retrieval
 from ragjax.retrieval.recall import has_answer, normalize_answer, read_questions
-
-
-def _run(*args):
-  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=300)
 
 
 def test_build_reports_bad_lines_then_evaluate_prints_recall(tmp_path):
   rows = small_corpus(40)
   corpus = write_jsonl(tmp_path / "c.jsonl", rows, raw_lines={5: "{not json", 9: '{"id": "p1", "contents": "dup"}'})
   out = tmp_path / "idx"
-  r = _run("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(out), "--backend", "bm25")
+  r = run_module("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(out), "--backend", "bm25")
   assert r.returncode == 0, r.stderr
   assert f"{corpus}:6: malformed: invalid JSON" in r.stderr
   assert f"{corpus}:10: duplicate_id: id 'p1' already seen" in r.stderr
   meta = json.loads(r.stdout.strip().splitlines()[-1])
   assert meta["backend"] == "bm25" and meta["n"] == len(rows)
 
-  r = _run("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(tmp_path / "idx2"),
+  r = run_module("ragjax.retrieval.build", "--corpus", str(corpus), "--out", str(tmp_path / "idx2"),
            "--backend", "bm25", "--on-error", "fail")
   assert r.returncode == 2 and f"{corpus}:6: malformed" in r.stderr
 
@@ -42,7 +32,7 @@ def test_build_reports_bad_lines_then_evaluate_prints_recall(tmp_path):
                 "supporting_facts": [["東京タワー", 0], ["Zürich Grüße", 0]]}]
   qfile = tmp_path / "q.json"
   qfile.write_text(json.dumps(questions, ensure_ascii=False))
-  r = _run("ragjax.retrieval.evaluate", "--index", str(out), "--questions", str(qfile), "--k", "10")
+  r = run_module("ragjax.retrieval.evaluate", "--index", str(out), "--questions", str(qfile), "--k", "10")
   assert r.returncode == 0, r.stderr
   result = json.loads(r.stdout.strip().splitlines()[-1])
   assert result["questions"] == 2
@@ -58,12 +48,12 @@ def test_build_reports_bad_lines_then_evaluate_prints_recall(tmp_path):
 
 
 def test_cli_argument_errors_are_clear(tmp_path):
-  r = _run("ragjax.retrieval.build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"))
+  r = run_module("ragjax.retrieval.build", "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"))
   assert r.returncode == 2 and "--corpus file not found" in r.stderr
-  r = _run("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
+  r = run_module("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
   assert r.returncode == 2 and "--questions file not found" in r.stderr
   (tmp_path / "q.json").write_text("[]")
-  r = _run("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
+  r = run_module("ragjax.retrieval.evaluate", "--index", str(tmp_path), "--questions", str(tmp_path / "q.json"))
   assert r.returncode != 0 and "is not a ragjax index" in r.stderr
 
 
@@ -121,6 +111,6 @@ def test_out_of_range_numbers_are_usage_errors_naming_the_flag(tmp_path, capsys,
 
 
 def test_serve_port_out_of_range_exits_2_without_listening(tmp_path):
-  r = _run("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
+  r = run_module("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
   assert r.returncode == 2 and "argument --port: must be a TCP port in 1..65535" in r.stderr
   assert "Traceback" not in r.stderr

@@ -2,13 +2,11 @@
 
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from _retrieval_helpers import REPO, clustered_vectors, small_corpus, write_jsonl
+from _retrieval_helpers import clustered_vectors, run_module, small_corpus, write_jsonl
 from ragjax.retrieval.index import build_index
 from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
 from ragjax.retrieval.trust import UntrustedIndexError
@@ -30,13 +28,6 @@ def _plant(directory, marker):
   with open(path, "wb") as f:
     pickle.dump(_Payload(str(marker)), f)
   return path
-
-
-def _run(*args):
-  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=300)
 
 
 def test_scann_load_refuses_a_pickle_unless_allowed(tmp_path):
@@ -66,10 +57,10 @@ def test_command_lines_refuse_an_index_with_a_pickle(tmp_path):
   write_jsonl(questions, [{"id": "q", "question": "Qessa astronomy", "golden_answers": ["x"]}])
   for cli in (("ragjax.retrieval.evaluate", "--questions", str(questions)),
               ("ragjax.retrieval.serve", "--port", "0")):
-    r = _run(*cli, "--index", str(index_dir))
+    r = run_module(*cli, "--index", str(index_dir))
     assert r.returncode == 2, (cli, r.stderr)
     assert planted in r.stderr and "--allow-pickle" in r.stderr and "Traceback" not in r.stderr
-  r = _run("ragjax.retrieval.evaluate", "--questions", str(questions), "--index", str(index_dir),
+  r = run_module("ragjax.retrieval.evaluate", "--questions", str(questions), "--index", str(index_dir),
            "--allow-pickle")
   assert r.returncode == 0, r.stderr
   assert not marker.exists()                     # a BM25 index never reads scann/

@@ -25,12 +25,13 @@ import random
 import re
 from typing import Optional
 
-from ragjax.data.corpus import make_contents, write_jsonl
 from ragjax.data.schema import Example, make_example
 from ragjax.data.world_language import (COMPARISONS, FILLERS, MENTIONS, OCCUPATIONS,
                                         ORG_KINDS, PLACE_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
                                         RETRY_RELATIONS, WORK_KINDS, YEAR_RANGES, Relation)
 from ragjax.data.world_names import NamePool
+from ragjax.retrieval.records import write_jsonl
+from ragjax.retrieval.types import join_contents
 
 QTYPES = ("1hop", "2hop", "comparison", "retry")
 SPLITS = ("train", "dev", "test")
@@ -300,7 +301,7 @@ class _WorldBuilder:
         pid = f"w{self.wi}-{len(self.passages):05d}"
         text = " ".join(sents)
         self.passages.append({"id": pid, "title": e.title, "text": text,
-                              "contents": make_contents(e.title, text)})
+                              "contents": join_contents(e.title, text)})
         self.pid_entity[pid] = e
         for r in chunk:
           self.fact_pid[(e.id, r.name)] = pid
