@@ -114,3 +114,30 @@ def test_serve_port_out_of_range_exits_2_without_listening(tmp_path):
   r = run_module("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
   assert r.returncode == 2 and "argument --port: must be a TCP port in 1..65535" in r.stderr
   assert "Traceback" not in r.stderr
+
+
+def test_build_reports_corpus_problems_in_one_line(tmp_path, capsys):
+  from ragjax.retrieval.build import main
+  (tmp_path / "empty.jsonl").write_text("")
+  write_jsonl(tmp_path / "bad.jsonl", [{"paragraphs": 5}, {"context": {"title": 1, "sentences": 2}}])
+  cases = [(tmp_path, "is a directory"),
+           (tmp_path / "empty.jsonl", "no usable passages in"),
+           (tmp_path / "bad.jsonl", f"the first: {tmp_path / 'bad.jsonl'}:1: malformed: field 'paragraphs'")]
+  for corpus, says in cases:
+    code = main(["--corpus", str(corpus), "--out", str(tmp_path / "out"), "--backend", "bm25",
+                 "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
+  write_jsonl(tmp_path / "mixed.jsonl", [{"paragraphs": 5}, {"id": "a", "contents": '"T"\nok'}])
+  assert main(["--corpus", str(tmp_path / "mixed.jsonl"), "--out", str(tmp_path / "out2"),
+               "--backend", "bm25", "--no-progress"]) == 0
+  assert f"warning: {tmp_path / 'mixed.jsonl'}:1: malformed: field 'paragraphs'" in capsys.readouterr().err
+
+
+def test_evaluate_reports_unreadable_question_files_in_one_line(tmp_path, capsys):
+  from ragjax.retrieval.evaluate import main
+  (tmp_path / "deep.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n")
+  for questions, says in [(tmp_path / "deep.jsonl", ":1: invalid JSON (nested deeper"),
+                          (tmp_path, "is a directory")]:
+    line = _usage_error(main, ["--index", str(tmp_path), "--questions", str(questions)], capsys)
+    assert "argument" not in line and "--questions:" in line and says in line, line

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Optional
 # One error type and one set of field checks for every record reader (retrieval's corpus and
 # question readers use them too): a bad record is a DataError naming file, line and field.
 from ragjax.retrieval.records import RecordError as DataError
-from ragjax.retrieval.records import check_utf8, find_bad_utf8, require_str
+from ragjax.retrieval.records import check_utf8, find_bad_text, require_str
 
 FIELDS = ("id", "question", "golden_answers", "options", "supporting_ids", "supporting_titles",
           "data_source", "metadata")
@@ -106,11 +106,11 @@ def make_example(where: str, *, id: str, question: str, golden_answers: Iterable
   meta = dict(metadata or {})
   try:
     json.dumps(meta, ensure_ascii=False)
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, RecursionError) as e:
     raise DataError(where, "metadata", f"not JSON-serialisable: {e}") from None
-  bad = find_bad_utf8(meta)
+  bad = find_bad_text(meta)
   if bad:
-    raise DataError(where, f"metadata.{bad}", "invalid UTF-8")
+    raise DataError(where, f"metadata.{bad[0]}", bad[1])
   return Example(id=id, question=question.strip(), golden_answers=answers,
                  data_source=data_source, options=tuple(options),
                  supporting_ids=tuple(supporting_ids), supporting_titles=tuple(supporting_titles),

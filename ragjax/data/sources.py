@@ -12,16 +12,16 @@ import io
 import os
 from typing import Any, Iterator
 
-from ragjax.data.schema import DataError, find_bad_utf8
+from ragjax.data.schema import DataError, find_bad_text
 from ragjax.retrieval import records
 
 Located = tuple[str, Any]
 
 
 def _check(where: str, rec: Any) -> None:
-  bad = find_bad_utf8(rec)
+  bad = find_bad_text(rec)
   if bad:
-    raise DataError(where, bad, "invalid UTF-8")
+    raise DataError(where, *bad)
 
 
 def iter_json_records(path: str) -> Iterator[Located]:

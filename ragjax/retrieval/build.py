@@ -40,7 +40,6 @@ def main(argv=None) -> int:
   ap.add_argument("--no-progress", action="store_true")
   args = ap.parse_args(argv)
 
-  from ragjax.retrieval.corpus import CorpusError
   from ragjax.retrieval.index import EncoderSpec, build_index
   from ragjax.retrieval.scann_index import ScannConfig
   for path in args.corpus:
@@ -62,7 +61,7 @@ def main(argv=None) -> int:
     meta = build_index(args.corpus, args.out, args.backend, encoder_spec=spec, scann_config=scann_cfg,
                        on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress,
                        mesh=mesh)
-  except CorpusError as e:
+  except (OSError, ValueError) as e:      # corpus problems (CorpusError), unreadable files, resume mismatch
     print(f"error: {e}", file=sys.stderr)
     return 2
   with open(os.path.join(args.out, "ingest.json")) as f:

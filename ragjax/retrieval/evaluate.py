@@ -35,7 +35,10 @@ def main(argv=None) -> int:
     ap.error(f"--questions file not found: {args.questions}")
 
   from ragjax.retrieval.recall import format_table, read_questions, recall_table
-  questions = read_questions(args.questions, args.limit)
+  try:
+    questions = read_questions(args.questions, args.limit)
+  except (OSError, ValueError) as e:
+    ap.error(f"--questions: {e}")
   if args.url:
     from ragjax.retrieval.client import SearchClient
     retriever = SearchClient(args.url)

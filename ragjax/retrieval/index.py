@@ -17,7 +17,7 @@ import os
 from typing import Iterable, Optional
 
 from ragjax.retrieval import embed_store
-from ragjax.retrieval.corpus import IngestReport, read_passages
+from ragjax.retrieval.corpus import CorpusError, IngestReport, read_passages
 from ragjax.retrieval.scann_index import ScannConfig
 from ragjax.retrieval.store import PassageStore, write_store
 
@@ -82,11 +82,14 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
     with open(ingest_path) as f:          # resumed build: the store was already written
       ingest = json.load(f)
     if ingest["corpus"] != [os.path.abspath(p) for p in corpus]:
-      raise ValueError(f"{out_dir} was built from {ingest['corpus']}, not {corpus}; use a new --out")
+      raise CorpusError(f"{out_dir} was built from {ingest['corpus']}, not {corpus}; use a new --out")
   else:
     n = write_store(read_passages(corpus, on_error=on_error, report=report), out_dir)
     if n == 0:
-      raise ValueError(f"no usable passages in {corpus}: {report.summary()}")
+      os.remove(store_path)
+      first = f"; the first: {report.issues[0]}" if report.issues else ""
+      raise CorpusError(f"no usable passages in {', '.join(map(str, corpus))} "
+                        f"({report.summary()}){first}")
     ingest = {"corpus": [os.path.abspath(p) for p in corpus], "summary": report.summary(),
               "issues": [str(i) for i in report.issues[:1000]], "num_issues": len(report.issues)}
     with open(ingest_path, "w") as f:

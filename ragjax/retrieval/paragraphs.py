@@ -93,9 +93,11 @@ def flagged_paragraphs(items: Any, where: str, field: str) -> list[Paragraph]:
     raise RecordError(where, field, f"expected a list, got {type(items).__name__}")
   out = []
   for i, p in enumerate(items):
-    pw = f"{where} {field}[{i}]"
-    title = require_str(p, "title", pw, allow_empty=True)
-    text = require_str(p, "paragraph_text", pw, allow_empty=True)
+    try:
+      title = require_str(p, "title", where, allow_empty=True)
+      text = require_str(p, "paragraph_text", where, allow_empty=True)
+    except RecordError as e:        # name the item, e.g. field 'paragraphs[3].title'
+      raise RecordError(where, f"{field}[{i}]" + (f".{e.field}" if e.field else ""), e.problem) from None
     out.append(Paragraph(title, text, bool(p.get("is_supporting"))))
   return out
 

@@ -4,7 +4,10 @@ Every reader of corpus and question files goes through `iter_json_records` (the 
 corpus reader, recall's question reader, the dataset importers), so a bad record is reported
 the same way everywhere: a `RecordError` naming the file, the line (for a JSON list also the
 record's index) and the field.  Bytes are decoded with 'surrogateescape', so one bad byte
-costs its record, not the file, and is reported with the field that holds it.
+costs its record, not the file, and is reported with the field that holds it; so is a lone
+surrogate escape (`"\\ud800"`: valid JSON, not valid text; Arrow and every encoder reject it
+later), a value the json module refuses (nesting deeper than the interpreter's recursion
+limit, an integer over 4300 digits), and a line starting with a byte-order mark is read, not lost.
 
 This module sits in `ragjax.retrieval` because retrieval may not import `ragjax.data`;
 `ragjax.data` imports it (its `DataError` is `RecordError`).
@@ -14,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 _WS = re.compile(r"\s*")
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")       # what 'surrogateescape' makes of a bad byte
+_SURROGATE = re.compile("[\ud800-\udfff]")         # a bad byte ('surrogateescape') or a lone one
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how a lone surrogate is written in JSON
+_BOM = "\ufeff"
 
 
 class RecordError(ValueError):
@@ -47,31 +53,44 @@ class Location:
     return f"{self.path} record {self.index} (line {self.line})"
 
 
+def text_problem(value: str) -> Optional[str]:
+  """Why a string is not valid text (an undecodable byte, a lone surrogate), or None."""
+  bad = _SURROGATE.search(value)
+  if not bad:
+    return None
+  code = ord(bad[0])
+  if 0xDC80 <= code <= 0xDCFF:        # 'surrogateescape' wrote the byte code - 0xDC00 here
+    return f"invalid UTF-8 byte 0x{code - 0xDC00:02x} at character {bad.start()}"
+  return f"lone surrogate U+{code:04X} at character {bad.start()} (not valid Unicode text)"
+
+
 def check_utf8(value: str, where: str, field: str) -> None:
   """Readers decode with 'surrogateescape', so an invalid byte shows up here as a surrogate."""
-  bad = _ESCAPED_BYTE.search(value)
-  if bad:
-    raise RecordError(where, field, f"invalid UTF-8 byte 0x{ord(bad[0]) - 0xDC00:02x} at "
-                                    f"character {bad.start()}")
+  problem = text_problem(value)
+  if problem:
+    raise RecordError(where, field, problem)
 
 
-def find_bad_utf8(obj: Any, path: str = "") -> Optional[str]:
-  """Path of the first string (key or value) holding an undecodable byte, else None."""
-  if isinstance(obj, str):
-    return path or "<value>" if _ESCAPED_BYTE.search(obj) else None
-  if isinstance(obj, Mapping):
-    for k, v in obj.items():
-      sub = f"{path}.{k}" if path else str(k)
-      if isinstance(k, str) and find_bad_utf8(k) is not None:
-        return sub
-      hit = find_bad_utf8(v, sub)
-      if hit:
-        return hit
-  if isinstance(obj, (list, tuple)):
-    for i, v in enumerate(obj):
-      hit = find_bad_utf8(v, f"{path}[{i}]")
-      if hit:
-        return hit
+def find_bad_text(obj: Any) -> Optional[tuple[str, str]]:
+  """(path, problem) of the first string, key or value, that is not valid text, else None.
+  Walks with its own stack: a record nested as deep as json allows is no reason to fail."""
+  stack = [("", obj)]
+  while stack:
+    path, node = stack.pop()
+    if isinstance(node, str):
+      problem = text_problem(node)
+      if problem:
+        return path or "<value>", problem
+    elif isinstance(node, Mapping):
+      items = []
+      for k, v in node.items():
+        sub = f"{path}.{k}" if path else str(k)
+        if isinstance(k, str) and text_problem(k):
+          return sub, f"key: {text_problem(k)}"
+        items.append((sub, v))
+      stack.extend(reversed(items))
+    elif isinstance(node, (list, tuple)):
+      stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(node)]))
   return None
 
 
@@ -93,14 +112,22 @@ def require_str(rec: Mapping, field: str, where: str, *, allow_empty: bool = Fal
   return value
 
 
+def _parse_error(e: Exception, where: str) -> RecordError:
+  if isinstance(e, json.JSONDecodeError):
+    return RecordError(where, None, f"invalid JSON ({e.msg} at column {e.colno})")
+  if isinstance(e, RecursionError):
+    return RecordError(where, None, "invalid JSON (nested deeper than the parser's recursion limit)")
+  return RecordError(where, None, f"invalid JSON ({e})")        # e.g. an integer over 4300 digits
+
+
 def _checked(rec: Any, raw: str, loc: Location) -> Any:
   """The record, or the RecordError that stands in its place."""
   if not isinstance(rec, dict):
     return RecordError(str(loc), None, f"expected a JSON object, got {type(rec).__name__}")
-  if _ESCAPED_BYTE.search(raw):
-    bad = find_bad_utf8(rec)
+  if _SURROGATE.search(raw) or _SURROGATE_ESCAPE.search(raw):     # cheap test before the walk
+    bad = find_bad_text(rec)
     if bad:
-      return RecordError(str(loc), bad, "invalid UTF-8")
+      return RecordError(str(loc), *bad)
   return rec
 
 
@@ -108,13 +135,15 @@ def _line_records(path: str) -> Iterator[tuple[Location, Any]]:
   with open(path, "rb") as f:                 # streamed: corpora can be far larger than memory
     for lineno, raw in enumerate(f, start=1):
       line = raw.decode("utf-8", errors="surrogateescape")
+      if lineno == 1:
+        line = line.removeprefix(_BOM)
       if not line.strip():
         continue
       loc = Location(path, lineno)
       try:
         rec = json.loads(line)
-      except json.JSONDecodeError as e:
-        yield loc, RecordError(str(loc), None, f"invalid JSON ({e.msg} at column {e.colno})")
+      except (ValueError, RecursionError) as e:         # JSONDecodeError is a ValueError
+        yield loc, _parse_error(e, str(loc))
         continue
       yield loc, _checked(rec, line, loc)
 
@@ -133,9 +162,9 @@ def _list_records(path: str, text: str) -> Iterator[tuple[Location, Any]]:
     loc = Location(path, line, index)
     try:
       rec, end = decoder.raw_decode(text, pos)
-    except json.JSONDecodeError as e:
-      yield Location(path, e.lineno), RecordError(f"{path} line {e.lineno}", None,
-                                                  f"invalid JSON ({e.msg} at column {e.colno})")
+    except (ValueError, RecursionError) as e:
+      at = Location(path, getattr(e, "lineno", line))
+      yield at, _parse_error(e, str(at))
       return
     yield loc, _checked(rec, text[pos:end], loc)
     index += 1
@@ -153,13 +182,15 @@ def iter_json_records(path: str) -> Iterator[tuple[Location, Any]]:
   """(location, record) per record of a .jsonl file or a JSON list (chosen by the first
   non-space byte).  A record that cannot be read (bad JSON, not an object, undecodable bytes)
   comes as a `RecordError` in its place, so each caller decides to skip it or stop."""
+  if os.path.isdir(path):
+    raise RecordError(path, None, "is a directory; expected a .jsonl file or a .json list")
   with open(path, "rb") as f:
-    head = f.read(4096).lstrip()
+    head = f.read(4096).removeprefix(_BOM.encode()).lstrip()
   if not head.startswith(b"["):
     yield from _line_records(path)
     return
   with open(path, "rb") as f:
-    text = f.read().decode("utf-8", errors="surrogateescape")
+    text = f.read().decode("utf-8", errors="surrogateescape").removeprefix(_BOM)
   yield from _list_records(path, text)
 
 
