@@ -110,6 +110,16 @@ def test_out_of_range_numbers_are_usage_errors_naming_the_flag(tmp_path, capsys,
   assert f"argument {flag}:" in line and says in line, line
 
 
+def test_build_checks_scann_overrides(tmp_path, capsys):
+  from ragjax.retrieval.build import main
+  base = ["--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--scann"]
+  for override, says in [('{"reorder": -1}', "reorder must be an int >= 0, got -1"),
+                         ('{"num_leaves": 0}', "num_leaves must be an int >= 1, got 0"),
+                         ('{"leaves_to_search_frac": 0}', "leaves_to_search_frac must be in (0, 1]")]:
+    line = _usage_error(main, base + [override], capsys)
+    assert f"error: --scann: {says}" in line, line
+
+
 def test_serve_port_out_of_range_exits_2_without_listening(tmp_path):
   r = run_module("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
   assert r.returncode == 2 and "argument --port: must be a TCP port in 1..65535" in r.stderr
