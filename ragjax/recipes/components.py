@@ -67,7 +67,7 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
   r = c.retriever
   if r.url:
     from ragjax.retrieval import SearchClient
-    return SearchClient(r.url)
+    return SearchClient(r.url, timeout=r.timeout, deadline=r.deadline)
   from ragjax.retrieval import open_index
   if r.index:
     return open_index(r.index, cache_size=r.cache_size)
