@@ -308,3 +308,19 @@ def test_make_world_rejects_bad_counts_before_generating(tmp_path, capsys, argv,
   assert e.value.code == 2
   assert says in capsys.readouterr().err.strip().splitlines()[-1]
   assert not (tmp_path / "w").exists()
+
+
+def test_a_later_test_world_is_fresh_and_leaves_training_unchanged():
+  """world.test_world: the test questions come from a world no run trained on; its entity
+  names are disjoint from the training world's and from the default test world's."""
+  cfg = dataclasses.replace(SMALL, name_lexicon=200)
+  base = generate_world(cfg)
+  fresh = generate_world(dataclasses.replace(cfg, test_world=cfg.train_worlds + 2))
+  assert [e.question for e in base.questions["train"]] == [e.question for e in fresh.questions["train"]]
+  names = lambda w, i: {e.name for e in w.entities if e.world == i}
+  k = cfg.train_worlds
+  assert not names(fresh, k + 2) & names(base, k) and not names(fresh, k + 2) & names(base, 0)
+  assert {e.metadata["world"] for e in fresh.questions["test"]} == {k + 2}
+  assert all(p["id"].startswith(f"w{k + 2}-") for p in fresh.corpus("test"))
+  with pytest.raises(ValueError, match="is a training world"):
+    dataclasses.replace(cfg, test_world=0)
