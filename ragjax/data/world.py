@@ -447,8 +447,10 @@ class _QuestionMaker:
           rel = RELATIONS[rname]
 
           def make(e=e, rel=rel, group=group):
+            decoys = [d for d in group if d is not e]
             extra = {"first_query": rel.query.format(s=e.name),
-                     "decoy_passage_ids": [self.wb.fact_pid[(d.id, rel.name)] for d in group if d is not e]}
+                     "decoy_passage_ids": [self.wb.fact_pid[(d.id, rel.name)] for d in decoys],
+                     "decoy_answers": [self.wb.display(rel, d.facts[rel.name]) for d in decoys]}
             return (self.pick(rel.ask).format(s=self.mention(e)), self.answers(rel, e.facts[rel.name]),
                     [self.hop(e, rel)], extra)
           out.append((("retry", e.id, rname), make))

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import jax
 
 from ragjax.data.world import ENTITY_QTYPES, QTYPES
-from ragjax.data.world_traces import make_scripts
+from ragjax.data.world_traces import TraceShares, make_scripts
 from ragjax.eval.systems import SystemResult, results_table, write_viewer
 from ragjax.recipes import components as parts
 from ragjax.rl.metrics_log import MetricsLog
@@ -43,7 +43,8 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  scripts = make_scripts(records, c.seed, c.traces.wasted_query_rate)
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
+  scripts = make_scripts(records, c.seed, shares)
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)
