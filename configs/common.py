@@ -7,6 +7,7 @@
 Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an unknown field is
 an error naming it):
   recipe, seed, workdir, progress      which `ragjax.recipes.<recipe>` runs, and where
+  hardware    the accelerators the paper used, the default `--dry_run --target`
   model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
   data        source "world" (the synthetic world below) or "files" (train/dev question files)
@@ -29,6 +30,7 @@ def get_config() -> ConfigDict:
   c.seed = 0
   c.workdir = "runs/default"
   c.progress = True
+  c.hardware = ""               # the paper's accelerators, for `--dry_run` (e.g. "h100x8")
 
   # preset: a named shape (ragjax.models.presets; random weights unless `checkpoint`);
   # checkpoint: an HF directory (its config.json wins); both empty: the shape below, from
@@ -47,8 +49,10 @@ def get_config() -> ConfigDict:
   c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False))
   # index: a directory from `python -m ragjax.retrieval.build`; url: a Search-R1 /retrieve
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
+  # timeout: seconds per request; deadline: seconds a call may spend retrying a down server
+  # before the step is retried from its start (trainer.step_retries times).
   c.retriever = ConfigDict(dict(index="", url="", backend="scann", encoder_dir="",
-                                cache_size=4096))
+                                cache_size=4096, timeout=30.0, deadline=120.0))
 
   c.protocol = ConfigDict(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
   c.sampler = ConfigDict(dict(
@@ -78,6 +82,7 @@ def get_config() -> ConfigDict:
   c.critic_optim = None
   c.trainer = ConfigDict(dict(
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
-      max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True))
+      max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
+      step_retries=3))
   c.eval = ConfigDict(dict(batch_size=64, max_questions=0))
   return c

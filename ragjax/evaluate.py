@@ -51,15 +51,15 @@ def main(argv):
                          "in the config)", exitcode=2)
   from ragjax.errors import exit_on_user_error
   from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
-  qtypes = None
+  qtypes = groups = None
   if f.config.data.source == "world" and not f.data:
-    from ragjax.data.world import QTYPES
-    qtypes = QTYPES
+    from ragjax.data.world import ENTITY_QTYPES, QTYPES
+    qtypes, groups = QTYPES, {"entity": ENTITY_QTYPES}
   with exit_on_user_error("ragjax.evaluate"):
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
-        temperature=f.temperature), qtypes))
+        temperature=f.temperature), qtypes, groups))
 
 
 if __name__ == "__main__":

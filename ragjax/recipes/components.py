@@ -20,7 +20,7 @@ from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
-from ragjax.rl.sft import SFTConfig, run_sft
+from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
 from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config
 from ragjax.typed_config import from_dict
@@ -67,18 +67,46 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
   r = c.retriever
   if r.url:
     from ragjax.retrieval import SearchClient
-    return SearchClient(r.url)
+    return SearchClient(r.url, timeout=r.timeout, deadline=r.deadline)
   from ragjax.retrieval import open_index
   if r.index:
     return open_index(r.index, cache_size=r.cache_size)
   if corpus_path is None:
     raise ValueError("set retriever.index (an index directory) or retriever.url")
   from ragjax.retrieval.index import EncoderSpec, build_index
-  index_dir = os.path.join(workdir, "index")
+  index_dir = index_dir_for(corpus_path, workdir)
   if not os.path.exists(os.path.join(index_dir, "index.json")):
     build_index(corpus_path, index_dir, backend=r.backend,
                 encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+    with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
+      f.write(file_digest(corpus_path))
   return open_index(index_dir, cache_size=r.cache_size)
+
+
+CORPUS_STAMP = "ragjax_corpus.sha256"
+
+
+def file_digest(path: str) -> str:
+  import hashlib
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def index_dir_for(corpus_path: str, workdir: str) -> str:
+  """`<workdir>/index`, or `<workdir>/index-<digest>` when that one indexes another corpus
+  (e.g. a world regenerated with a fresh test world): an index is reused only for the exact
+  corpus it was built from."""
+  digest = file_digest(corpus_path)
+  default = os.path.join(workdir, "index")
+  stamp = os.path.join(default, CORPUS_STAMP)
+  if not os.path.exists(os.path.join(default, "index.json")):
+    return default
+  if os.path.exists(stamp) and open(stamp).read().strip() == digest:
+    return default
+  return os.path.join(workdir, f"index-{digest[:12]}")
 
 
 def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
@@ -96,6 +124,31 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
     files = getattr(c.data, f"{split}_files")
     splits[split] = [as_record(e) for f in files for e in read_examples(f)]
   return Setup(splits, open_retriever(c, workdir) if retriever else None)
+
+
+@dataclasses.dataclass
+class Start:
+  """What RL starts from: the data and retriever, the policy (after any cold start)."""
+  setup: Setup
+  cfg: DecoderConfig
+  params: dict
+  tokenizer: object
+  mesh: object = None
+
+
+def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
+  """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
+  from ragjax.eval.systems import evaluate_system
+  from ragjax.retrieval.types import NullRetriever
+  results = []
+  for split in splits:
+    recs = s.setup.splits[split][:c.eval.max_questions or None]
+    for name, params, with_retrieval in systems:
+      ret = s.setup.retriever if with_retrieval else NullRetriever()
+      engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[])
+      results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
+                                     seed=c.seed))
+  return results
 
 
 # --- mesh, policy, critic ---------------------------------------------------------------------
@@ -152,26 +205,6 @@ def init_critic(cfg: DecoderConfig, params, seed: int = 1):
   return jax.tree.map(lambda x: x.copy(), {**dict(critic), **body})
 
 
-def cold_start(c, cfg, params, tok, setup: Setup, workdir: str, mesh=None):
-  """SFT on scripted search traces of the training questions when `sft.steps` > 0 (the
-  embedded default's cold start, `ragjax.recipes.world`); the params unchanged otherwise.  A
-  from-scratch tiny policy then follows the protocol, so a method that acts on its actions
-  (REX-RAG clones wrong answers) has something to act on.  The traces are scripted from the
-  synthetic world's hop chains; the run is deterministic, so a resumed run re-derives it."""
-  if not c.sft.steps:
-    return params
-  if setup.world is None:
-    raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
-                     "scripted from the world's hop chains)")
-  from ragjax.recipes.world import scripted_traces
-  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
-  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"])
-  params, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
-                      c.rollout.widths, seed=c.seed, mesh=mesh, progress=c.progress,
-                      log_path=os.path.join(workdir, "sft_metrics.jsonl"))
-  return params
-
-
 # --- the RL stage -----------------------------------------------------------------------------
 def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -> Trainer:
   """The trainer over a sampling engine (with the config's hooks) and a greedy one for dev."""
@@ -205,7 +238,8 @@ class EvalOptions:
   temperature: float = 1.0
 
 
-def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None) -> str:
+def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
+                        groups=None) -> str:
   """Greedy EM of an exported policy with and without retrieval (and sampled pass@k), by
   question type with bootstrap intervals, on the config's data; returns the markdown table."""
   from ragjax.eval.systems import evaluate_system, results_table, sample_system
@@ -244,5 +278,5 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes)
+  table, _ = results_table(results, qtypes, groups)
   return table

@@ -76,6 +76,10 @@ class RLConfig:
       raise ValueError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
     check_train_on(self.train_on, "rl.train_on")
+    if self.use_sampler_logprobs and tuple(self.train_on) != ("policy",):
+      raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
+                       f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
+                       f"(set rl.use_sampler_logprobs=False to re-score them)")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 
@@ -124,12 +128,13 @@ class TrainerConfig:
   keep_best_metric: str = "dev/em"    # chosen on dev, never test
   keep_best: bool = False             # the run's final policy is the best dev checkpoint
   tensorboard: bool = True
+  step_retries: int = 3               # a step whose service stayed down is rerun from its start
 
   def __post_init__(self):
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts"):
+    for name in ("eval_every", "eval_prompts", "step_retries"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -138,7 +143,8 @@ class TrainerConfig:
 # they do not alter the trajectory of the run.
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
-                  "workdir", "progress", "mesh.", "eval.", "probe.")
+                  "trainer.step_retries", "retriever.timeout", "retriever.deadline",
+                  "workdir", "progress", "hardware", "mesh.", "eval.", "probe.")
 
 
 def resume_mutable(key: str) -> bool:

@@ -12,17 +12,19 @@ clones join their prompt's group).  Rewards, metrics and step rewards read each 
 record; the method parts (reward, batch filter, advantage estimator, behaviour policy, metrics)
 are looked up in `ragjax.registry` by the config's names, so no method name appears here.  A
 batch filter may drop rows after rewards and old log-probs; the update then sees a variable
-row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).  Every step is a
-deterministic function of (params, optimizer state, RNG key, data position, method state), all
-checkpointed, so a run killed at any point resumes to the same params and metrics.
+row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).
+Every step is a deterministic function of (params, optimizer state, RNG key, data position,
+method state), all checkpointed, so a run killed at any point resumes to the same params and
+metrics.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
-import math
 import os
 import time
+import warnings
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
@@ -31,6 +33,7 @@ import numpy as np
 import tqdm
 
 from ragjax import registry
+from ragjax.errors import ServiceUnavailable
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.rl import advantages as adv_lib
@@ -43,14 +46,11 @@ from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.rewards import RewardContext, combine_rewards
 from ragjax.rl.step_context import StepContext
-from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
-                                  place_train_state, policy_loss_fn, value_loss_fn)
+from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
+                                  make_update, nonfinite_keys, place_train_state, policy_loss_fn,
+                                  value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
 from ragjax.rollout.trajectory import RolloutBatch
-
-
-class NonFiniteError(FloatingPointError):
-  pass
 
 
 # A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
@@ -82,13 +82,6 @@ class DataCursor:
 
   def state(self) -> dict:
     return {"epoch": self.epoch, "offset": self.offset}
-
-
-def _nonfinite(metrics: Mapping[str, float]) -> list[str]:
-  bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
-  if float(metrics.get("nonfinite_params", 0)) > 0:
-    bad.append("nonfinite_params")
-  return bad
 
 
 def step_token_rewards(per_step: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
@@ -337,7 +330,7 @@ class Trainer:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
         m = jax.device_get(m)
-        bad = _nonfinite(m)
+        bad = nonfinite_keys(m)
         if bad:
           last = self.ckpt.latest_step()
           raise NonFiniteError(
@@ -355,6 +348,26 @@ class Trainer:
             "time/retrieval_s": batch.timings.get("retrieval_s", 0.0),
             "time/update_s": t_upd, "time/step_s": total,
             "tokens_per_s": stats["tokens"] / max(total, 1e-9)}
+
+  def _retrying(self, step: int, what: str, fn):
+    """`fn()`, rerun from the same start (RNG key, data position, method state) when a service
+    stayed down past its deadline, up to `trainer.step_retries` times.  Returns (result,
+    reruns)."""
+    key, cursor = self.key, self.cursor.state()
+    method_state = copy.deepcopy(self.method_state)
+    for attempt in range(self.tc.step_retries + 1):
+      try:
+        return fn(), attempt
+      except ServiceUnavailable as e:
+        if attempt == self.tc.step_retries:
+          raise ServiceUnavailable(f"{what} of step {step}: {e}; gave up after {attempt + 1} "
+                                   f"attempts (trainer.step_retries). Last checkpoint: step "
+                                   f"{self.ckpt.latest_step()}") from e
+        warnings.warn(f"{what} of step {step}: {e}; rerunning it ({attempt + 1} of "
+                      f"{self.tc.step_retries})", stacklevel=2)
+        self.key, self.method_state = key, copy.deepcopy(method_state)
+        self.cursor = DataCursor(len(self.train_data), self.seed, **cursor)
+    raise AssertionError("unreachable")
 
   # --- evaluation ------------------------------------------------------------------------
   def evaluate(self, step: int) -> dict:
@@ -384,9 +397,10 @@ class Trainer:
                     total=self.tc.num_steps, disable=not self.progress, desc="rl")
     try:
       for step in bar:
-        metrics = self.train_step(step)
+        metrics, reruns = self._retrying(step, "the update", lambda: self.train_step(step))
+        metrics["step_retries"] = reruns
         if self.dev_data and self.tc.eval_every and step % self.tc.eval_every == 0:
-          dev = self.evaluate(step)
+          dev, _ = self._retrying(step, "the dev evaluation", lambda: self.evaluate(step))
           metrics.update(dev)
           self.ckpt.save_best(step, self.state.params, dev)
         self._log(metrics, writer)
