@@ -27,6 +27,51 @@ ARGS = ["--config=configs/rex_rag.py:tiny", "--gin_file", os.path.join(TESTS, "d
         "--config.trainer.eval_every=0", f"--config.trainer.num_steps={STEPS}"]
 
 
+def load_config(arg):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("rex_rag_config",
+                                                os.path.join(ROOT, "configs", "rex_rag.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+@pytest.mark.parametrize("switch, field, want", [
+    ("rex_rag.p=0.12", ("hook", "p"), 0.12),
+    ("rex_rag.pool='five'", ("hook", "prompts"), 5),
+    ("rex_rag.pool='five'", ("behaviour", "pool_name"), "five"),
+    ("rex_rag.importance_sampling=False", ("behaviour", "importance_sampling"), False),
+    ("rex_rag.ppd='coarse'", ("behaviour", "ppd"), "coarse"),
+    ("rex_rag.trajectory_filter=False", ("filter", "enabled"), False),
+    ("rex_rag.keep_ratio=0.12", ("filter", "keep_ratio"), 0.12)])
+def test_each_ablation_is_one_switch(switch, field, want):
+  """One field of the `rex_rag` section reaches every plug-in that reads it, on the command
+  line (config_flags) and through `python -m ragjax.ablate` arms (apply_overrides)."""
+  from ragjax.recipes.ablation import apply_overrides
+  from ragjax.recipes.components import validate
+  from ragjax.rollout.factory import make_hooks
+  c = apply_overrides(load_config("tiny"), [switch])
+  run, hook = validate(c), make_hooks(c)[0]
+  where, key = field
+  got = {"hook": lambda: len(hook.prompts) if key == "prompts" else getattr(hook, key),
+         "behaviour": lambda: run.rl.behaviour_kwargs[key],
+         "filter": lambda: run.rl.batch_filter_kwargs[key]}[where]()
+  assert got == want
+
+
+def test_config_arguments():
+  dapo = load_config("dapo-3b")
+  assert (dapo.rl.clip_low, dapo.rl.clip_high, dapo.rex_rag.keep_ratio) == (0.2, 0.28, 0.12)
+  paper = load_config("qwen2.5-7b")
+  assert paper.rl.mini_batch_size == 256 and paper.rl.group_size == 5
+  assert paper.protocol.name == "rex_rag" and paper.protocol.max_turns == 5
+  assert paper.rl.train_on == ("policy", "injected") and not paper.rl.use_sampler_logprobs
+  world = load_config("world")
+  assert world.recipe == "world" and world.rl.behaviour == "rex_rag"
+  with pytest.raises(ValueError, match="unknown config argument"):
+    load_config("qwen2.5-14b")
+
+
 def _train(workdir, cache):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
              XLA_FLAGS="--xla_force_host_platform_device_count=1",

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
-from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
+from ragjax.rollout.engine import EngineConfig, RolloutEngine, spare_prompts  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.rex_rag import ABLATION_FIVE, EXPLORATION_PROMPTS, RexRagCloneHook, pool  # noqa: E402
@@ -126,6 +126,13 @@ def test_spare_rows_sized_from_p_and_the_row_count():
   batch, pol, *_ = run_rex(spare=-1, hook=RexRagCloneHook(is_wrong=wrong, p=1.0,
                                                           prompts=pool([0])))
   assert len(batch.meta) == 3 and pol.calls["clone_rows"] == 1
+
+
+def test_spare_prompts_keep_the_sampler_rows_sharded():
+  # the paper's step: 512 x 5 rows, 588 spare -> 118 prompt copies (3150 rows); on 8 batch
+  # devices 120 copies, so 3160 rows split evenly
+  assert spare_prompts(512, 5, 588) == 118 and spare_prompts(512, 5, 588, 8) == 120
+  assert spare_prompts(4, 4, 0, 8) == 0 and spare_prompts(4, 4, 1, 3) == 2   # (4 + 2) x 4 = 24
 
 
 def test_clone_draws_depend_on_the_run_seed_only():

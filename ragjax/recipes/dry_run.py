@@ -24,6 +24,8 @@ from ragjax.models.decoder import CACHE_LOGICAL_AXES, abstract_params, param_log
 from ragjax.parallel.memory import GB, MeshShape, Target, sharded_bytes, tree_bytes
 from ragjax.parallel.shard import batch_axes
 from ragjax.rl.config import parse_run_config
+from ragjax.rollout.engine import spare_prompts, spare_rows_for
+from ragjax.rollout.factory import make_hooks
 
 USABLE = 0.9          # share of device memory a plan may fill (runtime, fragmentation)
 
@@ -76,11 +78,13 @@ def model_config(c, vocab_size: Optional[int] = None) -> DecoderConfig:
                        tie_word_embeddings=True, **dt)
 
 
-def rollout_rows(c) -> int:
+def rollout_rows(c, row_multiple: int = 1) -> int:
   """Sampler rows of one rollout wave: every row of the step unless `rollout.wave_rows` caps
-  it (and the spare rows hooks clone into)."""
+  it (and the spare rows hooks clone into, kept a multiple of the mesh's batch devices)."""
   rl = c.rl
-  rows = c.trainer.batch_prompts * rl.group_size + c.rollout.spare_rows
+  b, g = c.trainer.batch_prompts, rl.group_size
+  spare = spare_rows_for(c.rollout.spare_rows, make_hooks(c), b * g)
+  rows = (b + spare_prompts(b, g, spare, row_multiple)) * g     # as the engine reserves them
   wave = c.rollout.get("wave_rows", 0) or rows
   return min(rows, wave)
 
@@ -126,7 +130,7 @@ def memory_plan(c, target: Target, vocab_size: Optional[int] = None) -> Plan:
     critic = tree_bytes(abstract_params(cfg, "value"), param_logical_axes(cfg, "value"), mesh,
                         pdt)
     lines.append(Line("critic (params, AdamW, grads)", 4 * critic, "PPO value model"))
-  rows = rollout_rows(c)
+  rows = rollout_rows(c, int(np.prod([mesh.shape[a] for a in batch_axes()])))
   cache_len = c.sampler.max_cache_length
   cache_dt = "bfloat16" if target.kind[:3] in ("NVI", "TPU") else cfg.dtype
   shape = (cfg.num_layers, rows, cache_len, cfg.num_kv_heads, cfg.head_dim)

@@ -48,7 +48,9 @@ class EngineConfig:
   of it and the protocol's own cap applies.  `spare_rows` reserves sampler rows for hooks that
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
   spare_rows=-1 sizes them per run from the hooks: the sum of `hook.spare_rows(rows)` over
-  hooks that define it (a hook that clones with probability p asks for about rows x p).
+  hooks that define it (a hook that clones with probability p asks for about rows x p).  They
+  come in whole groups, as many as keep the sampler's rows a multiple of the policy's
+  `row_multiple` (its mesh's batch devices), see `spare_prompts`.
   `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   """
@@ -60,6 +62,29 @@ class EngineConfig:
 
 
 Hook = Callable[[list, "RowEditor"], None]
+
+
+def spare_prompts(prompts: int, group_size: int, spare: int, row_multiple: int = 1) -> int:
+  """Copies of the first prompt the engine prefills to hold `spare` spare rows: ceil(spare / G),
+  plus as few more as keep all sampler rows ((prompts + copies) x G) a multiple of
+  `row_multiple` (the mesh's batch devices, so the sampler's rows stay sharded)."""
+  if spare <= 0:
+    return 0
+  extra = -(-spare // group_size)
+  while ((prompts + extra) * group_size) % max(row_multiple, 1):
+    extra += 1
+  return extra
+
+
+def spare_rows_for(spare_rows: int, hooks: Sequence, rows: int) -> int:
+  """`spare_rows` when >= 0; for -1, what the hooks ask for a run of `rows` rows (the sum of
+  `hook.spare_rows(rows)` over hooks that define it).  The engine reserves this many rounded
+  up to whole groups."""
+  if spare_rows >= 0:
+    return spare_rows
+  if spare_rows != -1:
+    raise ValueError(f"spare_rows must be >= 0 or -1 (sized by the hooks), got {spare_rows}")
+  return sum(int(h.spare_rows(rows)) for h in hooks if hasattr(h, "spare_rows"))
 
 
 @dataclasses.dataclass
@@ -139,7 +164,7 @@ class RolloutEngine:
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
     spare = self.spare_rows(len(inputs) * g)
-    extra = -(-spare // g) if spare else 0
+    extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed)
     n = len(inputs) * g
@@ -182,12 +207,7 @@ class RolloutEngine:
 
   def spare_rows(self, rows: int) -> int:
     """Spare sampler rows for a run of `rows` rows (see EngineConfig.spare_rows)."""
-    if self.config.spare_rows >= 0:
-      return self.config.spare_rows
-    if self.config.spare_rows != -1:
-      raise ValueError(f"EngineConfig.spare_rows must be >= 0 or -1 (sized by the hooks), got "
-                       f"{self.config.spare_rows}")
-    return sum(int(h.spare_rows(rows)) for h in self.hooks if hasattr(h, "spare_rows"))
+    return spare_rows_for(self.config.spare_rows, self.hooks, rows)
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
