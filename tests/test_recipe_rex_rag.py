@@ -6,7 +6,6 @@ min(made, int(B x G x keep_ratio)) with keep_ratio the EWM of kept-probe accurac
 ratio is pi / mu (not pi / pi_old), and a run killed with SIGKILL after step 1 resumes to the
 same params and metrics as the uninterrupted run."""
 
-import json
 import os
 import signal
 import subprocess
@@ -15,6 +14,8 @@ import time
 
 import numpy as np
 import pytest
+
+from _rl_helpers import logged_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -82,13 +83,6 @@ def _train(workdir, cache):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _metrics(workdir):
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
-    rows = [json.loads(l) for l in f if l.strip()]
-  return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"}
-          for r in rows]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   full = str(tmp_path_factory.mktemp("full"))
@@ -113,7 +107,7 @@ def runs(tmp_path_factory):
 
 
 def test_clones_enlarge_groups_and_the_filter_keeps_the_expected_count(runs):
-  m = _metrics(runs[0])
+  m = logged_metrics(runs[0])
   assert [r["step"] for r in m] == list(range(1, STEPS + 1))
   assert sum(r["rex_rag/clones_made"] for r in m) >= STEPS     # the probe policy ran
   keep_ratio = KEEP0
@@ -138,7 +132,7 @@ def test_clones_enlarge_groups_and_the_filter_keeps_the_expected_count(runs):
 def test_the_update_ratio_uses_mu(runs):
   """One mini-batch per step, so the update runs at theta = theta_old: its logged ratio is the
   token mean of pi_old / mu, which differs from 1 (pi_old / pi_old) once clones are kept."""
-  for r in _metrics(runs[0]):
+  for r in logged_metrics(runs[0]):
     assert r["ratio"] == pytest.approx(r["rex_rag/ratio_at_old"], rel=1e-4, abs=1e-5)
     assert r["rex_rag/mu_over_old/original"] == pytest.approx(1 - r["rex_rag/a"], rel=1e-5)
     if r["rex_rag/clones_kept"]:
@@ -150,7 +144,7 @@ def test_the_update_ratio_uses_mu(runs):
 def test_kill_and_resume_gives_identical_params_and_metrics(runs):
   from safetensors.numpy import load_file
   full, killed = runs
-  ma, mb = _metrics(full), _metrics(killed)
+  ma, mb = logged_metrics(full), logged_metrics(killed)
   assert [r["step"] for r in mb] == [r["step"] for r in ma]
   for x, y in zip(ma, mb):
     assert x.keys() == y.keys()
