@@ -86,7 +86,7 @@ def build_batch(specs, width=10):
 
 
 ORIG = [P, P, O, O, O, O, O, O, O]
-CLONE = [P, P, O, R, O, I, I, O, O]       # origin j = 3 (a retrieved token counts), prompt 2, cont 2
+CLONE = [P, P, O, R, O, I, I, O, O]       # origin j = 3 (a retrieved token counts), prompt, cont
 
 
 def hand_batch():
@@ -99,7 +99,8 @@ def test_segments_of_a_clone_and_an_original():
   b = hand_batch()
   t = b.traj
   kinds = segment_kinds(np.asarray(t.labels[4]), 2, 9, True)
-  assert kinds.tolist() == [NONE] * 2 + [ORIGIN] * 3 + [PROBE_PROMPT] * 2 + [CONTINUATION] * 2 + [NONE]
+  assert kinds.tolist() == ([NONE] * 2 + [ORIGIN] * 3 + [PROBE_PROMPT] * 2 + [CONTINUATION] * 2
+                            + [NONE])
   kinds = segment_kinds(np.asarray(t.labels[0]), 2, 9, False)
   assert kinds.tolist() == [NONE] * 2 + [ORIGINAL] * 7 + [NONE]
 

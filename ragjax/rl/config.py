@@ -3,8 +3,8 @@
 The ConfigDict in `configs/*.py` is what users edit and override on the command line; these
 dataclasses are what the code reads (`ragjax.typed_config.from_dict`: an unknown or misspelt
 field is an error naming its full path).  Plug-in names (rewards, advantage estimators,
-behaviour policies, batch filters, metrics) are checked against the registry when the config is built, so a
-typo fails before any work.
+behaviour policies, batch filters, metrics) are checked against the registry when the config
+is built, so a typo fails before any work.
 """
 
 from __future__ import annotations
