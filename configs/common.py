@@ -60,8 +60,12 @@ def get_config() -> ConfigDict:
       extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0))
   # widths: trajectories are padded to one of these (few shapes -> few compiles);
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
-  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0,
-                              widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
+  # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many
+  # as a KV cache of kv_budget_gb per device holds: the KV cache and prefill hold one wave
+  # (see `--dry_run`).
+  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
+                              kv_budget_gb=0.0, widths=(512, 1024, 2048, 4096), hooks={},
+                              chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
