@@ -132,6 +132,18 @@ class RolloutEngine:
     hold one wave, not the batch.  Row b of the whole batch samples with key
     fold_in(PRNGKey(seed), b) whatever its wave, so waves change memory, not trajectories."""
     t_start = time.perf_counter()
+    dicts, metas, timings = self.run_rows(prompts, samples_per_prompt, seed, uids)
+    traj = assemble(dicts, self.config.widths, self.config.pad_id)
+    timings["rollout_s"] = time.perf_counter() - t_start
+    return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name),
+                        timings=timings)
+
+  def run_rows(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
+               uids: Optional[Sequence[int]] = None, first_row: int = 0
+               ) -> tuple[list[dict], list[RowMeta], dict]:
+    """`run` before assembly: (host row dicts, row records, timings).  `first_row` is the
+    index of these prompts' first row in a larger batch (rows of one batch split over
+    processes keep the keys they would have had together)."""
     self._retrieval_s, calls0 = 0.0, self.retrieval_calls
     prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
@@ -149,23 +161,21 @@ class RolloutEngine:
       wave = slice(start, start + per_wave)
       spare = (-(-self.config.spare_rows * len(inputs[wave]) // len(inputs))
                if self.config.spare_rows else 0)
-      self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, start, spare)
+      self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
+                     spare)
       d, m = self._finish(prompt_offset=start, row_offset=len(dicts))
       dicts += d
       metas += m
-    traj = assemble(dicts, self.config.widths, self.config.pad_id)
-    return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name),
-                        timings={"rollout_s": time.perf_counter() - t_start,
-                                 "retrieval_s": self._retrieval_s,
-                                 "retrieval_calls": self.retrieval_calls - calls0})
+    return dicts, metas, {"retrieval_s": self._retrieval_s,
+                          "retrieval_calls": self.retrieval_calls - calls0}
 
-  def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_prompt: int, spare: int):
+  def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
     """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
     self._prompts = list(prompts)
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
     extra = -(-spare // g) if spare else 0
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
-                                seed=seed, first_row=first_prompt * g)
+                                seed=seed, first_row=first_row)
     n = len(inputs) * g
     rows = {}
     for r in range(n):
