@@ -87,7 +87,7 @@ def tabulate(c, suite, directory: str, *, sizes=None, missing=None, info=None) -
 def evaluate_suite(c, opts: SuiteOptions) -> str:
   """Runs (or resumes) the suite, writes table.{md,csv,json}; returns the markdown (and the
   comparison with `opts.compare` when given)."""
-  from ragjax.eval.suites import data_root, get_suite
+  from ragjax.eval.suites import get_suite
   suite = get_suite(c.eval, opts.suite)
   directory = out_dir(c, opts)
   text = ""
@@ -95,8 +95,9 @@ def evaluate_suite(c, opts: SuiteOptions) -> str:
     text = _run(c, suite, opts, directory)
   elif not opts.compare:
     raise ValueError("--suite needs --checkpoint (to run) or --compare (to compare runs)")
-  else:
-    text = tabulate(c, suite, directory)["markdown"]
+  elif os.path.exists(os.path.join(directory, "table.md")):
+    with open(os.path.join(directory, "table.md"), encoding="utf-8") as f:
+      text = f.read().rstrip("\n")
   if opts.compare:
     text += "\n\n" + compare(c, suite, directory, os.path.abspath(opts.compare))
   return text
