@@ -91,6 +91,7 @@ def get_config() -> ConfigDict:
   # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed).
   c.eval = ConfigDict(dict(
       batch_size=64, max_questions=0, data_root="", method="", model="",
-      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="")),
+      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
+                            max_prompt_tokens=4096)),
       suites=ConfigDict(suites.SUITES)))
   return c

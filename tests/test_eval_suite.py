@@ -205,3 +205,31 @@ def test_compare_two_runs(setup, full_run):
   assert by["nq"]["n"] == 4 and by["nq"]["diff"] == 0 and by["nq"]["mcnemar"]["p"] == 1.0
   assert by["_average"]["n"] == 22 and by["_average"]["ci95"] == [0.0, 0.0]
   assert "McNemar p" in proc.stdout
+
+
+def test_r3_suite_judges_acc_with_a_local_model(setup, tmp_path):
+  """The R3-RAG suite's ACC through a real judge (`LocalChatModel` on the small checkpoint,
+  the r3_answer template): one call per answered question; its replies do not follow the
+  template, so each is unparsed and scored False, and the table says so."""
+  from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir = str(tmp_path / "work")
+  c.eval.batch_size = 2
+  c.eval.judge.checkpoint = str(tmp / "policy")
+  c.eval.suites.r3_rag.sampler = {"max_new_tokens": 24}
+  c.eval.suites.r3_rag.protocol.obs_max_chars = 200
+  c.eval.method, c.eval.model = "R3-RAG (E5)", "qwen2.5-7b"
+  md = evaluate_suite(c, SuiteOptions(suite="r3_rag", checkpoint=str(tmp / "policy"),
+                                      out=str(tmp_path / "r3"), index=str(tmp / "index"),
+                                      data_root=SHARED_DATA, limit=2))
+  t = json.loads((tmp_path / "r3" / "table.json").read_text())
+  assert t["info"]["judge_calls"] == 6 and t["info"]["judge_unparsed"] == 6
+  for key in ("hotpotqa", "twowiki", "musique"):
+    assert t["columns"][key]["values"]["acc"] == 0.0
+    assert t["columns"][key]["metric"] == "acc"
+  assert "ACC judged by policy (in process) (6 of 6 replies in this process unparsed" in md
+  assert t["published"]["values"]["hotpotqa"] == {"acc": 65.5, "f1": 59.7, "em": 46.4}
+  assert t["delta"]["Avg (macro)"] == pytest.approx(-53.8)

@@ -11,8 +11,8 @@
         [--limit N] [--set triviaqa=/data/triviaqa/test.jsonl[:flashrag] ...]
 
     # Search-R1's training mixture: NQ train + HotpotQA train, shuffled (seed 42, as AutoRefine)
-    python -m ragjax.data.prepare searchr1-train --nq NQ_TRAIN --hotpotqa HQ_TRAIN --out DIR
-        [--nq-dev F --hotpotqa-dev F]
+    python -m ragjax.data.prepare searchr1-train --nq NQ_TRAIN --hotpotqa HQ_TRAIN[:hotpotqa]
+        --out DIR [--nq-dev F --hotpotqa-dev F]
 
 Every record is read through `ragjax.data.readers` (a bad one is a `DataError` naming file,
 line and field) and written as `Example.to_flashrag()`, so options, supporting titles and the
@@ -106,16 +106,22 @@ def prepare_suite(suite: str, out: str, data_root: str, limit: int = 0,
   return manifest
 
 
+def split_format(arg: str) -> tuple[str, Optional[str]]:
+  """'PATH' or 'PATH:FORMAT' (a reader format) -> (path, format or None)."""
+  head, colon, tail = arg.rpartition(":")
+  return (head, tail) if colon and tail in READERS else (arg, None)
+
+
 def searchr1_mixture(nq: Sequence[str], hotpotqa: Sequence[str], out: str, *, seed: int = 42,
-                     nq_dev: Sequence[str] = (), hotpotqa_dev: Sequence[str] = (),
-                     fmt: Optional[str] = None) -> dict:
+                     nq_dev: Sequence[str] = (), hotpotqa_dev: Sequence[str] = ()) -> dict:
   """Search-R1's training set: NQ train + HotpotQA train (data_source 'nq' / 'hotpotqa'),
-  shuffled with `seed`; the dev files, when given, likewise (for keep-best on dev)."""
+  shuffled with `seed`; the dev files, when given, likewise (for keep-best on dev).  Each
+  file is 'PATH' (format from the extension) or 'PATH:FORMAT'."""
   def gather(files_by_source):
     recs = []
     for source, files in files_by_source:
-      for path in files:
-        for ex in read_examples(path, fmt):
+      for arg in files:
+        for ex in read_examples(*split_format(arg)):
           rec = ex.to_record()
           rec["data_source"] = source
           recs.append(rec)
@@ -149,11 +155,7 @@ def _parse_set(items: Sequence[str]) -> dict:
     key, sep, rest = item.partition("=")
     if not sep or not rest:
       raise ValueError(f"--set {item!r}: expected KEY=PATH[:FORMAT]")
-    path, fmt = rest, None
-    head, colon, tail = rest.rpartition(":")
-    if colon and tail in READERS:
-      path, fmt = head, tail
-    out[key] = (path, fmt)
+    out[key] = split_format(rest)
   return out
 
 
@@ -176,11 +178,8 @@ def main(argv=None) -> int:
   s.add_argument("--suites_file", default=SUITES_FILE)
   s.add_argument("--allow-missing", action="store_true")
   m = sub.add_parser("searchr1-train", help="NQ + HotpotQA train -> the Search-R1 mixture")
-  m.add_argument("--nq", nargs="*", default=[])
-  m.add_argument("--hotpotqa", nargs="*", default=[])
-  m.add_argument("--nq-dev", nargs="*", default=[])
-  m.add_argument("--hotpotqa-dev", nargs="*", default=[])
-  m.add_argument("--format", choices=sorted(READERS), default=None)
+  for name in ("nq", "hotpotqa", "nq-dev", "hotpotqa-dev"):
+    m.add_argument(f"--{name}", nargs="*", default=[], metavar="PATH[:FORMAT]")
   m.add_argument("--seed", type=int, default=42)
   m.add_argument("--out", required=True)
   args = ap.parse_args(argv)
@@ -200,8 +199,7 @@ def main(argv=None) -> int:
       print(f"flags: --flagfile={os.path.join(os.path.abspath(args.out), args.suite, 'flags.txt')}")
       return 1 if man["missing"] and not args.allow_missing else 0
     written = searchr1_mixture(args.nq, args.hotpotqa, args.out, seed=args.seed,
-                               nq_dev=args.nq_dev, hotpotqa_dev=args.hotpotqa_dev,
-                               fmt=args.format)
+                               nq_dev=args.nq_dev, hotpotqa_dev=args.hotpotqa_dev)
     print(json.dumps(written, indent=1))
     files = {s: f"('{w['file']}',)" for s, w in written.items()}
     print(f"train with: --config.data.train_files=\"{files['train']}\""

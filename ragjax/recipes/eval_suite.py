@@ -49,7 +49,7 @@ def make_judge(c, suite):
     name = f"{j.model} at {j.url}"
   else:
     from ragjax.services.local import LocalChatModel
-    chat = LocalChatModel.from_checkpoint(j.checkpoint)
+    chat = LocalChatModel.from_checkpoint(j.checkpoint, max_prompt_tokens=j.max_prompt_tokens)
     name = f"{os.path.basename(os.path.normpath(j.checkpoint))} (in process)"
   return AnswerJudge(chat, suite.judge_template, name=name)
 
