@@ -53,7 +53,8 @@ SUITES = dict(
     search_r1=dict(
         title="Search-R1 7 benchmarks (EM)",
         source="seeds_rex_autorefine_r3.md §0.2, §1.6-1.7",
-        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS), columns=SEARCH_R1_COLUMNS,
+        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS),
+        columns=SEARCH_R1_COLUMNS,
         groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
         protocol=dict(top_k=3, max_turns=4, obs_max_tokens=500),
         sampler=dict(max_new_tokens=500), greedy=True, temperature=0.0, top_p=1.0,
@@ -63,7 +64,8 @@ SUITES = dict(
     autorefine=dict(
         title="Search-R1 7 benchmarks, AutoRefine eval protocol (EM)",
         source="seeds_rex_autorefine_r3.md §2.5-2.7, §2.9",
-        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS), columns=SEARCH_R1_COLUMNS,
+        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS),
+        columns=SEARCH_R1_COLUMNS,
         groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
         protocol=dict(top_k=3, max_turns=3, obs_max_tokens=1024),
         sampler=dict(max_new_tokens=512), greedy=True, temperature=0.0, top_p=1.0,
@@ -76,7 +78,8 @@ SUITES = dict(
         source="seeds_rex_autorefine_r3.md §3.7-3.8",
         paper_table="r3_rag", columns=("hotpotqa", "twowiki", "musique"), groups={},
         datasets=dict(
-            hotpotqa=dict(name="HotpotQA", file="flashrag_format/derived_hotpotqa_dev_qa_7405.jsonl",
+            hotpotqa=dict(name="HotpotQA",
+                          file="flashrag_format/derived_hotpotqa_dev_qa_7405.jsonl",
                           format="flashrag", paper_n=7405, metric="acc"),
             twowiki=dict(name="2Wiki",
                          file="flashrag_format/derived_2wikimultihopqa_dev_qa_12576.jsonl",

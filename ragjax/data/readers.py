@@ -5,8 +5,8 @@
 
 Formats: FlashRAG jsonl (`flashrag`), verl parquet (`verl`), raw HotpotQA / 2Wiki / MuSiQue
 json (`hotpotqa`, `2wiki`, `musique`), UR²'s multiple-choice and math sets (`mcq`, `math`) and
-plain `{question, answer}` files (`qa`: UR² QA sets, Bamboogle csv).  Every bad record is a `DataError` naming the file,
-line and field.
+plain `{question, answer}` files (`qa`: UR² QA sets, Bamboogle csv).  Every bad record is a
+`DataError` naming the file, line and field.  `read_records` adds a metadata filter and a limit.
 """
 
 from __future__ import annotations

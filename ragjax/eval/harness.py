@@ -1,7 +1,7 @@
 """Run a policy over every dataset of a suite, writing per-question predictions as batches finish.
 
     run = run_suite(c, suite, root, out_dir, policy=(cfg, params, tok), retriever=r,
-                    judge=None, limit=0, log=print)
+                    checkpoint=ckpt_dir, judge=None, limit=0, log=print)
 
 For each dataset present on this machine (a missing file is recorded, never skipped
 silently): its records, the method config with the suite's and the dataset's protocol
@@ -12,9 +12,9 @@ setting, then fixed-size batches in question order.  Each finished batch is scor
 started again with the same arguments skips what is on disk and runs only the rest; batches
 start at fixed question positions and sampled decoding is seeded by that position, so the
 resumed predictions are the ones an uninterrupted run would have written.
-`<out_dir>/run.json` holds what decides the predictions (checkpoint, suite settings, the
-config's protocol / sampler / rollout / retriever sections); a resume with any of them changed is refused,
-naming the fields.
+`<out_dir>/run.json` holds what decides the predictions (checkpoint, suite settings, judge,
+the config's protocol / sampler / rollout / retriever sections); a resume with any of them
+changed is refused, naming the fields.
 """
 
 from __future__ import annotations
