@@ -11,6 +11,8 @@ add its own, e.g. UR²'s task), decoding, and which published table its rows com
 (`configs/paper_results.json`).  Every field can be overridden on the command line, e.g.
 `--config.eval.suites.search_r1.datasets.triviaqa.file=/data/triviaqa/test.jsonl`.
 
+`notes` are printed under the table: where this reproduction differs from the paper's protocol.
+
 Dataset fields: name (column title), file, format ("" = from the extension: .jsonl FlashRAG,
 .parquet verl), where ({metadata field: value} filter), paper_n (questions in the paper's set;
 the table says when the file holds fewer), metric (the paper's own metric for this column).
@@ -58,7 +60,9 @@ SUITES = dict(
         groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
         protocol=dict(top_k=3, max_turns=4, obs_max_tokens=500),
         sampler=dict(max_new_tokens=500), greedy=True, temperature=0.0, top_p=1.0,
-        judge_template=""),
+        judge_template="",
+        notes=("The papers retrieve with E5-base-v2 over wiki-18; the index given decides "
+               "the corpus.",)),
     # AutoRefine's evaluation script (seeds §2.5, §2.9 [C] cmd/eval.sh): the same 7 sets,
     # top-3, 3 turns, 1024-token observations.
     autorefine=dict(
@@ -69,7 +73,9 @@ SUITES = dict(
         groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
         protocol=dict(top_k=3, max_turns=3, obs_max_tokens=1024),
         sampler=dict(max_new_tokens=512), greedy=True, temperature=0.0, top_p=1.0,
-        judge_template=""),
+        judge_template="",
+        notes=("The papers retrieve with E5-base-v2 over wiki-18; the index given decides "
+               "the corpus.",)),
     # R3-RAG (seeds §3.7-3.8): full dev sets of HotpotQA / 2Wiki / MuSiQue, top-5, at most 5
     # iterations, complete documents; ACC by an LLM judge (the paper: Qwen2.5-72B-Instruct),
     # F1 and EM (the paper scores an LLM-extracted short answer; here the protocol's parse).
@@ -88,7 +94,10 @@ SUITES = dict(
                          format="flashrag", paper_n=2417, metric="acc")),
         metrics=("acc", "f1", "em", "cover_em"),
         protocol=dict(top_k=5, max_turns=5, obs_max_chars=None), sampler={}, greedy=True,
-        temperature=0.0, top_p=1.0, judge_template="r3_answer"),
+        temperature=0.0, top_p=1.0, judge_template="r3_answer",
+        notes=("EM / F1 score the protocol's parsed answer; R3-RAG scores a short answer an LLM "
+               "extracts from the response (seeds §3.7).",
+               "ACC needs eval.judge; the paper's judge is Qwen2.5-72B-Instruct.")),
     # UR² (seeds_ur2_rezero.md §A6-A7): MMLU-Pro history / philosophy / economics / law,
     # MedQA and MMLU-Pro health (letter EM), MATH500 and Minerva (the paper: LLM judge; here
     # rule-based equivalence), HotpotQA / 2Wiki / Bamboogle / MuSiQue (F1); vLLM decoding at
@@ -133,5 +142,9 @@ SUITES = dict(
                          paper_n=500, metric="f1", protocol=dict(task="qa"))),
         metrics=("em", "f1", "cover_em"),
         protocol=dict(top_k=10, max_turns=4), sampler={}, greedy=False, temperature=0.3,
-        top_p=0.5, judge_template=""),
+        top_p=0.5, judge_template="",
+        notes=("Math: rule-based equivalence (math-verify) only; UR² adds an LLM judge after "
+               "its rule check (seeds §A3.1, §A9.4).",
+               "QA: F1 only; UR²'s LLM judge (LSJ) is not wired.",
+               "top-10 is with UR²'s summarised retrieval (python -m ragjax.services.proxy).")),
 )

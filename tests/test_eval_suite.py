@@ -233,3 +233,43 @@ def test_r3_suite_judges_acc_with_a_local_model(setup, tmp_path):
   assert "ACC judged by policy (in process) (6 of 6 replies in this process unparsed" in md
   assert t["published"]["values"]["hotpotqa"] == {"acc": 65.5, "f1": 59.7, "em": 46.4}
   assert t["delta"]["Avg (macro)"] == pytest.approx(-53.8)
+
+
+def test_ur2_suite_mixes_tasks_and_metrics(setup, tmp_path):
+  """The UR² suite through the UR² protocol: each column runs with its own task (multiple
+  choice with its options, math) and is scored by its own metric (letter EM, math
+  equivalence); the chain policy never writes a UR² answer, so every row has none, and
+  the table's paper-metric row names each column's metric."""
+  from ragjax.eval.harness import dataset_config
+  from ragjax.eval.suites import get_suite
+  from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir = str(tmp_path / "work")
+  c.protocol.name = "ur2"
+  c.eval.batch_size = 1
+  c.sampler.update(dict(max_cache_length=2048, prompt_buckets=(256, 512, 1024, 2048)))
+  c.rollout.widths = tuple(range(256, 2049, 256))
+  s = c.eval.suites.ur2
+  s.sampler = {"max_new_tokens": 16}
+  s.protocol.top_k = 2
+  for key in ("philosophy", "economics", "law", "mmlupro_med", "minerva", "hotpotqa",
+              "twowiki", "bamboogle", "musique"):      # multiple choice and math run here
+    s.datasets[key].file = "absent.jsonl"
+  suite = get_suite(c.eval, "ur2")
+  assert dataset_config(c, suite, suite.dataset("medqa")).protocol.task == "mcq"
+  md = evaluate_suite(c, SuiteOptions(suite="ur2", checkpoint=str(tmp / "policy"),
+                                      out=str(tmp_path / "ur2"), index=str(tmp / "index"),
+                                      data_root=SHARED_DATA, limit=1))
+  t = json.loads((tmp_path / "ur2" / "table.json").read_text())
+  cols = t["columns"]
+  assert [k for k, v in cols.items() if v["status"] == "ok"] == ["history", "medqa", "math500"]
+  assert cols["history"]["values"] == {"em": 0.0, "f1": 0.0, "cover_em": 0.0, "letter_em": 0.0}
+  assert set(cols["math500"]["values"]) == {"em", "f1", "cover_em", "math_equiv"}
+  rec = json.loads((tmp_path / "ur2" / "predictions" / "medqa.jsonl").read_text())
+  prompt = "".join(s["text"] for s in rec["trajectory"]["spans"] if s["label"] == "PROMPT")
+  assert "multiple-choice question" in prompt and "\nA. " in prompt and "\nE. " in prompt
+  assert "| paper metric | 0.0 (letter EM) |" in md and "0.0 (math equiv.)" in md
+  assert "UR²'s LLM judge (LSJ) is not wired" in md

@@ -194,6 +194,7 @@ def _notes(suite: Suite, s: dict) -> list[str]:
     elif c["paper_n"] and c["expected"] < c["paper_n"]:
       notes.append(f"{c['name']}: {c['expected']} questions, the paper's set has "
                    f"{c['paper_n']} (a sample or --limit: not like for like).")
+  notes += list(suite.notes)
   info = s.get("info") or {}
   if "acc" in suite.all_metrics:
     if info.get("judge"):

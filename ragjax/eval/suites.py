@@ -60,6 +60,7 @@ class Suite:
   temperature: float
   top_p: float
   judge_template: str
+  notes: tuple = ()
 
   @property
   def keys(self) -> tuple:
@@ -97,7 +98,8 @@ def _items(x, where: str) -> tuple:
 
 
 _SUITE_FIELDS = {"title", "source", "paper_table", "datasets", "columns", "groups", "metrics",
-                 "protocol", "sampler", "greedy", "temperature", "top_p", "judge_template"}
+                 "protocol", "sampler", "greedy", "temperature", "top_p", "judge_template",
+                 "notes"}
 _DATASET_FIELDS = {"name", "file", "format", "where", "paper_n", "metric", "protocol"}
 
 
@@ -155,7 +157,8 @@ def get_suite(eval_section, name: str) -> Suite:
                groups=tuple(groups), metrics=metrics, protocol=_items(s.get("protocol"), path),
                sampler=_items(s.get("sampler"), f"{path}.sampler"),
                greedy=bool(s.get("greedy", True)), temperature=float(s.get("temperature", 0.0)),
-               top_p=float(s.get("top_p", 1.0)), judge_template=judge_template)
+               top_p=float(s.get("top_p", 1.0)), judge_template=judge_template,
+               notes=tuple(s.get("notes") or ()))
 
 
 def data_root(eval_section, override: Optional[str] = None) -> str:
