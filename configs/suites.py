@@ -49,33 +49,31 @@ SEARCH_R1_COLUMNS = ("nq", "triviaqa", "popqa", "hotpotqa", "twowiki", "musique"
 SEARCH_R1_GROUPS = {"General": ("nq", "triviaqa", "popqa"),
                     "Multi-Hop": ("hotpotqa", "twowiki", "musique", "bamboogle")}
 
+
+def search_r1_suite(title: str, source: str, protocol: dict, max_new_tokens: int) -> dict:
+  """The 7 sets with one method's pinned protocol (each suite gets its own copy of the
+  datasets, so overriding one suite's file leaves the other alone)."""
+  return dict(
+      title=title, source=source, paper_table="search_r1_7",
+      datasets=copy.deepcopy(SEARCH_R1_DATASETS), columns=SEARCH_R1_COLUMNS,
+      groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"), protocol=protocol,
+      sampler=dict(max_new_tokens=max_new_tokens), greedy=True, temperature=0.0, top_p=1.0,
+      judge_template="",
+      notes=("The papers retrieve with E5-base-v2 over wiki-18; the index given decides the "
+             "corpus.",))
+
+
 SUITES = dict(
     # Search-R1 and REX-RAG (seeds §0.2, §1.5-1.7): E5 top-3 over wiki-18, 4 turns, 500 tokens
     # per turn and per observation, greedy; EM, Avg = unweighted mean of the 7.
-    search_r1=dict(
-        title="Search-R1 7 benchmarks (EM)",
-        source="seeds_rex_autorefine_r3.md §0.2, §1.6-1.7",
-        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS),
-        columns=SEARCH_R1_COLUMNS,
-        groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
-        protocol=dict(top_k=3, max_turns=4, obs_max_tokens=500),
-        sampler=dict(max_new_tokens=500), greedy=True, temperature=0.0, top_p=1.0,
-        judge_template="",
-        notes=("The papers retrieve with E5-base-v2 over wiki-18; the index given decides "
-               "the corpus.",)),
+    search_r1=search_r1_suite("Search-R1 7 benchmarks (EM)",
+                              "seeds_rex_autorefine_r3.md §0.2, §1.6-1.7",
+                              dict(top_k=3, max_turns=4, obs_max_tokens=500), 500),
     # AutoRefine's evaluation script (seeds §2.5, §2.9 [C] cmd/eval.sh): the same 7 sets,
     # top-3, 3 turns, 1024-token observations.
-    autorefine=dict(
-        title="Search-R1 7 benchmarks, AutoRefine eval protocol (EM)",
-        source="seeds_rex_autorefine_r3.md §2.5-2.7, §2.9",
-        paper_table="search_r1_7", datasets=copy.deepcopy(SEARCH_R1_DATASETS),
-        columns=SEARCH_R1_COLUMNS,
-        groups=SEARCH_R1_GROUPS, metrics=("em", "f1", "cover_em"),
-        protocol=dict(top_k=3, max_turns=3, obs_max_tokens=1024),
-        sampler=dict(max_new_tokens=512), greedy=True, temperature=0.0, top_p=1.0,
-        judge_template="",
-        notes=("The papers retrieve with E5-base-v2 over wiki-18; the index given decides "
-               "the corpus.",)),
+    autorefine=search_r1_suite("Search-R1 7 benchmarks, AutoRefine eval protocol (EM)",
+                               "seeds_rex_autorefine_r3.md §2.5-2.7, §2.9",
+                               dict(top_k=3, max_turns=3, obs_max_tokens=1024), 512),
     # R3-RAG (seeds §3.7-3.8): full dev sets of HotpotQA / 2Wiki / MuSiQue, top-5, at most 5
     # iterations, complete documents; ACC by an LLM judge (the paper: Qwen2.5-72B-Instruct),
     # F1 and EM (the paper scores an LLM-extracted short answer; here the protocol's parse).

@@ -133,6 +133,8 @@ def test_suite_validation_names_the_field():
   for name in c.eval.suites:
     s = get_suite(c.eval, name)
     assert s.datasets and s.source.startswith("seeds_")
+  c.eval.suites.search_r1.datasets.nq.file = "/mine/nq.jsonl"     # suites own their datasets
+  assert get_suite(c.eval, "autorefine").dataset("nq").file != "/mine/nq.jsonl"
 
 
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data absent")
