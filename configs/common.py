@@ -18,10 +18,17 @@ an error naming it):
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  eval        evaluation batch size and question cap
+  eval        evaluation batch size and question cap; benchmark suites (configs/suites.py),
+              their data root, the judge model, the published row to compare with
 """
 
+import os
+import sys
+
 from ml_collections import ConfigDict, config_dict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suites  # noqa: E402  (configs/suites.py: the benchmark suites, as data)
 
 
 def get_config() -> ConfigDict:
@@ -87,5 +94,13 @@ def get_config() -> ConfigDict:
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
       max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
       step_retries=3))
-  c.eval = ConfigDict(dict(batch_size=64, max_questions=0))
+  # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
+  # method: the row of configs/paper_results.json this config reproduces (with the model
+  # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
+  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed).
+  c.eval = ConfigDict(dict(
+      batch_size=64, max_questions=0, data_root="", method="", model="",
+      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
+                            max_prompt_tokens=4096)),
+      suites=ConfigDict(suites.SUITES)))
   return c
