@@ -18,6 +18,7 @@ from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
+from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
@@ -114,11 +115,12 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
   if c.data.source == "world":
     from ragjax.data.world import WorldConfig
     from ragjax.data.world_setup import prepare_world
-    world, paths, tok = prepare_world(from_dict(WorldConfig, c.world, "world"), workdir,
-                                      **c.tokenizer.to_dict())
+    with one_writer("world") as write:        # multi-host: one process writes, all read
+      world, paths, tok = prepare_world(from_dict(WorldConfig, c.world, "world"), workdir,
+                                        write=write, **c.tokenizer.to_dict())
+      ret = open_retriever(c, workdir, paths["corpus"]) if retriever else None
     splits = {s: [as_record(e) for e in q] for s, q in world.questions.items()}
-    return Setup(splits, open_retriever(c, workdir, paths["corpus"]) if retriever else None,
-                 tok, world, paths["corpus"])
+    return Setup(splits, ret, tok, world, paths["corpus"])
   splits = {}
   for split in ("train", "dev", "test"):
     files = getattr(c.data, f"{split}_files")
@@ -157,6 +159,17 @@ def make_mesh(c):
   if len(jax.devices()) == 1:
     return None
   return mesh_from_config(c.mesh)
+
+
+def rollout_mesh(mesh):
+  """The sampler's mesh: the training mesh on one process; on several, each process decodes
+  its share of the prompts on its own devices (None when it has one)."""
+  if jax.process_count() == 1 or mesh is None:
+    return mesh
+  if jax.local_device_count() == 1:
+    return None
+  from ragjax.parallel.mesh import make_mesh
+  return make_mesh(data=1, fsdp=-1, tensor=1, devices=jax.local_devices())
 
 
 def policy_config(c, tok) -> DecoderConfig:
@@ -209,8 +222,13 @@ def init_critic(cfg: DecoderConfig, params, seed: int = 1):
 def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -> Trainer:
   """The trainer over a sampling engine (with the config's hooks) and a greedy one for dev."""
   workdir = os.path.join(os.path.abspath(c.workdir), RL_DIR)
-  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
-  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
+  sampler_mesh = rollout_mesh(mesh)
+  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=sampler_mesh)
+  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=sampler_mesh,
+                       hooks=[])
+  if jax.process_count() > 1:      # each process rolls out its share of every step
+    from ragjax.rollout.distributed import ProcessShardedEngine
+    engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
                  train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
@@ -219,8 +237,12 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
 
 
 def export_policy(out_dir: str, cfg, params, tok) -> str:
+  """The policy as an HF directory (written once, by the main process, from the full params)."""
   from ragjax.models.hf_io import save_decoder
-  save_decoder(out_dir, cfg, params, tokenizer=tok)
+  from ragjax.parallel.distributed import is_main, to_host
+  params = jax.tree.map(to_host, params)
+  if is_main():
+    save_decoder(out_dir, cfg, params, tokenizer=tok)
   return out_dir
 
 

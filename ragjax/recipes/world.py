@@ -120,6 +120,9 @@ def start(c, timings: Optional[dict] = None) -> Start:
 def run(c) -> dict:
   t_start = time.perf_counter()
   run_cfg = parts.validate(c)
+  if jax.process_count() > 1:
+    raise ValueError("the embedded default runs on one process (one CPU machine); multi-host "
+                     "training is for the method recipes (e.g. configs/search_r1.py)")
   workdir = os.path.abspath(c.workdir)
   timings = {}
   s = start(c, timings)

@@ -36,6 +36,8 @@ from ragjax import registry
 from ragjax.errors import ServiceUnavailable
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
+from ragjax.parallel.distributed import global_array, is_main, to_host
+from ragjax.parallel.shard import batch_sharding
 from ragjax.rl import advantages as adv_lib
 from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
@@ -120,6 +122,9 @@ class Trainer:
         if field not in ex:
           raise ValueError(f"training record {i} has no {field!r} field (keys: {sorted(ex)})")
     self.workdir, self.seed, self.mesh, self.progress = os.path.abspath(workdir), seed, mesh, progress
+    # Multi-host: every process runs this loop on the whole (gathered) batch; the arrays of the
+    # update are global, and only the main process writes logs.
+    self.main, self.multiprocess = is_main(), jax.process_count() > 1
     self.method_state: dict = {}
     tokenizer = getattr(engine, "tokenizer", None)   # the policy's, for plug-ins that tokenise
     self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(
@@ -157,7 +162,9 @@ class Trainer:
 
   # --- checkpoint ------------------------------------------------------------------------
   def _ckpt_tree(self):
-    tree = {"train": self.state, "rng": self.key}
+    """The arrays of a checkpoint (global on a multi-host mesh); the RNG key rides in the JSON
+    part, which every process holds whole."""
+    tree = {"train": self.state}
     if self.critic is not None:
       tree["critic"] = self.critic
     return tree
@@ -166,21 +173,26 @@ class Trainer:
     """Restores the latest finished checkpoint (0 when none) and trims the metrics log to it."""
     step = self.ckpt.latest_step()
     if step is None:
-      self.log.truncate(None)
+      if self.main:
+        self.log.truncate(None)
       return 0
     tree, extra = self.ckpt.restore(self._ckpt_tree(), step)
-    self.state, self.key = tree["train"], tree["rng"]
+    self.state, self.key = tree["train"], jnp.asarray(extra["rng"], jnp.uint32)
     self.critic = tree.get("critic", self.critic)
     self.cursor = DataCursor(len(self.train_data), self.seed, **extra["data_position"])
     self.method_state = dict(extra.get("method_state", {}))
-    self.log.truncate(step)
+    if self.main:
+      self.log.truncate(step)
     return step
 
   def _save(self, step: int):
     self.ckpt.save(step, self._ckpt_tree(), {"data_position": self.cursor.state(),
-                                            "method_state": self.method_state, "step": step})
+                                            "method_state": self.method_state, "step": step,
+                                            "rng": np.asarray(self.key).tolist()})
 
   def _log(self, metrics: dict, writer):
+    if not self.main:
+      return
     self.log.append(metrics)
     if writer is not None:
       for k, v in metrics.items():
@@ -228,12 +240,12 @@ class Trainer:
     rewards = np.asarray([r.total for r in results], np.float32)
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
-    args = (jnp.asarray(tokens), jnp.asarray(positions(labels)), jnp.asarray(attn))
+    args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
     if self.rl.use_sampler_logprobs:
       old = np.asarray(t.sampler_logprobs, np.float32)
     else:
-      old = np.asarray(self._score(self.state.params, *args)[0])
-    ref = None if self.ref_params is None else np.asarray(self._score(self.ref_params, *args)[0])
+      old = to_host(self._score(self.state.params, *args)[0])
+    ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
     generated = len(rows)
     if self.batch_filter is not None:   # e.g. REX-RAG's trajectory filter over its clones
       keep = [int(i) for i in self.batch_filter(
@@ -244,10 +256,10 @@ class Trainer:
       t, rows, tokens, labels = batch.traj, batch.rows, tokens[keep], labels[keep]
       mask, attn, old = mask[keep], attn[keep], old[keep]
       ref = None if ref is None else ref[keep]
-      args = tuple(a[np.asarray(keep)] for a in args)
+      args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
     returns = values = None
     if self.rl.uses_critic:
-      values = np.asarray(self._values(self.critic.params, *args))
+      values = to_host(self._values(self.critic.params, *args))
       token_r = step_token_rewards([r.per_step for r in results],
                                    [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
@@ -292,6 +304,19 @@ class Trainer:
     unit = self.rl.micro_batch_size or ROW_MULTIPLE
     return -(-n // unit) * unit
 
+  def _device(self, x):
+    """A host [B, ...] array on the devices: global (rows over the batch axes) when the mesh
+    spans processes, which every process then holds in full."""
+    if not self.multiprocess:
+      return jnp.asarray(x)
+    return global_array(x, batch_sharding(self.mesh, np.ndim(x), np.shape(x)[0]))
+
+  def _place(self, batch: TrainBatch) -> TrainBatch:
+    if not self.multiprocess:
+      return jax.device_put(batch, batch_shardings(batch, self.mesh))
+    return jax.tree.map(lambda x, s: global_array(to_host(x), s), batch,
+                        batch_shardings(batch, self.mesh))
+
   def _minibatches(self, batch: TrainBatch):
     """Consecutive mini-batches of `_minibatch_rows` rows; the last is filled up with rows that
     train on nothing (`pad_batch_rows`) when the row count does not divide, as with REX-RAG's
@@ -323,13 +348,13 @@ class Trainer:
     for _ in range(self.rl.ppo_epochs):
       for mb in self._minibatches(train_batch):
         if self.mesh is not None:
-          mb = jax.device_put(mb, batch_shardings(mb, self.mesh))
+          mb = self._place(mb)
         nm = self._num_micro(mb.tokens.shape[0])
         self.state, m = self._update_fn("policy", mb, nm)(self.state, mb)
         if self.critic is not None:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
-        m = jax.device_get(m)
+        m = jax.tree.map(to_host, m)
         bad = nonfinite_keys(m)
         if bad:
           last = self.ckpt.latest_step()
@@ -390,7 +415,7 @@ class Trainer:
     os.makedirs(self.workdir, exist_ok=True)
     start = self.maybe_resume()
     writer = None
-    if self.tc.tensorboard:
+    if self.tc.tensorboard and self.main:
       from tensorboardX import SummaryWriter
       writer = SummaryWriter(os.path.join(self.workdir, "tb"))
     bar = tqdm.tqdm(range(start + 1, self.tc.num_steps + 1), initial=start,

@@ -8,8 +8,9 @@ again, and answers in the final forced turn are not eligible.  An answer is wron
 against the row's prompt record (`golden_answers`) is 0, or as `is_wrong(group_id, answer)`
 says when given.  Registered as the rollout hook `rex_rag_clone`.
 
-Random draws are seeded from (hook seed, the run's seed, the turn), so a run's clones depend
-only on that run (a resumed training run draws the same clones).  With
+Random draws are seeded per row from (hook seed, the run's seed, the row's index in the batch,
+the turn), so a row's clone depends only on its run and place (a resumed training run draws the
+same clones, whatever waves or processes the batch was split into).  With
 `EngineConfig.spare_rows=-1` the engine reserves `spare_rows(rows)` rows: the mean number of
 clones (rows x p, if every row were eligible) plus four standard deviations.  A clone wanted
 when no spare row is left is skipped and counted (`rex_rag_clone/overflow` in the batch's
@@ -102,7 +103,6 @@ class RexRagCloneHook:
     return min(rows, math.ceil(mean + 4 * math.sqrt(mean * (1 - self.p))))
 
   def __call__(self, views: Sequence[TurnView], editor: RowEditor) -> None:
-    rng = np.random.default_rng([self.seed, editor.seed, editor.turn])
     for v in views:
       if v.clone_of is not None or v.final or v.action.kind != Kind.ANSWER:
         continue
@@ -111,6 +111,7 @@ class RexRagCloneHook:
       if not wrong:
         continue
       editor.note("rex_rag_clone/eligible")
+      rng = np.random.default_rng([self.seed, editor.seed, editor.first_row + v.row, editor.turn])
       if rng.random() >= self.p:
         continue
       m = first_tag_action(v.text, ("answer",))
