@@ -36,10 +36,21 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class PromptInput:
-  """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt."""
+  """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt,
+  `task` for protocols that prompt per task (UR²'s qa / math / mcq; "" = the protocol's own)."""
   question: str
   options: tuple[str, ...] = ()
   retrieval: bool = True
+  task: str = ""
+
+
+def record_field(record, field: str, default=None):
+  """A per-example prompt field of a dataset record: the record's own key, else its
+  `metadata` key (files keep such fields in metadata), else `default`."""
+  if field in record:
+    return record[field]
+  meta = record.get("metadata") or {}
+  return meta.get(field, default) if isinstance(meta, dict) else default
 
 
 def as_prompt_input(x) -> PromptInput:
@@ -50,7 +61,14 @@ def as_prompt_input(x) -> PromptInput:
   if isinstance(x, dict):
     if "question" not in x:
       raise ValueError(f"prompt record has no 'question' field: {sorted(x)}")
-    return PromptInput(str(x["question"]), tuple(x.get("options", ())), bool(x.get("retrieval", True)))
+    retrieval = record_field(x, "retrieval", True)
+    if not isinstance(retrieval, bool):
+      raise ValueError(f"prompt record {x.get('id', '?')}: 'retrieval' must be true or false, "
+                       f"got {retrieval!r}")
+    task = record_field(x, "task", "") or ""
+    if not isinstance(task, str):
+      raise ValueError(f"prompt record {x.get('id', '?')}: 'task' must be a string, got {task!r}")
+    return PromptInput(str(x["question"]), tuple(x.get("options", ())), retrieval, task)
   raise TypeError(f"prompt must be a str, dict or PromptInput, got {type(x).__name__}")
 
 
@@ -165,6 +183,12 @@ class Protocol:
 
   def invalid_observation(self) -> list[Segment]:
     raise NotImplementedError
+
+  def retrieval_context(self, inp: PromptInput, response: str) -> Optional[dict]:
+    """Per-query keyword arguments for a retriever with `search_with_context` (e.g. UR²'s
+    summarising proxy: the example's task and the reasoning so far); `response` is the row's
+    text after the prompt, up to and including the query.  None: plain `search`."""
+    return None
 
   def final_turn_segments(self) -> list[Segment]:
     return [Segment(self.force_answer_text, Source.ENV)] if self.force_answer_text else []
