@@ -12,6 +12,7 @@ import enum
 import re
 from typing import Optional, Sequence
 
+from ragjax.data.schema import record_field
 from ragjax.rollout.labels import Source
 from ragjax.rollout.segments import Segment
 
@@ -42,15 +43,6 @@ class PromptInput:
   options: tuple[str, ...] = ()
   retrieval: bool = True
   task: str = ""
-
-
-def record_field(record, field: str, default=None):
-  """A per-example prompt field of a dataset record: the record's own key, else its
-  `metadata` key (files keep such fields in metadata), else `default`."""
-  if field in record:
-    return record[field]
-  meta = record.get("metadata") or {}
-  return meta.get(field, default) if isinstance(meta, dict) else default
 
 
 def as_prompt_input(x) -> PromptInput:
