@@ -42,6 +42,8 @@ def validate(c) -> RunConfig:
   make_hooks(c)
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
   if c.data.source == "files" and not c.data.train_files:
@@ -123,6 +125,19 @@ def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
   return results
 
 
+def apply_data_stages(c, records: Sequence[dict]) -> list[dict]:
+  """The training list: `data.stages` ({registered data stage: kwargs}) applied in order,
+  each seeded by `c.seed` (deterministic, so the trainer's data position resumes it)."""
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  stages = c.data.get("stages", {}) or {}
+  records = list(records)
+  for name, kw in stages.items():
+    kw = kw.to_dict() if hasattr(kw, "to_dict") else dict(kw or {})
+    records = registry.lookup("data_stage", name)(records, seed=c.seed, **kw)
+    log(f"data stage {name}: {len(records)} training questions")
+  return records
+
+
 # --- mesh, policy, critic ---------------------------------------------------------------------
 def make_mesh(c):
   """The config's mesh; None on a single device (no sharding to do)."""
@@ -185,7 +200,8 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
   greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
-                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 train_data=apply_data_stages(c, setup.splits["train"]),
+                 dev_data=setup.splits.get("dev"),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
                  critic_params=critic, progress=c.progress)
 
