@@ -24,8 +24,8 @@ def answer_turn(answer: str) -> str:
   return f"<answer> {answer} </answer>"
 
 
-def trace_turns(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
-  """The turns of one trace (see the module docstring)."""
+def trace_queries(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
+  """The queries of one trace, in order (see the module docstring)."""
   meta = ex.get("metadata") or {}
   hops = meta.get("hops") or []
   if not hops:
@@ -35,6 +35,12 @@ def trace_turns(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15
     queries = [meta["first_query"]] + queries
   elif len(hops) > 1 and rng.random() < wasted_query_rate:
     queries = [ex["question"].rstrip("?")] + queries
+  return queries
+
+
+def trace_turns(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
+  """The turns of one trace (see the module docstring)."""
+  queries = trace_queries(ex, rng, wasted_query_rate)
   return [search_turn(q) for q in queries] + [answer_turn(ex["golden_answers"][0])]
 
 

@@ -1,0 +1,99 @@
+"""UR²'s three tasks on the synthetic world, so its curriculum and task mixing run on one CPU
+machine: open-domain QA (the world's own questions, which need search), multiple choice (the
+same kind of question with the gold answer among distractors) and arithmetic (questions that
+need no search, UR²'s easy math).
+
+    splits = world_task_splits(world.questions, seed=0, mcq_fraction=0.5, math_fraction=0.5)
+
+Every record gets a `task` (qa / mcq / math) and keeps the world's `metadata` (hop chain,
+question type; arithmetic is qtype "arithmetic").  Multiple-choice options are the gold answer
+and up to `options - 1` gold answers of other questions whose last hop has the same relation
+(other towns for a "where" question, other years for a "when"); yes/no comparison questions
+stay QA.  `ur2_trace_turns` writes a cold-start trace in UR²'s grammar: one
+`<|begin_of_query|> q <|end_of_query|>` per hop (for a sample prompted with retrieval; the sum
+itself for arithmetic), then `\\boxed{answer}` or "the correct answer is: X".
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Mapping, Sequence
+
+from ragjax.data.world_traces import trace_queries
+
+ARITHMETIC = "arithmetic"
+
+
+def _relation(rec: Mapping) -> str:
+  hops = (rec.get("metadata") or {}).get("hops") or []
+  return hops[-1].get("relation", "") if hops else ""
+
+
+def mcq_records(records: Sequence[Mapping], rng: random.Random, n: int, options: int = 4
+                ) -> list[dict]:
+  """Up to `n` multiple-choice versions of non-comparison `records` (see the module docstring)."""
+  by_rel: dict[str, list[str]] = {}
+  for r in records:
+    if (r.get("metadata") or {}).get("qtype") != "comparison":
+      answers = by_rel.setdefault(_relation(r), [])
+      if r["golden_answers"][0] not in answers:
+        answers.append(r["golden_answers"][0])
+  pool = [r for r in records if (r.get("metadata") or {}).get("qtype") != "comparison"
+          and len(by_rel[_relation(r)]) > 1]
+  out = []
+  for r in rng.sample(pool, min(n, len(pool))):
+    gold = r["golden_answers"][0]
+    others = [a for a in by_rel[_relation(r)] if a != gold]
+    opts = rng.sample(others, min(options - 1, len(others))) + [gold]
+    rng.shuffle(opts)
+    out.append(dict(r, id=f"mcq_{r['id']}", options=opts,
+                    golden_answers=[string.ascii_uppercase[opts.index(gold)]], task="mcq",
+                    metadata={**(r.get("metadata") or {}), "answer_text": gold}))
+  return out
+
+
+def math_records(split: str, n: int, rng: random.Random) -> list[dict]:
+  """`n` sums of two two-digit numbers ("What is 37 plus 48?" -> "85")."""
+  out = []
+  for i in range(n):
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    out.append({"id": f"math_{split}_{i}", "question": f"What is {a} plus {b}?",
+                "golden_answers": [str(a + b)], "options": [], "supporting_ids": [],
+                "supporting_titles": [], "data_source": "ragjax_world_math", "task": "math",
+                "metadata": {"qtype": ARITHMETIC, "a": a, "b": b}})
+  return out
+
+
+def world_task_splits(splits: Mapping[str, Sequence[Mapping]], *, seed: int,
+                      mcq_fraction: float = 0.5, math_fraction: float = 0.5,
+                      options: int = 4) -> dict[str, list[dict]]:
+  """Each split's world questions as QA, plus multiple-choice and arithmetic questions
+  (`*_fraction` x the split's size), seeded per split."""
+  for name, f in (("mcq_fraction", mcq_fraction), ("math_fraction", math_fraction)):
+    if not 0 <= f <= 10:
+      raise ValueError(f"{name} must be in [0, 10], got {f}")
+  out = {}
+  for split, recs in splits.items():
+    rng = random.Random(f"ur2-world-tasks:{seed}:{split}")
+    qa = [dict(r, task="qa") for r in recs]
+    mcq = mcq_records(qa, rng, round(mcq_fraction * len(qa)), options)
+    out[split] = qa + mcq + math_records(split, round(math_fraction * len(qa)), rng)
+  return out
+
+
+def ur2_trace_turns(rec: Mapping, rng: random.Random, wasted_query_rate: float = 0.15
+                    ) -> list[str]:
+  """The turns of one cold-start trace in UR²'s grammar (see the module docstring)."""
+  task, meta = rec.get("task", "qa"), rec.get("metadata") or {}
+  if task == "math":      # a search (useless here) only teaches the format, as Stage 1 does
+    a, b, c = meta["a"], meta["b"], rec["golden_answers"][0]
+    search = [f"<|begin_of_query|> {a} plus {b} <|end_of_query|>"] if rec.get("retrieval") else []
+    return search + [f"{a} plus {b} is {c}. \\boxed{{{c}}}"]
+  turns = []
+  if rec.get("retrieval", True):
+    turns = [f"<|begin_of_query|> {q} <|end_of_query|>"
+             for q in trace_queries(rec, rng, wasted_query_rate)]
+  if task == "mcq":
+    return turns + [f"the correct answer is: {rec['golden_answers'][0]}"]
+  return turns + [f"\\boxed{{{rec['golden_answers'][0]}}}"]
