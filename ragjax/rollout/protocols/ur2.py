@@ -121,6 +121,20 @@ At the end of your reasoning, give your final answer in the following format:
 # Paper D.4 CoT prompt for open-domain QA (a user message, no system instruction).
 QA_COT_USER = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
+# Compact instructions for a policy trained from scratch on the synthetic world (it never read
+# English, and 1000 prompt tokens would dominate a CPU run; cf. the world protocol): the same
+# choices (search or not, the answer format per task) in a line each.
+COMPACT = {
+    ("qa", True): "Search with <|begin_of_query|> query <|end_of_query|>. Answer \\boxed{answer}.",
+    ("qa", False): "Answer \\boxed{answer}.",
+    ("math", True): "Math. Search with <|begin_of_query|> query <|end_of_query|>. Answer \\boxed{answer}.",
+    ("math", False): "Math. Answer \\boxed{answer}.",
+    ("mcq", True): ("Choose. Search with <|begin_of_query|> query <|end_of_query|>. Answer: the "
+                    "correct answer is: X."),
+    ("mcq", False): "Choose. Answer: the correct answer is: X.",
+}
+PROMPTS = ("paper", "compact")
+
 FALLBACK = ("This query requires design, computation, or complex reasoning, which exceeds the "
             "capabilities of a search engine. Please input another query or proceed with direct "
             "reasoning.")
@@ -184,15 +198,20 @@ class UR2(Protocol):
   max_turns: int = 4
   final_turn: bool = True
   obs_max_tokens: Optional[int] = None
+  prompts: str = "paper"           # "paper" (App. D.2, the code's CoT) | "compact" (the world)
 
   def __post_init__(self):
     check_task(self.task)
+    if self.prompts not in PROMPTS:
+      raise ValueError(f"UR2 prompts must be one of {PROMPTS}, got {self.prompts!r}")
 
   def task_of(self, inp: PromptInput) -> str:
     return check_task(inp.task or self.task, f"question {inp.question[:60]!r}: task")
 
   def system_message(self, inp: PromptInput) -> Optional[str]:
     task = self.task_of(inp)
+    if self.prompts == "compact":
+      return COMPACT[task, inp.retrieval]
     if task == "mcq":
       return MCQ_RETRIEVAL if inp.retrieval else MCQ_COT
     if task == "math":
@@ -208,7 +227,7 @@ class UR2(Protocol):
         raise ValueError(f"at most {len(_LETTERS)} options, got {len(inp.options)}")
       opts = "\n".join(f"{_LETTERS[i]}. {o}" for i, o in enumerate(inp.options))
       return f"Question: {inp.question}\nOptions:\n{opts}"
-    if task == "math":
+    if task == "math" or self.prompts == "compact":
       return f"Question: {inp.question}"
     return inp.question if inp.retrieval else QA_COT_USER.format(question=inp.question)
 
