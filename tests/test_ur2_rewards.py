@@ -218,3 +218,17 @@ def test_bad_inputs_name_the_problem():
   no_fb.extra = {}
   with pytest.raises(KeyError, match="fallbacks"):
     get_reward("ur2_fallback")(RewardContext(no_fb, ex("4")))
+
+
+def test_evaluation_metric_per_task():
+  """UR²'s sets are reported by letter EM (MCQ), math equivalence and QA token F1 (§A6)."""
+  from ragjax.metrics.by_task import answer_score
+  rec = lambda gold, task: {"id": "r", "golden_answers": [gold], "metadata": {"task": task}}
+  assert answer_score("task", "\\frac{1}{2}", rec("0.5", "math")) == 1.0
+  assert answer_score("task", "c", rec("C", "mcq")) == 1.0
+  assert answer_score("task", "the Amber Sea", rec("Amber Sea coast", "qa")) == pytest.approx(0.8)
+  assert answer_score("task", "0.5", rec("0.5", "")) == 1.0              # no task: EM
+  assert answer_score("em", "\\frac{1}{2}", rec("0.5", "math")) == 0.0
+  assert answer_score("task", None, rec("C", "mcq")) == 0.0
+  with pytest.raises(ValueError, match="no metric for task 'poetry'"):
+    answer_score("task", "x", rec("x", "poetry"))

@@ -224,6 +224,7 @@ class EvalOptions:
   limit: int = 0
   samples: int = 0                    # > 0: also sampled pass@1 / pass@k rows
   temperature: float = 1.0
+  metric: str = "em"                  # ragjax.metrics.by_task.NAMES ("task": UR²'s per task)
 
 
 def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None) -> str:
@@ -255,15 +256,20 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   tok = load_tokenizer(opts.checkpoint)
   log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}")
   size = c.eval.batch_size
+  score = None
+  if opts.metric != "em":
+    from ragjax.metrics.by_task import answer_score
+    score = lambda answer, rec: answer_score(opts.metric, answer, rec)  # noqa: E731
   results = []
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
     engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[])
-    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed))
+    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
+                                   score=score))
   if opts.samples:
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False,
                          temperature=opts.temperature, hooks=[])
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes)
+  table, _ = results_table(results, qtypes, "EM" if opts.metric == "em" else opts.metric)
   return table
