@@ -14,7 +14,8 @@ Sampling (`mode="curriculum"`): per task, `counts[task]` questions split over th
 `ratios[task]` (largest remainder), drawn without replacement; QA 7:2:1 hard:medium:easy, math
 1:1:1 (the simple math pool cannot follow 7:2:1), and `substitute` fills one level's quota from
 another (LLaMA-3.1-8B: {"math": {"hard": "easy"}}).  A count of 0 takes the most questions the
-pools allow at those ratios.  `mode="uniform"` draws the same counts uniformly from the kept
+pools allow at those ratios (with `shortage="take_all"`: every kept question, e.g. a small
+world whose levels are uneven).  `mode="uniform"` draws the same counts uniformly from the kept
 questions, whatever their level (the ablation).  A level too small for its quota is an error
 naming the task, the level and both sizes, unless `shortage="take_all"`.
 
@@ -145,7 +146,8 @@ def mix(records: Sequence[Mapping], *, seed: int, mode: str = "curriculum",
   out = []
   for task in sorted(pools):
     by_level = {k: sorted(v, key=lambda r: str(r.get("id"))) for k, v in pools[task].items()}
-    if mode == "uniform" or not ratios.get(task):
+    if mode == "uniform" or not ratios.get(task) or (not counts.get(task)
+                                                     and shortage == "take_all"):
       pool = [r for k in sorted(by_level) for r in by_level[k]]
       n = counts.get(task) or len(pool)
       if n > len(pool) and shortage == "error":
