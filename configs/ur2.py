@@ -35,6 +35,8 @@ Hyperparameters (§A4.3): G 16, 64 prompts per step (3B: 128), 256 samples per o
 (3B: 512), lr 2e-6 cosine to 0.1 x lr without warmup, Adam (0.9, 0.95), no weight decay, clip
 1.0; PPO clip 0.2, no KL, per-sequence token mean; temperature 1.0, top_p 0.9; at most 4
 retrievals; per-turn 3072 tokens (math & QA run; the paper gives QA turns 512) or 1536 (MCQ).
+`python -m ragjax.train --config=configs/ur2.py:<size> --dry_run` checks the memory plan on the
+paper's 8 x A100 80GB (`hardware`).
 """
 
 import os
@@ -44,7 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 
 VARIANTS = ("qwen2.5-7b-math-qa", "qwen2.5-3b-math-qa", "llama-3.1-8b-math-qa", "qwen2.5-7b-mcq")
-ARGS = ("tiny", "world") + VARIANTS + tuple(v + "-weak" for v in VARIANTS)
+# (the MCQ model's Stage 1 is already the weak one)
+ARGS = ("tiny", "world") + VARIANTS + tuple(v + "-weak" for v in VARIANTS if "mcq" not in v)
 
 # Stage 1 (§A3.3): format + retrieval - fallback; check 9 (no search) is a violation while
 # step < 15 in the code, i.e. the whole 10/15-step stage.
@@ -87,11 +90,21 @@ def get_config(arg: str = "tiny"):
   # The protocol's task is the default; every record carries its own.
   c.protocol = common.ConfigDict(dict(name="ur2", task="mcq" if mcq else "qa", top_k=10,
                                       max_turns=4, final_turn=True, prompts="paper"))
-  c.sampler.update(dict(max_cache_length=8192, max_new_tokens=1536 if mcq else 3072,
+  # The KV cache holds every row of a step at once (64 x 16 rows; bounded-memory waves are the
+  # scale-out issue's), so a row's whole trajectory must fit in `max_cache_length`: the most
+  # that passes `--dry_run` on 8 A100s (the code gives vLLM a 29000-token budget; longer
+  # trajectories stop at the cache and score no answer).  Prompts: UR²'s prompt_max_len 2048
+  # (MCQ: long MMLU-Pro law questions with ten options), 1024 for Math&QA.
+  cache = {"qwen2.5-7b-math-qa": 5120, "qwen2.5-3b-math-qa": 5120,
+           "llama-3.1-8b-math-qa": 2560, "qwen2.5-7b-mcq": 4096}.get(variant, 4096)
+  turn = 1536 if mcq else 3072              # per-turn budget, within what the cache leaves
+  c.sampler.update(dict(max_cache_length=cache, max_new_tokens=min(turn, cache - 1024),
                         temperature=1.0, top_p=0.9,
-                        prompt_buckets=(256, 512, 1024, 2048),
-                        extend_buckets=(16, 32, 64, 128, 256, 512, 1024)))
-  c.rollout.update(dict(max_response_tokens=0, widths=(1024, 2048, 4096, 6144, 8192)))
+                        prompt_buckets=(256, 512, 1024, 2048) if mcq else (256, 512, 1024),
+                        extend_buckets=(16, 32, 64, 128, 256, 512)))
+  c.rollout.update(dict(max_response_tokens=0,
+                        widths=tuple(w for w in (1024, 2048, 3072, 4096) if w < cache)
+                        + (cache,)))
 
   # REINFORCE++-baseline as OpenRLHF runs it (§A4.2): group mean, masked batch whitening,
   # PPO clip 0.2, no KL, per-sequence token mean, one pass in mini-batches.
