@@ -178,7 +178,7 @@ def _small(c, variant: str):
   """The synthetic world (no weights or corpus to download), BM25, a from-scratch policy."""
   tiny = variant == "tiny"
   c.data.source = "world"
-  c.world.update(dict(seed=0, train_worlds=1, num_train=24 if tiny else 600,
+  c.world.update(dict(seed=0, train_worlds=1 if tiny else 4, num_train=24 if tiny else 600,
                       num_dev=8 if tiny else 100, num_test=8 if tiny else 200,
                       num_people=30 if tiny else 40, num_places=10 if tiny else 12,
                       num_orgs=8 if tiny else 10, num_works=12 if tiny else 20,

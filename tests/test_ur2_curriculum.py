@@ -132,3 +132,14 @@ def test_data_stages_from_config():
   c.data.stages = {"ur2_curriculm": {}}
   with pytest.raises(ValueError, match="data.stages: unknown data_stage"):
     validate(c)
+
+
+def test_uniform_draws_as_many_as_the_curriculum():
+  """Same-size training sets for the curriculum-vs-uniform comparison: with no counts, the
+  uniform arm draws the number of questions the curriculum's ratios allow."""
+  recs = pool("qa", easy=30, medium=30, hard=21)
+  cur = mix(recs, seed=0)                                  # 21 hard -> n = 30 at 7:2:1
+  uni = mix(recs, seed=0, mode="uniform")
+  assert len(cur) == len(uni) == 30
+  assert count(cur) == {("qa", "hard"): 21, ("qa", "medium"): 6, ("qa", "easy"): 3}
+  assert count(uni)[("qa", "hard")] < 21                  # drawn whatever the level

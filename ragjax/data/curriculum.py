@@ -15,9 +15,9 @@ Sampling (`mode="curriculum"`): per task, `counts[task]` questions split over th
 1:1:1 (the simple math pool cannot follow 7:2:1), and `substitute` fills one level's quota from
 another (LLaMA-3.1-8B: {"math": {"hard": "easy"}}).  A count of 0 takes the most questions the
 pools allow at those ratios (with `shortage="take_all"`: every kept question, e.g. a small
-world whose levels are uneven).  `mode="uniform"` draws the same counts uniformly from the kept
-questions, whatever their level (the ablation).  A level too small for its quota is an error
-naming the task, the level and both sizes, unless `shortage="take_all"`.
+world whose levels are uneven).  `mode="uniform"` draws the same number of questions per task
+uniformly from the kept ones, whatever their level (the ablation).  A level too small for its
+quota is an error naming the task, the level and both sizes, unless `shortage="take_all"`.
 
 Which samples get the retrieval prompt (`retrieval[task][level]`, a probability): all QA,
 hard math only (easy and medium math get the CoT prompt), 5/7 of hard multiple choice and all
@@ -146,24 +146,24 @@ def mix(records: Sequence[Mapping], *, seed: int, mode: str = "curriculum",
   out = []
   for task in sorted(pools):
     by_level = {k: sorted(v, key=lambda r: str(r.get("id"))) for k, v in pools[task].items()}
-    if mode == "uniform" or not ratios.get(task) or (not counts.get(task)
-                                                     and shortage == "take_all"):
-      pool = [r for k in sorted(by_level) for r in by_level[k]]
-      n = counts.get(task) or len(pool)
+    pool = [r for k in sorted(by_level) for r in by_level[k]]
+    weights = {k: w for k, w in (ratios.get(task) or {}).items() if w > 0}
+    sub = dict(substitute.get(task, {}))
+    source = {k: sub.get(k, k) for k in weights}
+    n = counts.get(task, 0)
+    if not n and (not weights or shortage == "take_all"):
+      n = len(pool)
+    elif not n:   # the most the pools allow at these ratios (uniform draws as many)
+      need: dict[str, float] = {}
+      for k, w in weights.items():
+        need[source[k]] = need.get(source[k], 0.0) + w
+      total = sum(weights.values())
+      n = min(int(len(by_level.get(s, ())) * total / w) for s, w in need.items())
+    if mode == "uniform" or not weights:
       if n > len(pool) and shortage == "error":
         raise ValueError(f"{task}: {n} questions asked (counts), {len(pool)} kept")
       out += rng.sample(pool, min(n, len(pool)))
       continue
-    weights = {k: w for k, w in ratios[task].items() if w > 0}
-    sub = dict(substitute.get(task, {}))
-    source = {k: sub.get(k, k) for k in weights}
-    need_by_source: dict[str, float] = {}
-    for k, w in weights.items():
-      need_by_source[source[k]] = need_by_source.get(source[k], 0.0) + w
-    n = counts.get(task, 0)
-    if not n:     # the most the pools allow at these ratios
-      total = sum(weights.values())
-      n = min(int(len(by_level.get(s, ())) * total / w) for s, w in need_by_source.items())
     want = quotas(n, weights)
     taken: dict[str, int] = {}
     for k in weights:

@@ -6,7 +6,8 @@ need no search, UR²'s easy math).
     splits = world_task_splits(world.questions, seed=0, mcq_fraction=0.5, math_fraction=0.5)
 
 Every record gets a `task` (qa / mcq / math) and keeps the world's `metadata` (hop chain,
-question type; arithmetic is qtype "arithmetic").  Multiple-choice options are the gold answer
+question type; multiple choice is qtype "mcq" with the original in `source_qtype`, arithmetic
+is qtype "arithmetic", so evaluation tables show each task).  Multiple-choice options are the gold answer
 and up to `options - 1` gold answers of other questions whose last hop has the same relation
 (other towns for a "where" question, other years for a "when"); yes/no comparison questions
 stay QA.  `ur2_trace_turns` writes a cold-start trace in UR²'s grammar: one
@@ -47,9 +48,11 @@ def mcq_records(records: Sequence[Mapping], rng: random.Random, n: int, options:
     others = [a for a in by_rel[_relation(r)] if a != gold]
     opts = rng.sample(others, min(options - 1, len(others))) + [gold]
     rng.shuffle(opts)
+    meta = dict(r.get("metadata") or {})
+    meta.update(answer_text=gold, qtype="mcq", source_qtype=meta.get("qtype"))
     out.append(dict(r, id=f"mcq_{r['id']}", options=opts,
                     golden_answers=[string.ascii_uppercase[opts.index(gold)]], task="mcq",
-                    metadata={**(r.get("metadata") or {}), "answer_text": gold}))
+                    metadata=meta))
   return out
 
 
