@@ -145,7 +145,8 @@ def get_config(arg: str = "tiny"):
       world_tasks=common.ConfigDict(dict(mcq_fraction=0.5, math_fraction=0.5, options=4)),
       # difficulty: score files of `python -m ragjax.eval.difficulty` (jsonl, by record id),
       # or `rollouts` > 0: N CoT rollouts per training question of the start policy, here
-      difficulty=common.ConfigDict(dict(files=(), rollouts=0, chunk=16)),
+      # (retrieval_tasks: scored with the retrieval prompt instead of CoT)
+      difficulty=common.ConfigDict(dict(files=(), rollouts=0, chunk=16, retrieval_tasks=())),
       # Stage 1: "full" (a separate run of num_steps, the Stage-2 run starts from its
       # weights) or "off" (MCQ and the weak ablation: no stage)
       stage1=common.ConfigDict(dict(
@@ -216,7 +217,10 @@ def _small(c, variant: str):
   # Curriculum over the world's tasks: difficulty from N rollouts of the start policy.  A
   # random tiny policy scores 0 everywhere, so the tiny thresholds call that "hard" (the stage
   # machinery runs; the labels mean nothing) and Stage 1 takes hard math.
-  c.ur2.difficulty.update(dict(rollouts=2 if tiny else 4, chunk=16 if tiny else 64))
+  # The world's QA (fictional entities) is unanswerable without search: score it with the
+  # retrieval prompt, the others with CoT (multiple choice then sits near the 1/4 guess).
+  c.ur2.difficulty.update(dict(rollouts=2 if tiny else 4, chunk=48 if tiny else 64,
+                               retrieval_tasks=("qa",)))
   levels = (("easy", 0.8), ("medium", 0.5), ("hard", 0.0 if tiny else 0.2))
   c.data.stages = {"ur2_curriculum": dict(
       mode="curriculum", counts={}, ratios={"qa": QA_RATIOS, "math": MATH_RATIOS,

@@ -8,7 +8,9 @@ very_hard below (`ragjax.data.curriculum`).
 The paper scores every question with 20 rollouts of Qwen2.5-7B-Instruct (whatever model is then
 trained) and leaves the prompt, sampling and scorer unstated; [D] here: the task's CoT prompt
 (no retrieval), temperature 1.0 and top_p 0.9 (the training settings), and the Stage-2 answer
-score / 2 without the judge (math-verify, QA token F1, letter EM).  Any `ChatModel` (an
+score / 2 without the judge (math-verify, QA token F1, letter EM).  On the synthetic world,
+whose QA cannot be answered without search, the engine path scores QA with the retrieval
+prompt (`retrieval_tasks`).  Any `ChatModel` (an
 OpenAI-compatible server such as vLLM, or a ragjax checkpoint in this process) or a rollout
 engine over a policy (`score_with_engine`, what the UR² recipe uses on the synthetic world).
 
@@ -46,9 +48,11 @@ def read_scores(path: str) -> dict[str, dict]:
   return out
 
 
-def cot_record(rec: Mapping, task: str) -> dict:
-  """The record as scored: the task's CoT prompt (no retrieval)."""
-  return dict(rec, task=record_field(rec, "task", "") or task, retrieval=False)
+def cot_record(rec: Mapping, task: str, retrieval_tasks: Sequence[str] = ()) -> dict:
+  """The record as scored: the task's CoT prompt (no retrieval), or the retrieval prompt for
+  `retrieval_tasks` (the synthetic world's QA needs search to be answerable at all)."""
+  task = record_field(rec, "task", "") or task
+  return dict(rec, task=task, retrieval=task in retrieval_tasks)
 
 
 def score_line(rec: Mapping, task: str, answers: Sequence[Optional[str]]) -> dict:
@@ -60,13 +64,13 @@ def score_line(rec: Mapping, task: str, answers: Sequence[Optional[str]]) -> dic
 
 def _run(records: Sequence[Mapping], task: str, out_path: str, chunk: int,
          answer_fn: Callable[[list[dict], int], list[list[Optional[str]]]],
-         progress: bool = False) -> dict[str, dict]:
+         progress: bool = False, retrieval_tasks: Sequence[str] = ()) -> dict[str, dict]:
   """Scores the records not yet in `out_path`, `chunk` at a time; returns every score line."""
   done = read_scores(out_path)
   ids = [str(r.get("id", "")) for r in records]
   if any(not i for i in ids) or len(set(ids)) != len(ids):
     raise ValueError("difficulty scoring needs a unique, non-empty id per record")
-  todo = [cot_record(r, task) for r in records if str(r["id"]) not in done]
+  todo = [cot_record(r, task, retrieval_tasks) for r in records if str(r["id"]) not in done]
   if os.path.dirname(out_path):
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
   for s in range(0, len(todo), chunk):
@@ -81,9 +85,10 @@ def _run(records: Sequence[Mapping], task: str, out_path: str, chunk: int,
 
 
 def score_with_engine(engine, records: Sequence[Mapping], out_path: str, *, n: int,
-                      chunk: int = 16, seed: int = 0, task: str = "qa") -> dict[str, dict]:
+                      chunk: int = 16, seed: int = 0, task: str = "qa",
+                      retrieval_tasks: Sequence[str] = ()) -> dict[str, dict]:
   """N sampled rollouts per question through a rollout engine (its protocol must be UR²'s;
-  give it a null retriever: the CoT prompt does not search)."""
+  its retriever serves `retrieval_tasks`, the CoT prompts do not search)."""
   def answers(part, offset):
     batch = engine.run(part, samples_per_prompt=n, seed=seed + offset)
     out = [[] for _ in part]
@@ -91,7 +96,7 @@ def score_with_engine(engine, records: Sequence[Mapping], out_path: str, *, n: i
       if row.clone_of is None:
         out[row.prompt_index].append(row.answer)
     return out
-  return _run(records, task, out_path, chunk, answers)
+  return _run(records, task, out_path, chunk, answers, retrieval_tasks=retrieval_tasks)
 
 
 def score_with_chat(chat, records: Sequence[Mapping], out_path: str, *, n: int,

@@ -179,11 +179,13 @@ def difficulty(c, workdir, setup, cfg, params, tok) -> None:
   if d.rollouts > 0:
     from ragjax.retrieval.types import NullRetriever
     from ragjax.rollout.factory import make_engine
-    engine = make_engine(c, cfg, params, tok, NullRetriever(), greedy=False, hooks=[])
+    retriever = setup.retriever if d.retrieval_tasks else NullRetriever()
+    engine = make_engine(c, cfg, params, tok, retriever, greedy=False, hooks=[])
     scores.update(score_with_engine(engine, setup.splits["train"],
                                     os.path.join(workdir, "difficulty", "train.jsonl"),
                                     n=d.rollouts, chunk=d.chunk, seed=c.seed,
-                                    task=c.protocol.task))
+                                    task=c.protocol.task,
+                                    retrieval_tasks=tuple(d.retrieval_tasks)))
   if scores:
     setup.splits["train"] = attach_scores(setup.splits["train"], scores)
     labels: dict = {}
