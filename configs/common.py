@@ -19,10 +19,17 @@ an error naming it):
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  eval        evaluation batch size and question cap
+  eval        evaluation batch size and question cap; benchmark suites (configs/suites.py),
+              their data root, the judge model, the published row to compare with
 """
 
+import os
+import sys
+
 from ml_collections import ConfigDict, config_dict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suites  # noqa: E402  (configs/suites.py: the benchmark suites, as data)
 
 
 def get_config() -> ConfigDict:
@@ -66,8 +73,12 @@ def get_config() -> ConfigDict:
       extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0))
   # widths: trajectories are padded to one of these (few shapes -> few compiles);
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
-  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0,
-                              widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
+  # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many
+  # as a KV cache of kv_budget_gb per device holds: the KV cache and prefill hold one wave
+  # (see `--dry_run`).
+  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
+                              kv_budget_gb=0.0, widths=(512, 1024, 2048, 4096), hooks={},
+                              chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
@@ -89,5 +100,13 @@ def get_config() -> ConfigDict:
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
       max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
       step_retries=3))
-  c.eval = ConfigDict(dict(batch_size=64, max_questions=0))
+  # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
+  # method: the row of configs/paper_results.json this config reproduces (with the model
+  # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
+  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed).
+  c.eval = ConfigDict(dict(
+      batch_size=64, max_questions=0, data_root="", method="", model="",
+      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
+                            max_prompt_tokens=4096)),
+      suites=ConfigDict(suites.SUITES)))
   return c

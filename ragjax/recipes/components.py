@@ -76,11 +76,39 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
   if corpus_path is None:
     raise ValueError("set retriever.index (an index directory) or retriever.url")
   from ragjax.retrieval.index import EncoderSpec, build_index
-  index_dir = os.path.join(workdir, "index")
+  index_dir = index_dir_for(corpus_path, workdir)
   if not os.path.exists(os.path.join(index_dir, "index.json")):
     build_index(corpus_path, index_dir, backend=r.backend,
                 encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+    with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
+      f.write(file_digest(corpus_path))
   return open_index(index_dir, cache_size=r.cache_size)
+
+
+CORPUS_STAMP = "ragjax_corpus.sha256"
+
+
+def file_digest(path: str) -> str:
+  import hashlib
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def index_dir_for(corpus_path: str, workdir: str) -> str:
+  """`<workdir>/index`, or `<workdir>/index-<digest>` when that one indexes another corpus
+  (e.g. a world regenerated with a fresh test world): an index is reused only for the exact
+  corpus it was built from."""
+  digest = file_digest(corpus_path)
+  default = os.path.join(workdir, "index")
+  stamp = os.path.join(default, CORPUS_STAMP)
+  if not os.path.exists(os.path.join(default, "index.json")):
+    return default
+  if os.path.exists(stamp) and open(stamp).read().strip() == digest:
+    return default
+  return os.path.join(workdir, f"index-{digest[:12]}")
 
 
 def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
@@ -227,7 +255,8 @@ class EvalOptions:
   metric: str = "em"                  # ragjax.metrics.by_task.NAMES ("task": UR²'s per task)
 
 
-def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None) -> str:
+def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
+                        groups=None) -> str:
   """Greedy EM of an exported policy with and without retrieval (and sampled pass@k), by
   question type with bootstrap intervals, on the config's data; returns the markdown table."""
   from ragjax.eval.systems import evaluate_system, results_table, sample_system
@@ -271,5 +300,6 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes, "EM" if opts.metric == "em" else opts.metric)
+  table, _ = results_table(results, qtypes, groups,
+                           "EM" if opts.metric == "em" else opts.metric)
   return table
