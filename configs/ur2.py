@@ -90,21 +90,17 @@ def get_config(arg: str = "tiny"):
   # The protocol's task is the default; every record carries its own.
   c.protocol = common.ConfigDict(dict(name="ur2", task="mcq" if mcq else "qa", top_k=10,
                                       max_turns=4, final_turn=True, prompts="paper"))
-  # The KV cache holds every row of a step at once (64 x 16 rows; bounded-memory waves are the
-  # scale-out issue's), so a row's whole trajectory must fit in `max_cache_length`: the most
-  # that passes `--dry_run` on 8 A100s (the code gives vLLM a 29000-token budget; longer
-  # trajectories stop at the cache and score no answer).  Prompts: UR²'s prompt_max_len 2048
-  # (MCQ: long MMLU-Pro law questions with ten options), 1024 for Math&QA.
-  cache = {"qwen2.5-7b-math-qa": 5120, "qwen2.5-3b-math-qa": 5120,
-           "llama-3.1-8b-math-qa": 2560, "qwen2.5-7b-mcq": 4096}.get(variant, 4096)
-  turn = 1536 if mcq else 3072              # per-turn budget, within what the cache leaves
-  c.sampler.update(dict(max_cache_length=cache, max_new_tokens=min(turn, cache - 1024),
+  # A row's whole trajectory lives in the KV cache: 8192 slots (the code gives vLLM a
+  # 29000-token budget; longer trajectories stop at the cache and score no answer), rolled out
+  # in waves sized by a 24 GB per-device KV budget, so every variant passes `--dry_run` on 8
+  # A100s.  Prompts: UR²'s prompt_max_len 2048 (MCQ: long MMLU-Pro law questions with ten
+  # options), 1024 for Math&QA.
+  c.sampler.update(dict(max_cache_length=8192, max_new_tokens=1536 if mcq else 3072,
                         temperature=1.0, top_p=0.9,
                         prompt_buckets=(256, 512, 1024, 2048) if mcq else (256, 512, 1024),
                         extend_buckets=(16, 32, 64, 128, 256, 512)))
-  c.rollout.update(dict(max_response_tokens=0,
-                        widths=tuple(w for w in (1024, 2048, 3072, 4096) if w < cache)
-                        + (cache,)))
+  c.rollout.update(dict(max_response_tokens=0, kv_budget_gb=24.0,
+                        widths=(1024, 2048, 4096, 6144, 8192)))
 
   # REINFORCE++-baseline as OpenRLHF runs it (§A4.2): group mean, masked batch whitening,
   # PPO clip 0.2, no KL, per-sequence token mean, one pass in mini-batches.
@@ -204,7 +200,7 @@ def _small(c, variant: str):
                         prompt_buckets=(128,) if tiny else (64, 128),
                         extend_buckets=(32, 128) if tiny else (16, 32, 64, 128, 192)))
   c.sampler.attend_buckets = () if tiny else None
-  c.rollout.update(dict(max_response_tokens=320 if tiny else 448, chat=False,
+  c.rollout.update(dict(max_response_tokens=320 if tiny else 448, chat=False, kv_budget_gb=0.0,
                         widths=(512,) if tiny else (256, 384, 512, 768)))
   c.rl.update(dict(group_size=2 if tiny else 4, mini_batch_size=0, micro_batch_size=0,
                    use_sampler_logprobs=True, gather=True, logprob_chunk=4096))
