@@ -128,6 +128,7 @@ def get_config(arg: str = "tiny"):
                         eval_prompts=500, save_every=5 if three_b else 10, max_to_keep=2,
                         keep_best_metric="dev/em", keep_best=True))
 
+  c.eval.method = "UR2"       # its rows in configs/paper_results.json (--suite ur2)
   c.data.source = "files"
   if mcq:
     c.data.stages = curriculum({"mcq": 9000}, {"mcq": QA_RATIOS})
