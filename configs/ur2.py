@@ -239,4 +239,6 @@ def _small(c, variant: str):
                     warmup_steps=5 if tiny else 40, min_lr_ratio=0.1, weight_decay=0.01,
                     gather=True, context_weight=0.0 if tiny else 0.5,
                     log_every=10))
-  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, chunk=64))
+  # (decision shares as the world's traces: ragjax.data.world_traces; all right here)
+  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, no_search_rate=0.0,
+                                    first_hop_stop_rate=0.0, give_up_rate=0.0, chunk=64))

@@ -143,3 +143,37 @@ def test_uniform_draws_as_many_as_the_curriculum():
   assert len(cur) == len(uni) == 30
   assert count(cur) == {("qa", "hard"): 21, ("qa", "medium"): 6, ("qa", "easy"): 3}
   assert count(uni)[("qa", "hard")] < 21                  # drawn whatever the level
+
+
+def test_world_tasks_and_their_traces():
+  """The synthetic world's three UR² tasks: MCQ options hold the gold answer (letter in
+  golden_answers) among same-relation distractors, sums are right, traces use UR²'s grammar."""
+  import random
+  import string
+  from ragjax.data.world import WorldConfig, generate_world
+  from ragjax.data.world_tasks import ur2_trace_turns, world_task_splits
+  w = generate_world(WorldConfig(num_people=30, num_places=10, num_orgs=8, num_works=12,
+                                 retry_groups=6, num_train=40, num_dev=8, num_test=8))
+  splits = world_task_splits({k: [e.to_record() for e in v] for k, v in w.questions.items()},
+                             seed=0, mcq_fraction=0.5, math_fraction=0.25)
+  train = splits["train"]
+  assert collections.Counter(r["task"] for r in train) == {"qa": 40, "mcq": 20, "math": 10}
+  for r in train:
+    if r["task"] == "mcq":
+      gold = r["metadata"]["answer_text"]
+      assert r["options"][string.ascii_uppercase.index(r["golden_answers"][0])] == gold
+      assert len(set(r["options"])) == len(r["options"]) >= 2 and r["metadata"]["qtype"] == "mcq"
+    if r["task"] == "math":
+      m = r["metadata"]
+      assert r["golden_answers"] == [str(m["a"] + m["b"])] and m["qtype"] == "arithmetic"
+  assert world_task_splits({"train": train[:40]}, seed=0)["train"][40:] == \
+      world_task_splits({"train": train[:40]}, seed=0)["train"][40:]            # seeded
+  rng = random.Random(0)
+  qa = next(r for r in train if r["task"] == "qa" and r["metadata"]["qtype"] == "2hop")
+  turns = ur2_trace_turns(qa, rng)
+  assert [t.startswith(ur2.BEGIN_QUERY) for t in turns] == [True] * (len(turns) - 1) + [False]
+  assert turns[-1] == f"\\boxed{{{qa['golden_answers'][0]}}}"
+  mcq = next(r for r in train if r["task"] == "mcq")
+  assert ur2_trace_turns(dict(mcq, retrieval=False), rng) == [
+      f"the correct answer is: {mcq['golden_answers'][0]}"]
+  assert ur2.extract_answer(ur2_trace_turns(mcq, rng)[-1]) == mcq["golden_answers"][0]

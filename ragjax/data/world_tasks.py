@@ -21,7 +21,7 @@ import random
 import string
 from typing import Mapping, Sequence
 
-from ragjax.data.world_traces import trace_queries
+from ragjax.data.world_traces import TraceShares, trace_turns
 
 ARITHMETIC = "arithmetic"
 
@@ -85,18 +85,26 @@ def world_task_splits(splits: Mapping[str, Sequence[Mapping]], *, seed: int,
   return out
 
 
-def ur2_trace_turns(rec: Mapping, rng: random.Random, wasted_query_rate: float = 0.15
+def ur2_search(query: str) -> str:
+  return f"<|begin_of_query|> {query} <|end_of_query|>"
+
+
+def ur2_trace_turns(rec: Mapping, rng: random.Random, shares: TraceShares = TraceShares()
                     ) -> list[str]:
-  """The turns of one cold-start trace in UR²'s grammar (see the module docstring)."""
+  """The turns of one cold-start trace in UR²'s grammar (see the module docstring): the
+  world's trace for the question (`ragjax.data.world_traces`, with its decision shares) with
+  UR²'s query tags and answer, or, prompted without retrieval, the answer alone."""
   task, meta = rec.get("task", "qa"), rec.get("metadata") or {}
+  gold = rec["golden_answers"][0]
   if task == "math":      # a search (useless here) only teaches the format, as Stage 1 does
-    a, b, c = meta["a"], meta["b"], rec["golden_answers"][0]
-    search = [f"<|begin_of_query|> {a} plus {b} <|end_of_query|>"] if rec.get("retrieval") else []
-    return search + [f"{a} plus {b} is {c}. \\boxed{{{c}}}"]
-  turns = []
-  if rec.get("retrieval", True):
-    turns = [f"<|begin_of_query|> {q} <|end_of_query|>"
-             for q in trace_queries(rec, rng, wasted_query_rate)]
+    a, b = meta["a"], meta["b"]
+    return ([ur2_search(f"{a} plus {b}")] if rec.get("retrieval") else []) + \
+        [f"{a} plus {b} is {gold}. \\boxed{{{gold}}}"]
   if task == "mcq":
-    return turns + [f"the correct answer is: {rec['golden_answers'][0]}"]
-  return turns + [f"\\boxed{{{rec['golden_answers'][0]}}}"]
+    letter = lambda text: f"the correct answer is: {gold}"   # noqa: E731  (always the gold letter)
+    if not rec.get("retrieval", True):
+      return [letter(gold)]
+    return trace_turns(rec, rng, shares, search=ur2_search, answer=letter)
+  if not rec.get("retrieval", True):
+    return [f"\\boxed{{{gold}}}"]
+  return trace_turns(rec, rng, shares, search=ur2_search, answer=lambda a: f"\\boxed{{{a}}}")

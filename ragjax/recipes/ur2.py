@@ -138,6 +138,7 @@ def start_fingerprint(c) -> dict:
 
 def cold_start(c, workdir, setup, cfg, params, tok, mesh):
   from ragjax.data.world_tasks import ur2_trace_turns
+  from ragjax.data.world_traces import TraceShares
   from ragjax.rl.sft import SFTConfig, run_sft
   from ragjax.rollout.factory import make_engine
   from ragjax.rollout.teacher import teacher_traces
@@ -153,7 +154,8 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
     return load_decoder(cache)[1]
   records = cold_start_records(setup.splits["train"], c.seed)
   rng = random.Random(f"ur2-traces-{c.seed}")
-  scripts = [ur2_trace_turns(r, rng, c.traces.wasted_query_rate) for r in records]
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
+  scripts = [ur2_trace_turns(r, rng, shares) for r in records]
   template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
   rows_t, rows_l = teacher_traces(template, records, scripts,
                                   max_new_tokens=c.sampler.max_new_tokens,
