@@ -330,7 +330,8 @@ def test_ur2_per_example_task_prompt_and_retrieval_context():
   q = lambda s: f"<|begin_of_query|> {s} <|end_of_query|>"
   prompts = [{"id": "m", "question": "1+1", "golden_answers": ["2"], "task": "math",
               "retrieval": False},
-             {"id": "c", "question": "Capital?", "golden_answers": ["A"], "options": ["Quillport", "Zorb"],
+             {"id": "c", "question": "Capital?", "golden_answers": ["A"],
+              "options": ["Quillport", "Zorb"],
               "metadata": {"task": "mcq", "retrieval": True}},
              {"id": "a", "question": Q, "golden_answers": ["Quillport"]}]
   scripts = {0: ["\\boxed{2}" + EOS],
@@ -351,7 +352,8 @@ def test_ur2_per_example_task_prompt_and_retrieval_context():
   assert first["tasks"] == ["mcq", "qa"] and first["prev_reasoning"] == ["Check. ", ""]
   docs = "\n\n<|begin_of_documents|>\n\"Tessaly River\"\nThe Tessaly River flows through " \
          "Quillport into the Amber Sea.\n<|end_of_documents|>\n\n"
-  assert second == {"tasks": ["mcq"], "prev_reasoning": ["Check. " + q("Tessaly River") + docs + "More. "]}
+  assert second == {"tasks": ["mcq"],
+                    "prev_reasoning": ["Check. " + q("Tessaly River") + docs + "More. "]}
   # a plain retriever gets plain searches
   plain = h.CountingRetriever(h.bm25_retriever())
   RolloutEngine(proto, h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences), plain,

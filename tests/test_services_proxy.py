@@ -192,8 +192,8 @@ def test_proxy_routes_corpora_by_task_and_takes_contexts_over_http():
     asked = len(chat.seen)
     again = client.search_with_context(queries, 3, **contexts)      # the client's cache
     plain = client.search(queries[:1], 3)                            # no contexts: the proxy's task
-    bad = requests.post(srv.url + "/retrieve", json={"queries": queries, "contexts": {"tasks": ["qa"]}},
-                        timeout=60)
+    bad = requests.post(srv.url + "/retrieve",
+                        json={"queries": queries, "contexts": {"tasks": ["qa"]}}, timeout=60)
   assert again == served and asked == 3
   assert abstracts.calls == [(["Quillport founder"], 3)] * 2   # the plain call: the proxy's qa
   assert full.calls == [(["definition of a harbour", "Tessaly River"], 3)]

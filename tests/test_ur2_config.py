@@ -70,3 +70,45 @@ def test_stage1_config_is_the_stage1_run():
     recipe.parse_file_spec("/d/x.jsonl")
   with pytest.raises(ValueError, match="unknown config argument"):
     ur2_config.get_config("qwen2.5-7b-mcq-weak")
+
+
+def test_knowledge_access_from_config(tmp_path):
+  """ur2.knowledge: raw passages routed by task, the summarising proxy in process over the
+  routes, a served proxy (its /health names a summariser), or a clear error."""
+  from _retrieval_helpers import write_jsonl
+  from _rollout_helpers import PASSAGES
+  from ragjax.retrieval.index import build_index
+  from ragjax.retrieval.routing import RoutedRetriever
+  from ragjax.retrieval.serve import make_app
+  from ragjax.recipes import components as parts
+  from ragjax.services.proxy import SummarisingRetriever
+  from ragjax.services.serve import ServerThread
+  corpus = write_jsonl(str(tmp_path / "c.jsonl"),
+                       [{"id": i, "contents": f'"{t}"\n{x}'} for i, t, x in PASSAGES])
+  for name in ("full", "abstracts"):
+    build_index(corpus, str(tmp_path / name), "bm25")
+  c = ur2_config.get_config("qwen2.5-7b-math-qa")
+  c.retriever.index = str(tmp_path / "full")
+  c.ur2.knowledge.routes.qa = str(tmp_path / "abstracts")
+  setup = parts.Setup({}, None)
+  c.ur2.knowledge.mode = "raw"
+  raw = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert isinstance(raw, RoutedRetriever) and sorted(raw.routes) == ["default", "qa"]
+  c.ur2.knowledge.mode = "summary"
+  c.ur2.knowledge.summariser.url = "http://127.0.0.1:9/v1"
+  summ = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert isinstance(summ, SummarisingRetriever) and summ.inner.routes.keys() == raw.routes.keys()
+  assert summ.mode == "strong" and summ.task == "qa"
+  c.ur2.knowledge.summariser.url = ""
+  with pytest.raises(ValueError, match="needs a summariser"):
+    recipe.open_knowledge(c, str(tmp_path), setup)
+  # a served proxy: the trainer only forwards contexts to it
+  from ragjax.retrieval.index import open_index
+  proxy = SummarisingRetriever(open_index(str(tmp_path / "full")), object(), max_tokens=8)
+  with ServerThread(make_app(proxy, 3, {"summariser": "x"})) as srv:
+    c.retriever.index, c.retriever.url = "", srv.url
+    with pytest.raises(ValueError, match="give the routes to the proxy"):
+      recipe.open_knowledge(c, str(tmp_path), setup)
+    c.ur2.knowledge.routes.qa = ""
+    served = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert served.url == srv.url + "/retrieve"

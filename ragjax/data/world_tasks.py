@@ -7,12 +7,13 @@ need no search, UR²'s easy math).
 
 Every record gets a `task` (qa / mcq / math) and keeps the world's `metadata` (hop chain,
 question type; multiple choice is qtype "mcq" with the original in `source_qtype`, arithmetic
-is qtype "arithmetic", so evaluation tables show each task).  Multiple-choice options are the gold answer
-and up to `options - 1` gold answers of other questions whose last hop has the same relation
-(other towns for a "where" question, other years for a "when"); yes/no comparison questions
-stay QA.  `ur2_trace_turns` writes a cold-start trace in UR²'s grammar: one
-`<|begin_of_query|> q <|end_of_query|>` per hop (for a sample prompted with retrieval; the sum
-itself for arithmetic), then `\\boxed{answer}` or "the correct answer is: X".
+is qtype "arithmetic", so evaluation tables show each task).  Multiple-choice options are the
+gold answer and up to `options - 1` gold answers of other questions whose last hop has the same
+relation (other towns for a "where" question, other years for a "when"); yes/no comparison
+questions stay QA.  `ur2_trace_turns` writes a cold-start trace in UR²'s grammar: the world's
+trace (`ragjax.data.world_traces`) with `<|begin_of_query|> q <|end_of_query|>` queries (for a
+sample prompted with retrieval; the sum itself for arithmetic), then `\\boxed{answer}` or
+"the correct answer is: X".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """UR²'s rewards (seeds_ur2_rezero.md §A3), each a registered function of the row's record, the
 example (its task and retrieval flag) and the training step.
 
-    Stage 1 (§A3.3):  {"ur2_format": 1, "ur2_retrieval": 1, "ur2_fallback": 1}, format mode "stage1"
+    Stage 1 (§A3.3):  {"ur2_format": 1, "ur2_retrieval": 1, "ur2_fallback": 1}  (mode "stage1")
     Stage 2 (§A3.4):  {"ur2_answer": 1, "ur2_format": 1, "ur2_fallback": 1}
 
 * `ur2_answer`: math 2 / 1 / 0 (a rule check with math-verify, then, when a judge is given,
@@ -170,9 +170,3 @@ def task_metrics(rows, examples, task: str = "qa") -> dict[str, float]:
     out[f"{t}/searched"] = sum(v[1] for v in vals) / n
     out[f"{t}/retrieval_prompt"] = sum(v[2] for v in vals) / n
   return out
-
-
-@register_reward("ur2_task_score")
-def ur2_task_score(ctx: RewardContext, task: str = "qa") -> float:
-  """The answer score / 2 in [0, 1] without a judge (difficulty scoring, logging)."""
-  return answer_score(example_task(ctx, task), ctx.answer or "", ctx.golden_answers) / 2

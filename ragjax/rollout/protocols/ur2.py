@@ -127,7 +127,8 @@ QA_COT_USER = "{question}\nPlease reason step by step, and put your final answer
 COMPACT = {
     ("qa", True): "Search with <|begin_of_query|> query <|end_of_query|>. Answer \\boxed{answer}.",
     ("qa", False): "Answer \\boxed{answer}.",
-    ("math", True): "Math. Search with <|begin_of_query|> query <|end_of_query|>. Answer \\boxed{answer}.",
+    ("math", True): ("Math. Search with <|begin_of_query|> query <|end_of_query|>. Answer "
+                     "\\boxed{answer}."),
     ("math", False): "Math. Answer \\boxed{answer}.",
     ("mcq", True): ("Choose. Search with <|begin_of_query|> query <|end_of_query|>. Answer: the "
                     "correct answer is: X."),
