@@ -10,7 +10,8 @@ an error naming it):
   hardware    the accelerators the paper used, the default `--dry_run --target`
   model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
-  data        source "world" (the synthetic world below) or "files" (train/dev question files)
+  data        source "world" (the synthetic world below) or "files" (train/dev question files);
+              data stages over the training records (curricula)
   world, tokenizer                     the synthetic world and its tokenizer (source "world")
   retriever   an index directory, a Search-R1 /retrieve URL, or (world) an index built here
   protocol    the search protocol (`name`) and its fields (top_k, max_turns, ...)
@@ -48,12 +49,17 @@ def get_config() -> ConfigDict:
       num_kv_heads=0, head_dim=0, rope_theta=10000.0))
   c.mesh = ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
-  c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=()))
+  # stages: {registered data stage: kwargs}, applied in order to the training records before
+  # the trainer walks them (UR²'s curriculum: {"ur2_curriculum": {...}}).
+  c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=(),
+                           stages={}))
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
       num_places=25, num_orgs=20, num_works=40, retry_groups=20, min_passage_words=24,
       name_lexicon=0))
-  c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False))
+  # extra_tags: a protocol's tags as one token each (the Search-R1 tags always are)
+  c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False,
+                                extra_tags=()))
   # index: a directory from `python -m ragjax.retrieval.build`; url: a Search-R1 /retrieve
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
   # timeout: seconds per request; deadline: seconds a call may spend retrying a down server

@@ -15,6 +15,9 @@ Categories:
   rollout_hook  factory(**kwargs) -> hook(views, editor) run after every parsed turn
   behaviour     factory(**kwargs) -> fn(batch, old_logprobs, state) -> ratio denominators
   metric        fn(rows, examples) -> {name: float} logged every step
+  data_stage    fn(records, *, seed, **kwargs) -> records: the training list the trainer's
+                data cursor walks (UR²'s difficulty curriculum and task mixing); deterministic
+                in (records, seed, kwargs), so the cursor position resumes it exactly
 
 This module imports nothing from ragjax: the packages that define built-ins register them when
 imported (`ragjax.rl.rewards`, `ragjax.rl.advantages`, `ragjax.rollout.rex_rag`, ...).  User
@@ -28,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 import gin
 
-CATEGORIES = ("reward", "advantage", "rollout_hook", "behaviour", "metric")
+CATEGORIES = ("reward", "advantage", "rollout_hook", "behaviour", "metric", "data_stage")
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
 

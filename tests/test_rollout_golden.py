@@ -310,6 +310,67 @@ def test_ur2_queries_documents_fallback_and_endings():
   check_logprobs_and_history(batch, pol)
 
 
+class ContextRetriever(h.CountingRetriever):
+  """A real BM25 index behind `search_with_context`, recording what the engine passed."""
+
+  def __init__(self, inner):
+    super().__init__(inner)
+    self.contexts = []
+
+  def search_with_context(self, queries, k, **contexts):
+    self.contexts.append(contexts)
+    return self.search(queries, k)
+
+
+def test_ur2_per_example_task_prompt_and_retrieval_context():
+  """Each record's own task and retrieval flag pick its prompt; a context-taking retriever gets
+  each query's task and the response before its last `<|begin_of_query|>`."""
+  proto = get_protocol("ur2", max_turns=2)
+  tok = h.tokenizer(True)
+  q = lambda s: f"<|begin_of_query|> {s} <|end_of_query|>"
+  prompts = [{"id": "m", "question": "1+1", "golden_answers": ["2"], "task": "math",
+              "retrieval": False},
+             {"id": "c", "question": "Capital?", "golden_answers": ["A"],
+              "options": ["Quillport", "Zorb"],
+              "metadata": {"task": "mcq", "retrieval": True}},
+             {"id": "a", "question": Q, "golden_answers": ["Quillport"]}]
+  scripts = {0: ["\\boxed{2}" + EOS],
+             1: ["Check. " + q("Tessaly River"), "More. " + q("Amber Sea"),
+                 "the correct answer is: A" + EOS],
+             2: [q("Mirela Dunst"), "\\boxed{Quillport}" + EOS]}
+  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
+  ret = ContextRetriever(h.bm25_retriever())
+  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig())
+  batch = eng.run(prompts)
+  text = lambda i: tok.decode(batch.traj.tokens[i, :batch.traj.prompt_lengths[i]])
+  assert ur2_lib.MATH_COT in text(0) and "Question: 1+1" in text(0)
+  assert ur2_lib.MCQ_RETRIEVAL in text(1) and "Options:\nA. Quillport\nB. Zorb" in text(1)
+  assert ur2_lib.QA_RETRIEVAL in text(2)
+  assert batch.meta.answers == ["2", "A", "Quillport"]
+  assert [c[0] for c in ret.calls] == [["Tessaly River", "Mirela Dunst"], ["Amber Sea"]]
+  first, second = ret.contexts
+  assert first["tasks"] == ["mcq", "qa"] and first["prev_reasoning"] == ["Check. ", ""]
+  docs = "\n\n<|begin_of_documents|>\n\"Tessaly River\"\nThe Tessaly River flows through " \
+         "Quillport into the Amber Sea.\n<|end_of_documents|>\n\n"
+  assert second == {"tasks": ["mcq"],
+                    "prev_reasoning": ["Check. " + q("Tessaly River") + docs + "More. "]}
+  # a plain retriever gets plain searches
+  plain = h.CountingRetriever(h.bm25_retriever())
+  RolloutEngine(proto, h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences), plain,
+                tok, EngineConfig()).run(prompts)
+  assert [c[0] for c in plain.calls] == [c[0] for c in ret.calls]
+
+
+def test_per_example_fields_are_checked():
+  from ragjax.rollout.protocols.base import as_prompt_input
+  assert as_prompt_input({"question": "q", "metadata": {"task": "math"}}).task == "math"
+  assert as_prompt_input({"question": "q", "task": "qa", "metadata": {"task": "math"}}).task == "qa"
+  with pytest.raises(ValueError, match="'retrieval' must be true or false"):
+    as_prompt_input({"id": "x1", "question": "q", "retrieval": "yes"})
+  with pytest.raises(ValueError, match="task must be 'qa', 'math' or 'mcq'"):
+    get_protocol("ur2").system_message(as_prompt_input({"question": "q", "task": "poetry"}))
+
+
 # ---------------------------------------------------------------- ReZero -------------------
 
 def test_rezero_user_messages_last_search_and_endings():

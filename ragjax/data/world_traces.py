@@ -62,9 +62,11 @@ def wrong_answer(ex: Mapping) -> str:
   return hops[0]["entity"].split(" (")[0] if hops else gold
 
 
-def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShares()) -> list[str]:
+def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShares(), *,
+                search=search_turn, answer=answer_turn) -> list[str]:
   """The turns of one trace (see the module docstring).  One draw decides the trace's kind,
-  so the shares are of all traces of that question type."""
+  so the shares are of all traces of that question type.  `search(query)` and
+  `answer(text)` write the turns (another protocol's grammar: UR²'s world tasks)."""
   meta = ex.get("metadata") or {}
   hops = meta.get("hops") or []
   if not hops:
@@ -77,17 +79,17 @@ def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShar
   decide = shares.no_search_rate or shares.first_hop_stop_rate or shares.give_up_rate
   u = rng.random() if decide else 1.0
   if u < shares.no_search_rate:
-    return [answer_turn(wrong_answer(ex))]
+    return [answer(wrong_answer(ex))]
   u -= shares.no_search_rate
   if qtype == "retry" and meta.get("first_query"):
     if u < shares.give_up_rate and meta.get("decoy_answers"):
-      return [search_turn(meta["first_query"]), answer_turn(meta["decoy_answers"][0])]
+      return [search(meta["first_query"]), answer(meta["decoy_answers"][0])]
     queries = [meta["first_query"]] + queries
   elif qtype == "2hop" and u < shares.first_hop_stop_rate:
-    return [search_turn(queries[0]), answer_turn(hops[0]["answer"])]
+    return [search(queries[0]), answer(hops[0]["answer"])]
   elif len(hops) > 1 and rng.random() < shares.wasted_query_rate:
     queries = [ex["question"].rstrip("?")] + queries
-  return [search_turn(q) for q in queries] + [answer_turn(gold)]
+  return [search(q) for q in queries] + [answer(gold)]
 
 
 def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = TraceShares()

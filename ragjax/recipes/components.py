@@ -43,6 +43,8 @@ def validate(c) -> RunConfig:
   make_hooks(c)
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
   if c.data.source == "files" and not c.data.train_files:
@@ -153,6 +155,19 @@ def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
   return results
 
 
+def apply_data_stages(c, records: Sequence[dict]) -> list[dict]:
+  """The training list: `data.stages` ({registered data stage: kwargs}) applied in order,
+  each seeded by `c.seed` (deterministic, so the trainer's data position resumes it)."""
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  stages = c.data.get("stages", {}) or {}
+  records = list(records)
+  for name, kw in stages.items():
+    kw = kw.to_dict() if hasattr(kw, "to_dict") else dict(kw or {})
+    records = registry.lookup("data_stage", name)(records, seed=c.seed, **kw)
+    log(f"data stage {name}: {len(records)} training questions")
+  return records
+
+
 # --- mesh, policy, critic ---------------------------------------------------------------------
 def make_mesh(c):
   """The config's mesh; None on a single device (no sharding to do)."""
@@ -231,7 +246,8 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
     engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
-                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 train_data=apply_data_stages(c, setup.splits["train"]),
+                 dev_data=setup.splits.get("dev"),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
                  critic_params=critic, progress=c.progress)
 
@@ -258,6 +274,7 @@ class EvalOptions:
   limit: int = 0
   samples: int = 0                    # > 0: also sampled pass@1 / pass@k rows
   temperature: float = 1.0
+  metric: str = "em"                  # ragjax.metrics.by_task.NAMES ("task": UR²'s per task)
 
 
 def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
@@ -290,15 +307,21 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   tok = load_tokenizer(opts.checkpoint)
   log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}")
   size = c.eval.batch_size
+  score = None
+  if opts.metric != "em":
+    from ragjax.metrics.by_task import answer_score
+    score = lambda answer, rec: answer_score(opts.metric, answer, rec)  # noqa: E731
   results = []
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
     engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[])
-    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed))
+    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
+                                   score=score))
   if opts.samples:
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False,
                          temperature=opts.temperature, hooks=[])
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes, groups)
+  table, _ = results_table(results, qtypes, groups,
+                           "EM" if opts.metric == "em" else opts.metric)
   return table
