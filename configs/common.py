@@ -7,17 +7,20 @@
 Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an unknown field is
 an error naming it):
   recipe, seed, workdir, progress      which `ragjax.recipes.<recipe>` runs, and where
-  model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat
+  model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat; lora (adapters)
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
   data        source "world" (the synthetic world below) or "files" (train/dev question files)
   world, tokenizer                     the synthetic world and its tokenizer (source "world")
-  retriever   an index directory, a Search-R1 /retrieve URL, or (world) an index built here
+  retriever   an index directory, a Search-R1 /retrieve URL, or (world) an index built here;
+              noise (a noisy-retrieval wrapper: paraphrase / replace / shuffle / drop_gold)
   protocol    the search protocol (`name`) and its fields (top_k, max_turns, ...)
   sampler     static shapes and sampling of the JAX sampler
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  eval        evaluation batch size and question cap
+  judge       a model service rewards call (ReZero's correctness): none, the frozen base
+              policy in this process, an HF checkpoint, or an OpenAI-compatible URL
+  eval        evaluation batch size, question cap, retrieval depth at evaluation
 """
 
 from ml_collections import ConfigDict, config_dict
@@ -37,6 +40,12 @@ def get_config() -> ConfigDict:
       preset="", checkpoint="", dtype="float32", param_dtype="float32", scan_layers=False,
       remat=False, hidden_size=0, intermediate_size=0, num_layers=0, num_heads=0,
       num_kv_heads=0, head_dim=0, rope_theta=10000.0))
+  # LoRA (ragjax.models.lora): rank 0 = full fine-tuning; rank > 0 trains and checkpoints only
+  # adapters on `targets`, the reference policy is the base (adapters disabled), and the
+  # exported policy is merged.
+  c.model.lora = ConfigDict(dict(
+      rank=0, alpha=16.0, seed=0,
+      targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")))
   c.mesh = ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
   c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=()))
@@ -49,6 +58,10 @@ def get_config() -> ConfigDict:
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
   c.retriever = ConfigDict(dict(index="", url="", backend="scann", encoder_dir="",
                                 cache_size=4096))
+  # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
+  # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
+  # probability p); seeded, a deterministic function of (seed, query).
+  c.retriever.noise = ConfigDict(dict(kind="", p=0.0, seed=0, paraphrases=3, depth=10))
 
   c.protocol = ConfigDict(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
   c.sampler = ConfigDict(dict(
@@ -78,5 +91,10 @@ def get_config() -> ConfigDict:
   c.trainer = ConfigDict(dict(
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
       max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True))
-  c.eval = ConfigDict(dict(batch_size=64, max_questions=0))
+  # judge.model: "" = none; "base" = the frozen base policy in this process (the policy without
+  # LoRA); an HF checkpoint directory; or an OpenAI-compatible base URL (with judge.name).
+  c.judge = ConfigDict(dict(model="", name="judge", max_batch=16, max_prompt_tokens=1024,
+                            max_new_tokens=32))
+  # top_k: retrieval depth for evaluation engines (0 = protocol.top_k, the training depth).
+  c.eval = ConfigDict(dict(batch_size=64, max_questions=0, top_k=0))
   return c

@@ -18,7 +18,9 @@ from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
+from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.mesh import mesh_from_config
+from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
@@ -40,6 +42,8 @@ def validate(c) -> RunConfig:
   run = parse_run_config(c)
   protocol_from_config(c)
   make_hooks(c)
+  adapter_from_config(c.model.lora)
+  noise_config(c)
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   if c.data.source not in ("world", "files"):
@@ -61,24 +65,44 @@ class Setup:
   corpus_path: Optional[str] = None  # the world's corpus file (indexed under the workdir)
 
 
+def noise_config(c) -> NoiseConfig:
+  return from_dict(NoiseConfig, c.retriever.noise, "retriever.noise")
+
+
 def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
   """`retriever.url` (a Search-R1 server), `retriever.index` (a built index), or an index of
-  `corpus_path` built once under `<workdir>/index`."""
-  r = c.retriever
+  `corpus_path` built once under `<workdir>/index`; with `retriever.noise` set, wrapped in the
+  noisy retriever (paraphrase distractors go into the index built here)."""
+  r, noise = c.retriever, noise_config(c)
+  if noise.kind == "paraphrase" and (r.url or r.index or corpus_path is None):
+    raise ValueError("retriever.noise.kind='paraphrase' puts distractors into the index, so it "
+                     "needs the corpus: build an index over `python -m ragjax.retrieval.noisy "
+                     "--corpus C --out C_noisy.jsonl` and set retriever.index (with kind='')")
   if r.url:
     from ragjax.retrieval import SearchClient
-    return SearchClient(r.url)
+    return wrap_retriever(SearchClient(r.url), noise)
   from ragjax.retrieval import open_index
+  from ragjax.retrieval.store import PassageStore
   if r.index:
-    return open_index(r.index, cache_size=r.cache_size)
-  if corpus_path is None:
+    index_dir = r.index
+  elif corpus_path is None:
     raise ValueError("set retriever.index (an index directory) or retriever.url")
-  from ragjax.retrieval.index import EncoderSpec, build_index
-  index_dir = os.path.join(workdir, "index")
-  if not os.path.exists(os.path.join(index_dir, "index.json")):
-    build_index(corpus_path, index_dir, backend=r.backend,
-                encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
-  return open_index(index_dir, cache_size=r.cache_size)
+  else:
+    from ragjax.retrieval.index import EncoderSpec, build_index
+    index_dir = os.path.join(workdir, "index")
+    if noise.kind == "paraphrase":
+      index_dir += f"_paraphrase_n{noise.paraphrases}_p{noise.p:g}_s{noise.seed}"
+    if not os.path.exists(os.path.join(index_dir, "index.json")):
+      if noise.kind == "paraphrase":
+        os.makedirs(index_dir, exist_ok=True)
+        noisy = os.path.join(index_dir, "corpus_paraphrased.jsonl")
+        write_paraphrased_corpus(corpus_path, noisy, noise)
+        corpus_path = noisy
+      build_index(corpus_path, index_dir, backend=r.backend,
+                  encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+  retriever = open_index(index_dir, cache_size=r.cache_size)
+  pool = PassageStore(index_dir) if noise.kind == "replace" else None
+  return wrap_retriever(retriever, noise, pool)
 
 
 def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
@@ -157,12 +181,40 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
   """The trainer over a sampling engine (with the config's hooks) and a greedy one for dev."""
   workdir = os.path.join(os.path.abspath(c.workdir), RL_DIR)
   engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
-  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
+  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[],
+                       evaluation=True)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
                  train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
-                 critic_params=critic, progress=c.progress)
+                 critic_params=critic, progress=c.progress,
+                 adapter=adapter_from_config(c.model.lora),
+                 services=make_services(c, cfg, params, tok, mesh))
+
+
+def make_services(c, cfg, params, tok, mesh=None) -> dict:
+  """The model services rewards call (`ctx.services`), from the config's `judge` section:
+  "base" is the policy as loaded (before training; with LoRA exactly the frozen base, the
+  "policy without LoRA"), in this process and sharing its weights; a directory is an HF
+  checkpoint; an http(s) URL an OpenAI-compatible server."""
+  j = c.get("judge", None)
+  if j is None or not j.model:
+    return {}
+  sizes = dict(max_batch=j.max_batch, max_prompt_tokens=j.max_prompt_tokens,
+               max_new_tokens=j.max_new_tokens)
+  if j.model == "base":
+    from ragjax.services.local import LocalChatModel
+    chat = LocalChatModel(cfg, params, tok, name=j.name, seed=c.seed, mesh=mesh, **sizes)
+  elif j.model.startswith(("http://", "https://")):
+    from ragjax.services.http_client import OpenAIChatClient
+    chat = OpenAIChatClient(j.model, j.name)
+  elif os.path.isdir(j.model):
+    from ragjax.services.local import LocalChatModel
+    chat = LocalChatModel.from_checkpoint(j.model, name=j.name, seed=c.seed, **sizes)
+  else:
+    raise ValueError(f"judge.model={j.model!r}: use '' (none), 'base' (the frozen policy), an "
+                     f"HF checkpoint directory or an http(s) URL")
+  return {"judge": chat}
 
 
 def export_policy(out_dir: str, cfg, params, tok) -> str:
@@ -216,7 +268,7 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   size = c.eval.batch_size
   results = []
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
-    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[])
+    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True)
     results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed))
   if opts.samples:
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False,

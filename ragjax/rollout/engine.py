@@ -11,7 +11,8 @@ boundaries when the protocol drops what follows an action); only environment / i
 tokenised, segment by segment, so each label is attached while concatenating.
 
 `policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
-`retriever` is anything with `search(queries, k) -> hits`.  Prompts are dataset records (dicts
+`retriever` is anything with `search(queries, k) -> hits` (or `search_for(queries, k, records)`,
+which also gets each query's prompt record).  Prompts are dataset records (dicts
 with a `question`, as the data package writes them), `PromptInput`s or strings; hooks see the
 record of their row's prompt, so a method hook can read its gold answers.
 """
@@ -302,7 +303,12 @@ class RolloutEngine:
     k = self.protocol.top_k
     extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
     t0 = time.perf_counter()
-    results = self.retriever.search([self._rows[r].action.query for r in rows], k + extra)
+    queries = [self._rows[r].action.query for r in rows]
+    if hasattr(self.retriever, "search_for"):   # e.g. a noisy retriever that drops gold passages
+      records = [self._prompts[self._rows[r].prompt_index] for r in rows]
+      results = self.retriever.search_for(queries, k + extra, records)
+    else:
+      results = self.retriever.search(queries, k + extra)
     self._retrieval_s += time.perf_counter() - t0
     self.retrieval_calls += 1
     if len(results) != len(rows):

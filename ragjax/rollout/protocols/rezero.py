@@ -5,6 +5,11 @@ Search-R1 tags, but each observation is a new *user* message `<information>...</
 the query is the last `<search>` of the assistant message, a message without a search ends the
 chat, and there are many turns (20) under a total budget of new tokens.  The paper's sampler had
 no `</search>` stop; `stop_on_search=True` adds one (seeds §B2.3 [D]).
+
+`today` is the date in the system prompt; the code writes the current date, so a run resumed
+after midnight would change its prompt: configs pin it.  The row record gets `messages`, the
+chat after the prompt as ReZero's reward functions read it (assistant contents without the
+end-of-turn token, and each `<information>` user message the policy was shown).
 """
 
 from __future__ import annotations
@@ -89,3 +94,19 @@ class ReZero(Protocol):
 
   def invalid_observation(self) -> list[Segment]:
     return []
+
+  def annotate(self, row) -> dict:
+    return {"messages": chat_messages(row, self)}
+
+
+def chat_messages(row, protocol: ReZero) -> list[dict]:
+  """[{"role": "assistant" | "user", "content"}] after the prompt.  A search turn is followed by
+  its information message unless the row ran out of budget there (then it was never shown)."""
+  out = []
+  for i, t in enumerate(row.turns):
+    out.append({"role": "assistant", "content": t.text})
+    last = i == len(row.turns) - 1
+    if t.action == "search" and not (last and row.stop_reason == "budget"):
+      docs = protocol.truncate_chars(protocol.format_documents(t.doc_texts))
+      out.append({"role": "user", "content": f"<information>{docs}</information>"})
+  return out
