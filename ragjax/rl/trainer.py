@@ -125,6 +125,7 @@ class Trainer:
                       if self.rl.behaviour else None)
     self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
     self.services = dict(services or {})     # e.g. {"judge": ChatModel}, read by rewards
+    self._service_calls: dict = {}
     self.optimizer = make_optimizer(run.optim)
     # `adapter` (e.g. ragjax.models.lora.LoraAdapter): only its trainable params are optimised
     # and checkpointed; the frozen base is an input of the update and the reference policy.
@@ -275,6 +276,11 @@ class Trainer:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():
       stats.update({f"{name}/{k}": float(v) for k, v in fn(rows, examples).items()})
+    for name, service in self.services.items():   # requests this step (e.g. to the judge)
+      if hasattr(service, "calls"):
+        calls = int(service.calls)
+        stats[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
+        self._service_calls[name] = calls
     return train_batch, stats
 
   def _minibatches(self, batch: TrainBatch):
