@@ -7,6 +7,7 @@
 Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an unknown field is
 an error naming it):
   recipe, seed, workdir, progress      which `ragjax.recipes.<recipe>` runs, and where
+  hardware    the accelerators the paper used, the default `--dry_run --target`
   model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat; lora (adapters)
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
   data        source "world" (the synthetic world below) or "files" (train/dev question files)
@@ -32,6 +33,7 @@ def get_config() -> ConfigDict:
   c.seed = 0
   c.workdir = "runs/default"
   c.progress = True
+  c.hardware = ""               # the paper's accelerators, for `--dry_run` (e.g. "h100x8")
 
   # preset: a named shape (ragjax.models.presets; random weights unless `checkpoint`);
   # checkpoint: an HF directory (its config.json wins); both empty: the shape below, from

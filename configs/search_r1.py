@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 
 SIZES = ("tiny", "qwen2.5-3b", "qwen2.5-7b")
+ARGS = tuple(s + v for s in SIZES for v in ("", "-ppo"))     # every valid config argument
 
 
 def get_config(arg: str = "tiny"):
@@ -28,12 +29,12 @@ def get_config(arg: str = "tiny"):
   algo = "ppo" if arg.endswith("-ppo") else "grpo"
   size = arg[:-4] if algo == "ppo" else arg
   if size not in SIZES:
-    raise ValueError(f"unknown config argument {arg!r}; use one of "
-                     f"{[s + v for s in SIZES for v in ('', '-ppo')]}")
+    raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
   tiny = size == "tiny"
   c = common.get_config()
   c.recipe = "search_r1"
   c.workdir = f"runs/search_r1_{arg}"
+  c.hardware = "" if tiny else "h100x8"      # Search-R1 trained on 8 H100s
   c.model.update(dict(preset=size, checkpoint="", dtype="float32" if tiny else "bfloat16",
                       param_dtype="float32", scan_layers=not tiny, remat=not tiny))
 

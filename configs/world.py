@@ -15,6 +15,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 
+ARGS = ("default", "toy")     # every valid config argument
+
 
 def get_config(arg: str = "default"):
   arg = (arg or "default").lower()

@@ -4,7 +4,7 @@ traceback, a non-zero exit; `RAGJAX_TRACEBACK=1` shows the traceback for debuggi
 User mistakes are the errors ragjax raises on purpose with a message meant for the user: bad
 config fields and registry names (ValueError / KeyError), a checkpoint from another config
 (`ConfigMismatchError`), missing files, bad data records (`DataError`), an unreachable service
-(`RetrievalError`, `ChatServiceError`).
+(`RetrievalError`, `ChatServiceError`), a diverged update (`NonFiniteError`: lower the lr).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-               PermissionError, ConnectionError)
+               PermissionError, ConnectionError, FloatingPointError)
 
 
 def _is_user_error(e: BaseException) -> bool:

@@ -67,7 +67,7 @@ def tokenizer(chat: bool = True, vocab_size: int = 500):
 def bm25_retriever():
   """The retrieval package's real BM25 backend over PASSAGES (an Arrow store in a temp dir)."""
   from ragjax.retrieval.bm25 import BM25Index
-  from ragjax.retrieval.corpus import Passage
+  from ragjax.retrieval.types import Passage
   from ragjax.retrieval.retrievers import BM25Retriever
   from ragjax.retrieval.store import PassageStore, write_store
   d = tempfile.mkdtemp(prefix="rollout_bm25_")

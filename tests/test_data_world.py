@@ -199,12 +199,12 @@ def test_tfds_world_builder_is_byte_identical_and_round_trips(tmp_path):
 
 def test_flashrag_files_round_trip_through_the_flashrag_builder(tmp_path):
   from ragjax.data.builders import FilesConfig, RagjaxFlashrag
-  from ragjax.data.corpus import read_corpus
+  from ragjax.retrieval.corpus import read_passages
   from ragjax.data.flashrag import read_flashrag
   from ragjax.data.load import load_split
   world = generate_world(SMALL)
   paths = write_flashrag(world, str(tmp_path / "flat"))
-  assert [p.to_record() for p in read_corpus(paths["corpus"])] == world.passages
+  assert [p.to_record() for p in read_passages(paths["corpus"])] == world.passages
   back = list(read_flashrag(paths["dev"]))
   assert back == world.questions["dev"]
   b = RagjaxFlashrag(config=FilesConfig(name="w", files={s: [paths[s]] for s in ("train", "dev", "test")}),
@@ -290,3 +290,21 @@ def test_name_lexicon_reuses_words_but_never_full_names_or_facts():
     generate_world(dataclasses.replace(cfg, name_lexicon=20))
   with pytest.raises(ValueError, match="name_lexicon"):
     WorldConfig(name_lexicon=-1)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--num_train", "-5"], "argument --num_train: must be >= 0, got -5"),
+    (["--num_places", "1"], "argument --num_places: must be >= 3, got 1"),
+    (["--distractor_rate", "1.5"], "argument --distractor_rate: must be in 0..1, got 1.5"),
+    (["--paraphrases", "0"], "argument --paraphrases: must be in 1..3, got 0"),
+    (["--train_worlds", "0"], "argument --train_worlds: must be >= 1, got 0"),
+    (["--vocab_size", "10"], "argument --vocab_size: must be >= "),
+    (["--num_train", "0", "--num_dev", "0", "--num_test", "0"], "would have no questions"),
+])
+def test_make_world_rejects_bad_counts_before_generating(tmp_path, capsys, argv, says):
+  from ragjax.data.make_world import main
+  with pytest.raises(SystemExit) as e:
+    main(["--out", str(tmp_path / "w")] + argv)
+  assert e.value.code == 2
+  assert says in capsys.readouterr().err.strip().splitlines()[-1]
+  assert not (tmp_path / "w").exists()

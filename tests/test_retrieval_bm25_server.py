@@ -167,3 +167,39 @@ def test_client_reports_timeout_and_refused_connection_clearly():
   client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=2, backoff=0.05)
   with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts: connection failed"):
     client.search(["anything"], 3)
+
+
+def test_server_refuses_oversized_and_malformed_requests_with_4xx(bm25_dir):
+  """Limits and bad bodies are 4xx with a message, never a 500; /health names no path."""
+  limits = ("--max-queries", "8", "--max-query-chars", "60", "--max-topk", "5",
+            "--max-body-bytes", "4096")
+  with server(bm25_dir, None, *limits) as (url, _):
+    def post(body):
+      return requests.post(url + "/retrieve", data=body, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    cases = [
+        (json.dumps({"queries": ["q"] * 9}), 422, "9 queries in one request; the limit is 8"),
+        (json.dumps({"queries": ["x" * 61]}), 422, "queries[0] has 61 characters; the limit is 60"),
+        (json.dumps({"queries": ["q"], "topk": 6}), 422, "topk must be in [1, 5], got 6"),
+        (json.dumps({"queries": ["q"], "topk": 0}), 422, "topk must be in [1, 5], got 0"),
+        (json.dumps({"queries": ["q"], "topk": "3"}), 422, "got '3'"),
+        (json.dumps({"queries": ["q"], "return_scores": "yes"}), 422, "'return_scores' must be"),
+        (json.dumps({"queries": ["ok", 5]}), 422, "queries[1] is int, expected a string"),
+        (json.dumps({"queries": "not a list"}), 422, "'queries' must be a list"),
+        ("[1, 2]", 422, "must be a JSON object, got list"),
+        ('{"queries": ["Qessa \\ud800 guild"]}', 422, "queries[0] holds a lone surrogate U+D800"),
+        ("{not json", 400, "request body is not JSON"),
+        (b'{"queries": ["caf\xe9"]}', 400, "request body is not UTF-8"),
+        ("[" * 1900 + "]" * 1900, 400, "nested too deeply"),
+        (json.dumps({"queries": ["q" * 50] * 80}), 413, "the limit is 4096 (--max-body-bytes)"),
+    ]
+    for body, status, says in cases:
+      r = post(body)
+      assert (r.status_code, says in r.json()["detail"]) == (status, True), (body[:60], r.text[:300])
+    ok = post(json.dumps({"queries": ["Qessa astronomy"] * 8, "topk": 5}))     # at the limits
+    assert ok.status_code == 200 and [len(x) for x in ok.json()["result"]] == [5] * 8
+    r = requests.get(url + "/health", timeout=30)
+    health = r.json()
+    assert health["backend"] == "bm25" and health["passages"] == len(small_corpus())
+    assert health["limits"]["max_queries"] == 8 and health["limits"]["max_topk"] == 5
+    assert bm25_dir not in r.text and "/tmp" not in r.text

@@ -149,7 +149,7 @@ def test_loss_mask_from_labels():
   np.testing.assert_array_equal(loss_mask(labels, ("policy", "injected")),
                                 [[0, 1, 0, 1, 0, 0], [0, 1, 1, 0, 1, 0]])   # position 0 never
   np.testing.assert_array_equal(loss_mask(jnp.asarray(labels))[0], [0, 1, 0, 0, 0, 0])
-  for bad in ("retrieved", "prompt", "environment"):
+  for bad in ("prompt", "environment", "pad"):
     with pytest.raises(ValueError, match="cannot train on"):
       loss_mask(labels, ("policy", bad))
 

@@ -25,16 +25,33 @@ import random
 import re
 from typing import Optional
 
-from ragjax.data.corpus import make_contents, write_jsonl
 from ragjax.data.schema import Example, make_example
 from ragjax.data.world_language import (COMPARISONS, FILLERS, MENTIONS, OCCUPATIONS,
                                         ORG_KINDS, PLACE_KINDS, PRODUCTS, RELATIONS, RELATIONS_OF,
                                         RETRY_RELATIONS, WORK_KINDS, YEAR_RANGES, Relation)
 from ragjax.data.world_names import NamePool
+from ragjax.retrieval.records import write_jsonl
+from ragjax.retrieval.types import join_contents
 
 QTYPES = ("1hop", "2hop", "comparison", "retry")
 SPLITS = ("train", "dev", "test")
 DATA_SOURCE = "ragjax_world"
+
+# Allowed range of every numeric WorldConfig field (None: unbounded).  The generator draws
+# distinct places and organisations in pairs/triples, so it needs at least 3 and 2 of them;
+# rates are shares.  `make_world` turns the same table into its flag checks.
+BOUNDS: dict[str, tuple] = {
+    "num_people": (0, None), "num_places": (3, None), "num_orgs": (2, None), "num_works": (0, None),
+    "retry_groups": (0, None), "retry_decoys": (0, None), "distractor_rate": (0.0, 1.0),
+    "mention_rate": (0.0, 1.0), "facts_per_passage": (1, None), "min_passage_words": (0, None),
+    "paraphrases": (1, 3), "max_hops": (1, 3), "num_train": (0, None), "train_worlds": (1, None),
+    "name_lexicon": (0, None), "num_dev": (0, None), "num_test": (0, None)}
+
+
+def bound_text(lo, hi) -> str:
+  if hi is None:
+    return f">= {lo}"
+  return f"{lo}..{hi}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,14 +80,12 @@ class WorldConfig:
       ("1hop", 0.3), ("2hop", 0.4), ("comparison", 0.15), ("retry", 0.15))
 
   def __post_init__(self):
-    if not 1 <= self.paraphrases <= 3:
-      raise ValueError(f"paraphrases must be 1..3, got {self.paraphrases}")
-    if not 1 <= self.max_hops <= 3:
-      raise ValueError(f"max_hops must be 1..3, got {self.max_hops}")
-    if self.facts_per_passage < 1:
-      raise ValueError("facts_per_passage must be >= 1")
-    if self.name_lexicon < 0:
-      raise ValueError(f"name_lexicon must be >= 0, got {self.name_lexicon}")
+    for name, (lo, hi) in BOUNDS.items():
+      value = getattr(self, name)
+      if (lo is not None and value < lo) or (hi is not None and value > hi) or value != value:
+        raise ValueError(f"{name} must be {bound_text(lo, hi)}, got {value}")
+    if self.num_train + self.num_dev + self.num_test < 1:
+      raise ValueError("num_train, num_dev and num_test are all 0: the world would have no questions")
     weights = dict(self.qtype_weights)
     unknown = set(weights) - set(QTYPES)
     if unknown:
@@ -286,7 +301,7 @@ class _WorldBuilder:
         pid = f"w{self.wi}-{len(self.passages):05d}"
         text = " ".join(sents)
         self.passages.append({"id": pid, "title": e.title, "text": text,
-                              "contents": make_contents(e.title, text)})
+                              "contents": join_contents(e.title, text)})
         self.pid_entity[pid] = e
         for r in chunk:
           self.fact_pid[(e.id, r.name)] = pid

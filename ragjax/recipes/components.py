@@ -122,6 +122,31 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
   return Setup(splits, open_retriever(c, workdir) if retriever else None)
 
 
+@dataclasses.dataclass
+class Start:
+  """What RL starts from: the data and retriever, the policy (after any cold start)."""
+  setup: Setup
+  cfg: DecoderConfig
+  params: dict
+  tokenizer: object
+  mesh: object = None
+
+
+def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
+  """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
+  from ragjax.eval.systems import evaluate_system
+  from ragjax.retrieval.types import NullRetriever
+  results = []
+  for split in splits:
+    recs = s.setup.splits[split][:c.eval.max_questions or None]
+    for name, params, with_retrieval in systems:
+      ret = s.setup.retriever if with_retrieval else NullRetriever()
+      engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[])
+      results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
+                                     seed=c.seed))
+  return results
+
+
 # --- mesh, policy, critic ---------------------------------------------------------------------
 def make_mesh(c):
   """The config's mesh; None on a single device (no sharding to do)."""

@@ -14,15 +14,23 @@ import os
 from ragjax.recipes import components as parts
 
 
-def run(c) -> dict:
-  run_cfg = parts.validate(c)
+def start(c) -> parts.Start:
+  """Data, retriever and the initial policy (what every arm of an ablation shares)."""
   workdir = os.path.abspath(c.workdir)
   os.makedirs(workdir, exist_ok=True)
   setup = parts.load_data(c, workdir)
   parts.log(f"data: { {s: len(v) for s, v in setup.splits.items()} } questions")
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
-  trainer = parts.make_trainer(c, run_cfg, cfg, params, tok, setup, mesh)
+  return parts.Start(setup, cfg, params, tok, mesh)
+
+
+def run(c) -> dict:
+  run_cfg = parts.validate(c)
+  workdir = os.path.abspath(c.workdir)
+  s = start(c)
+  cfg, tok = s.cfg, s.tokenizer
+  trainer = parts.make_trainer(c, run_cfg, cfg, s.params, tok, s.setup, s.mesh)
   history = trainer.train()
   params = trainer.final_params()
   trainer.ckpt.close()

@@ -71,6 +71,10 @@ class RLConfig:
       raise ValueError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
     check_train_on(self.train_on, "rl.train_on")
+    if self.use_sampler_logprobs and tuple(self.train_on) != ("policy",):
+      raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
+                       f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
+                       f"(set rl.use_sampler_logprobs=False to re-score them)")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 
@@ -133,7 +137,7 @@ class TrainerConfig:
 # they do not alter the trajectory of the run.
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
-                  "workdir", "progress", "mesh.", "eval.", "probe.")
+                  "workdir", "progress", "hardware", "mesh.", "eval.", "probe.")
 
 
 def resume_mutable(key: str) -> bool:

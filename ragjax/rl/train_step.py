@@ -27,6 +27,20 @@ from ragjax.rl.losses import (agg_denominator, aggregate, clipped_surrogate, cli
                               kl_penalty)
 
 
+class NonFiniteError(FloatingPointError):
+  """An update produced a non-finite loss, gradient or parameter; nothing was saved."""
+
+
+def nonfinite_keys(metrics) -> list[str]:
+  """Metrics that are not finite, plus `nonfinite_params` when the update's new params hold any
+  NaN/Inf (the guard checks the params it would save, not only the loss)."""
+  import math
+  bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
+  if float(metrics.get("nonfinite_params", 0)) > 0:
+    bad.append("nonfinite_params")
+  return bad
+
+
 @flax.struct.dataclass
 class TrainState:
   step: jnp.ndarray

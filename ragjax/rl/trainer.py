@@ -17,7 +17,6 @@ checkpointed, so a run killed at any point resumes to the same params and metric
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -41,14 +40,11 @@ from ragjax.rl.optim import make_optimizer
 from ragjax.rl.rewards import RewardContext, score_rows
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.mesh import replicated
-from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
-                                  place_train_state, policy_loss_fn, value_loss_fn)
+from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
+                                  make_update, nonfinite_keys, place_train_state, policy_loss_fn,
+                                  value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
 from ragjax.rollout.trajectory import RolloutBatch
-
-
-class NonFiniteError(FloatingPointError):
-  pass
 
 
 class DataCursor:
@@ -75,13 +71,6 @@ class DataCursor:
 
   def state(self) -> dict:
     return {"epoch": self.epoch, "offset": self.offset}
-
-
-def _nonfinite(metrics: Mapping[str, float]) -> list[str]:
-  bad = [k for k, v in metrics.items() if not math.isfinite(float(v))]
-  if float(metrics.get("nonfinite_params", 0)) > 0:
-    bad.append("nonfinite_params")
-  return bad
 
 
 def step_token_rewards(per_step: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
@@ -322,7 +311,7 @@ class Trainer:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
         m = jax.device_get(m)
-        bad = _nonfinite(m)
+        bad = nonfinite_keys(m)
         if bad:
           last = self.ckpt.latest_step()
           raise NonFiniteError(
