@@ -50,6 +50,7 @@ def get_config(arg: str = "tiny"):
   c = common.get_config()
   c.recipe = "search_r1"           # the generic RL recipe: ReZero is config + plug-ins
   c.workdir = f"runs/rezero_{arg}"
+  c.hardware = "" if tiny else "h200x1"      # ReZero trained on one H200 (§B4)
   c.model.update(dict(preset=SIZES[arg], checkpoint="", dtype="float32" if tiny else "bfloat16",
                       param_dtype="float32" if tiny else "bfloat16", scan_layers=not tiny,
                       remat=not tiny))

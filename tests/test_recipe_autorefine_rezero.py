@@ -182,3 +182,25 @@ def test_each_ablation_is_one_field(spec, field, value):
     assert "<information>" in proto.user_message(PromptInput("q"))
   if field == "eval.top_k":
     assert protocol_from_config(c).top_k == 2 and protocol_from_config(c, True).top_k == 5
+
+
+@pytest.mark.parametrize("spec", ["configs/autorefine.py:qwen2.5-3b-base",
+                                  "configs/autorefine.py:qwen2.5-7b-base",
+                                  "configs/rezero.py:llama-3.2-3b-instruct"])
+def test_real_sizes_fit_their_papers_hardware_in_the_dry_run(spec):
+  """Built abstractly (no weights): AutoRefine on 8 A100s (16 for the 7B), ReZero on 1 H200."""
+  from ragjax.parallel.memory import parse_target
+  from ragjax.recipes.dry_run import memory_plan
+  c = _config(spec)
+  plan = memory_plan(c, parse_target(c.hardware))
+  assert plan.fits, plan.table()
+  lines = {l.name: l.bytes for l in plan.lines}
+  if "rezero" in spec:
+    # rank 64 on all seven projections of 28 layers: (q 3072+3072, k 3072+1024, v 3072+1024,
+    # o 3072+3072, gate/up 3072+8192 each, down 8192+3072) x 64 x 28 fp32 values
+    per_layer = 6144 + 4096 + 4096 + 6144 + 3 * 11264
+    assert lines["LoRA adapters"] == per_layer * 64 * 28 * 4
+    assert lines["optimizer (AdamW mu, nu)"] == 2 * lines["LoRA adapters"]
+    assert "reference policy" not in lines       # the frozen base is the reference
+  else:
+    assert lines["optimizer (AdamW mu, nu)"] == 2 * lines["params"]
