@@ -5,6 +5,8 @@ the Eq. 3 reward, at tiny and real sizes.
   --config=configs/autorefine.py:qwen2.5-3b-base       the paper's main model
   --config=configs/autorefine.py:qwen2.5-3b-instruct
   --config=configs/autorefine.py:qwen2.5-7b-base       the later released 7B checkpoint's setup
+  --config=configs/autorefine.py:world                 the embedded world's scale (configs/world.py:
+                                                       cold start with <refine> traces, then GRPO)
 
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
 `data.dev_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; dev for keep-best) and
@@ -37,10 +39,30 @@ SIZES = {"tiny": "tiny", "qwen2.5-3b-base": "qwen2.5-3b", "qwen2.5-3b-instruct":
          "qwen2.5-7b-base": "qwen2.5-7b"}
 
 
+def world_config():
+  """configs/world.py with AutoRefine's deltas: its protocol (a short prompt a from-scratch
+  policy can use), cold-start traces that write `<refine>` after documents, the Eq. 3 reward
+  and the §3.3 metrics.  For `python -m ragjax.ablate` (see BENCHMARKS.md)."""
+  import world
+  c = world.get_config("default")
+  c.workdir = "runs/autorefine_world"
+  c.protocol = common.ConfigDict(dict(
+      name="autorefine", template="Question: {question}\n", refine=True, top_k=2, max_turns=3,
+      obs_max_tokens=160))
+  c.sampler.max_new_tokens = 48          # a turn is a refine block plus a search
+  c.traces.refine = True
+  c.rl.rewards = {"autorefine": 1.0}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  c.rl.metrics = ("autorefine",)
+  return c
+
+
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
+  if arg == "world":
+    return world_config()
   if arg not in SIZES:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES)}")
+    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES) + ['world']}")
   tiny = arg == "tiny"
   c = common.get_config()
   c.recipe = "search_r1"           # the generic RL recipe: AutoRefine is config + plug-ins

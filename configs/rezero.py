@@ -3,6 +3,8 @@ LoRA, six reward functions including the retry reward, and a frozen-base judge.
 
   --config=configs/rezero.py:tiny                    tiny policy on the synthetic world (CPU)
   --config=configs/rezero.py:llama-3.2-3b-instruct   the paper's model
+  --config=configs/rezero.py:world                   the embedded world's scale (configs/world.py's
+                                                     cold start, then ReZero's GRPO with LoRA)
 
 The real size needs `model.checkpoint` (Llama-3.2-3B-Instruct as an HF directory),
 `data.train_files` / `data.dev_files` (FlashRAG jsonl whose `metadata.chunk_content` is each
@@ -42,10 +44,37 @@ SIZES = {"tiny": "tiny", "llama-3.2-3b-instruct": "llama-3.2-3b"}
 PROMPT_DATE = "04 Apr 2025"      # the paper's runs (250404-...); see the docstring
 
 
+def world_config():
+  """configs/world.py's world and cold start, then ReZero's RL: its protocol (with a short
+  prompt a from-scratch policy can use; observations inline, the world has no chat format),
+  the six reward terms and ReZero's GRPO with LoRA, under a noisy retriever (each gold passage
+  dropped with probability 0.5).  Decisions for this scale: exact match stands in for the judge
+  (a from-scratch policy of the world cannot read the judge prompt), LoRA rank 8 (the policy
+  is 96 wide) at lr 1e-3, the world's steps and batch.  For `python -m ragjax.ablate`."""
+  import world
+  c = world.get_config("default")
+  c.workdir = "runs/rezero_world"
+  c.protocol = common.ConfigDict(dict(
+      name="rezero", prompt="Question: {question}\n", top_k=2, max_turns=4,
+      max_response_tokens=448, stop_on_search=True, today=PROMPT_DATE, obs_max_tokens=160))
+  c.retriever.noise.update(dict(kind="drop_gold", p=0.5, seed=0))
+  c.model.lora.update(dict(rank=8, alpha=16.0, seed=3407))
+  c.rl.update(dict(adv_eps=1e-4, kl_coef=0.04, kl_estimator="k3", loss_agg="token-mean",
+                   use_sampler_logprobs=False, ppo_epochs=1, mini_batch_size=0))
+  c.rl.rewards = {"em": 4.0, "rezero_format": 2.0, "rezero_retry": 1.0, "rezero_em_chunk": 1.0,
+                  "rezero_strategy": 1.0, "rezero_diversity": 1.0}
+  c.rl.reward_kwargs = {"rezero_retry": {"retry_counting": "all_searches"}}
+  c.optim.update(dict(lr=1e-3, schedule="cosine", warmup_ratio=0.1, b2=0.99, weight_decay=0.1,
+                      grad_clip=0.1))
+  return c
+
+
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
+  if arg == "world":
+    return world_config()
   if arg not in SIZES:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES)}")
+    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES) + ['world']}")
   tiny = arg == "tiny"
   c = common.get_config()
   c.recipe = "search_r1"           # the generic RL recipe: ReZero is config + plug-ins

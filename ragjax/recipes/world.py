@@ -43,7 +43,8 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  scripts = make_scripts(records, c.seed, c.traces.wasted_query_rate)
+  scripts = make_scripts(records, c.seed, c.traces.wasted_query_rate,
+                         refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)

@@ -59,13 +59,23 @@ class ReZero(Protocol):
   max_response_tokens: Optional[int] = 4096
   stop_on_search: bool = False
   today: Optional[str] = None          # "DD Mon YYYY"; None = the current date, as the code does
+  # "code": the code's system + user messages; else a user template with {question} and no
+  # system message (a from-scratch policy at the synthetic world's scale cannot read English)
+  prompt: str = "code"
+
+  def __post_init__(self):
+    if self.prompt != "code" and "{question}" not in self.prompt:
+      raise ValueError(f"protocol.prompt={self.prompt!r}: use 'code' or a template with "
+                       f"{{question}}")
 
   def system_message(self, inp: PromptInput) -> Optional[str]:
+    if self.prompt != "code":
+      return None
     date = self.today or datetime.date.today().strftime("%d %b %Y")
     return SYSTEM_TEMPLATE.format(date=date)
 
   def user_message(self, inp: PromptInput) -> str:
-    return USER_TEMPLATE.format(question=inp.question)
+    return (USER_TEMPLATE if self.prompt == "code" else self.prompt).format(question=inp.question)
 
   @property
   def stop_sequences(self) -> tuple[str, ...]:
