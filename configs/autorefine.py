@@ -58,11 +58,9 @@ def world_config():
 
 
 def get_config(arg: str = "tiny"):
-  arg = (arg or "tiny").lower()
+  arg = common.config_arg(arg, [*SIZES, "world"])
   if arg == "world":
     return world_config()
-  if arg not in SIZES:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES) + ['world']}")
   tiny = arg == "tiny"
   c = common.get_config()
   c.recipe = "search_r1"           # the generic RL recipe: AutoRefine is config + plug-ins
@@ -93,7 +91,7 @@ def get_config(arg: str = "tiny"):
       eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 500,
       save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 
-  c.data.source = "world" if tiny else "files"
+  c.data.source = "files"
   c.protocol = common.ConfigDict(dict(
       name="autorefine", template="code", refine=True, top_k=3, max_turns=5, obs_max_tokens=512))
   # A trajectory is at most ~6k tokens: a ~200-token prompt, 6 calls x 512, 5 observations x
@@ -103,14 +101,6 @@ def get_config(arg: str = "tiny"):
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
   c.eval.update(dict(batch_size=64, top_k=0))
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
-    c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
-                        num_people=30, num_places=10, num_orgs=8, num_works=12,
-                        retry_groups=6))
-    c.tokenizer.vocab_size = 1024
-    c.retriever.backend = "bm25"
-    c.protocol.update(dict(top_k=2, max_turns=2, obs_max_tokens=64))
-    c.sampler.update(dict(max_cache_length=768, max_new_tokens=32,
-                          prompt_buckets=(64, 128, 256, 384, 512)))
-    c.rollout.widths = tuple(range(64, 769, 64))
-    c.eval.batch_size = 16
+    common.tiny_world(c)
+    common.tiny_rollout(c)
   return c

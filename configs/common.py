@@ -100,3 +100,29 @@ def get_config() -> ConfigDict:
   # top_k: retrieval depth for evaluation engines (0 = protocol.top_k, the training depth).
   c.eval = ConfigDict(dict(batch_size=64, max_questions=0, top_k=0))
   return c
+
+
+def config_arg(arg: str, known, default: str = "tiny") -> str:
+  """The lower-cased config argument (`--config=FILE:ARG`), or an error listing `known`."""
+  arg = (arg or default).lower()
+  if arg not in known:
+    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(known)}")
+  return arg
+
+
+def tiny_world(c) -> None:
+  """The synthetic world at test size, indexed with BM25 (no weights or corpus to download)."""
+  c.data.source = "world"
+  c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
+                      num_people=30, num_places=10, num_orgs=8, num_works=12, retry_groups=6))
+  c.tokenizer.vocab_size = 1024
+  c.retriever.backend = "bm25"
+
+
+def tiny_rollout(c) -> None:
+  """Short turns and observations for the tiny Search-R1-style configs on `tiny_world`."""
+  c.protocol.update(dict(top_k=2, max_turns=2, obs_max_tokens=64))
+  c.sampler.update(dict(max_cache_length=768, max_new_tokens=32,
+                        prompt_buckets=(64, 128, 256, 384, 512)))
+  c.rollout.widths = tuple(range(64, 769, 64))
+  c.eval.batch_size = 16

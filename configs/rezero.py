@@ -70,11 +70,9 @@ def world_config():
 
 
 def get_config(arg: str = "tiny"):
-  arg = (arg or "tiny").lower()
+  arg = common.config_arg(arg, [*SIZES, "world"])
   if arg == "world":
     return world_config()
-  if arg not in SIZES:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(SIZES) + ['world']}")
   tiny = arg == "tiny"
   c = common.get_config()
   c.recipe = "search_r1"           # the generic RL recipe: ReZero is config + plug-ins
@@ -106,7 +104,7 @@ def get_config(arg: str = "tiny"):
       eval_every=5 if tiny else 50, eval_prompts=8 if tiny else 32,
       save_every=5 if tiny else 50, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 
-  c.data.source = "world" if tiny else "files"
+  c.data.source = "files"
   c.protocol = common.ConfigDict(dict(
       name="rezero", top_k=2, max_turns=20, max_response_tokens=4096, stop_on_search=True,
       today=PROMPT_DATE))
@@ -116,11 +114,7 @@ def get_config(arg: str = "tiny"):
   c.retriever.noise.update(dict(kind="", p=0.0, seed=0))
   c.eval.batch_size = 32
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short chats
-    c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
-                        num_people=30, num_places=10, num_orgs=8, num_works=12,
-                        retry_groups=6))
-    c.tokenizer.vocab_size = 1024
-    c.retriever.backend = "bm25"
+    common.tiny_world(c)
     # ReZero's long instruction is ~750 tokens under the world's small tokenizer
     c.protocol.update(dict(max_turns=3, max_response_tokens=160))
     c.sampler.update(dict(max_cache_length=1024, max_new_tokens=32, prompt_buckets=(768, 896)))

@@ -8,13 +8,10 @@ switch is one field that validates."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
+from _recipe_helpers import ROOT, TESTS, finish as _finish, read_metrics as _metrics, train
 COMMON = ["--config.progress=False", "--config.trainer.eval_every=2",
           "--config.trainer.eval_prompts=4", "--config.trainer.save_every=1"]
 # A random tiny policy never answers right, so the papers' rewards alone give no gradient:
@@ -29,27 +26,9 @@ REZERO = ["--config=configs/rezero.py:tiny", "--gin_file", os.path.join(TESTS, "
           "--config.retriever.noise.kind=drop_gold", "--config.retriever.noise.p=0.5"]
 
 
-def _train(workdir, *args, cache=None):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=1")
-  if cache:   # resumed runs reuse the first runs' compiled executables
-    env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  config, rest = args[0], args[1:]          # --config=FILE:ARG must come first
-  return subprocess.Popen([sys.executable, "-m", "ragjax.train", config,
-                           f"--config.workdir={workdir}", *COMMON, *rest], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc, timeout=900):
-  out, err = proc.communicate(timeout=timeout)
-  assert proc.returncode == 0, err[-4000:]
-  return out, err
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
-    return [json.loads(l) for l in f if l.strip()]
+def _train(workdir, config, *args, cache=None):
+  """Resumed runs share the first runs' compilation cache (`cache`)."""
+  return train([config, f"--config.workdir={workdir}", *COMMON, *args], cache=cache)
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +183,37 @@ def test_real_sizes_fit_their_papers_hardware_in_the_dry_run(spec):
     assert "reference policy" not in lines       # the frozen base is the reference
   else:
     assert lines["optimizer (AdamW mu, nu)"] == 2 * lines["params"]
+
+
+def test_world_scale_configs_refine_traces_and_compact_prompts():
+  """`:world` (for `python -m ragjax.ablate`): the world's cold start teaches `<refine>` after
+  documents for AutoRefine; ReZero's prompt is the world's short one, observations inline."""
+  import random
+  from ragjax.data.world_traces import trace_turns
+  from ragjax.recipes.components import validate
+  from ragjax.rollout.factory import protocol_from_config
+  from ragjax.rollout.protocols.base import PromptInput
+  ar, rz = _config("configs/autorefine.py:world"), _config("configs/rezero.py:world")
+  for c in (ar, rz):
+    validate(c)
+    assert c.recipe == "world" and c.rollout.chat is False
+  ex = {"id": "q", "question": "Where was the author of Vumo born?", "golden_answers": ["Nosur"],
+        "metadata": {"qtype": "2hop", "hops": [{"query": "Vumo author", "answer": "Tokom"},
+                                               {"query": "where was Tokom born",
+                                                "answer": "Nosur"}]}}
+  assert trace_turns(ex, random.Random(0), 0.0, refine=True) == [
+      "<search> Vumo author </search>",
+      "<refine> Tokom </refine> <search> where was Tokom born </search>",
+      "<refine> Nosur </refine> <answer> Nosur </answer>"]
+  assert trace_turns(ex, random.Random(0), 1.0, refine=True)[1] == (
+      "<refine> not found </refine> <search> Vumo author </search>")   # after a wasted query
+  assert trace_turns(ex, random.Random(0), 0.0) == [
+      "<search> Vumo author </search>", "<search> where was Tokom born </search>",
+      "<answer> Nosur </answer>"]
+  assert ar.traces.refine and ar.rl.rewards.to_dict() == {"autorefine": 1.0}
+  proto = protocol_from_config(rz)
+  assert proto.messages(PromptInput("Who?")) == [{"role": "user", "content": "Question: Who?\n"}]
+  assert (rz.retriever.noise.kind, rz.retriever.noise.p, rz.model.lora.rank) == ("drop_gold", 0.5, 8)
+  with pytest.raises(ValueError, match="protocol.prompt"):
+    from ragjax.rollout.protocols import get_protocol
+    get_protocol("rezero", prompt="no placeholder")
