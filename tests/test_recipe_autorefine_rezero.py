@@ -217,3 +217,9 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
   with pytest.raises(ValueError, match="protocol.prompt"):
     from ragjax.rollout.protocols import get_protocol
     get_protocol("rezero", prompt="no placeholder")
+
+
+def test_a_bad_judge_is_refused_before_any_work():
+  from ragjax.recipes.components import validate
+  with pytest.raises(ValueError, match="judge.model='bsae'"):
+    validate(_config("configs/rezero.py:tiny", **{"judge.model": "bsae"}))

@@ -44,6 +44,7 @@ def validate(c) -> RunConfig:
   make_hooks(c)
   adapter_from_config(c.model.lora)
   noise_config(c)
+  judge_kind(c)
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   if c.data.source not in ("world", "files"):
@@ -217,29 +218,41 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
                  services=make_services(c, cfg, params, tok, mesh))
 
 
+def judge_kind(c) -> str:
+  """"" (no judge), "base", "url" or "checkpoint", from `judge.model` (an error otherwise)."""
+  j = c.get("judge", None)
+  model = "" if j is None else j.model
+  if not model:
+    return ""
+  if model == "base":
+    return "base"
+  if model.startswith(("http://", "https://")):
+    return "url"
+  if os.path.isdir(model):
+    return "checkpoint"
+  raise ValueError(f"judge.model={model!r}: use '' (none), 'base' (the frozen policy), an HF "
+                   f"checkpoint directory or an http(s) URL")
+
+
 def make_services(c, cfg, params, tok, mesh=None) -> dict:
   """The model services rewards call (`ctx.services`), from the config's `judge` section:
   "base" is the policy as loaded (before training; with LoRA exactly the frozen base, the
   "policy without LoRA"), in this process and sharing its weights; a directory is an HF
   checkpoint; an http(s) URL an OpenAI-compatible server."""
-  j = c.get("judge", None)
-  if j is None or not j.model:
+  kind = judge_kind(c)
+  if not kind:
     return {}
+  j = c.judge
   sizes = dict(max_batch=j.max_batch, max_prompt_tokens=j.max_prompt_tokens,
                max_new_tokens=j.max_new_tokens)
-  if j.model == "base":
-    from ragjax.services.local import LocalChatModel
-    chat = LocalChatModel(cfg, params, tok, name=j.name, seed=c.seed, mesh=mesh, **sizes)
-  elif j.model.startswith(("http://", "https://")):
+  if kind == "url":
     from ragjax.services.http_client import OpenAIChatClient
-    chat = OpenAIChatClient(j.model, j.name)
-  elif os.path.isdir(j.model):
-    from ragjax.services.local import LocalChatModel
-    chat = LocalChatModel.from_checkpoint(j.model, name=j.name, seed=c.seed, **sizes)
-  else:
-    raise ValueError(f"judge.model={j.model!r}: use '' (none), 'base' (the frozen policy), an "
-                     f"HF checkpoint directory or an http(s) URL")
-  return {"judge": chat}
+    return {"judge": OpenAIChatClient(j.model, j.name)}
+  from ragjax.services.local import LocalChatModel
+  if kind == "base":
+    return {"judge": LocalChatModel(cfg, params, tok, name=j.name, seed=c.seed, mesh=mesh,
+                                    **sizes)}
+  return {"judge": LocalChatModel.from_checkpoint(j.model, name=j.name, seed=c.seed, **sizes)}
 
 
 def export_policy(out_dir: str, cfg, params, tok) -> str:

@@ -13,6 +13,11 @@ record; the method parts (reward, advantage estimator, behaviour policy, metrics
 in `ragjax.registry` by the config's names, so no method name appears here.  Every step is a
 deterministic function of (params, optimizer state, RNG key, data position, method state), all
 checkpointed, so a run killed at any point resumes to the same params and metrics.
+
+`adapter` (e.g. `ragjax.models.lora.LoraAdapter`) splits the policy into trainable params (the
+train state: optimised and checkpointed) and a frozen base (an input of the update, never
+donated, and the KL reference); the sampler and the scorer get the two combined.  `services`
+(`{"judge": ChatModel}`, built by the recipe from the config) reach rewards as `ctx.services`.
 """
 
 from __future__ import annotations
