@@ -50,13 +50,16 @@ def world_config():
   the six reward terms and ReZero's GRPO with LoRA, under a noisy retriever (each gold passage
   dropped with probability 0.5).  Decisions for this scale: exact match stands in for the judge
   (a from-scratch policy of the world cannot read the judge prompt), LoRA rank 8 (the policy
-  is 96 wide) at lr 1e-3, the world's steps and batch.  For `python -m ragjax.ablate`."""
+  is 96 wide) at lr 1e-3, the world's steps and batch, and a stop after `</answer>` (the
+  world's cold-start traces end there, without an end-of-turn token).  For
+  `python -m ragjax.ablate`."""
   import world
   c = world.get_config("default")
   c.workdir = "runs/rezero_world"
   c.protocol = common.ConfigDict(dict(
       name="rezero", prompt="Question: {question}\n", top_k=2, max_turns=4,
-      max_response_tokens=448, stop_on_search=True, today=PROMPT_DATE, obs_max_tokens=160))
+      max_response_tokens=448, stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE,
+      obs_max_tokens=160))
   c.retriever.noise.update(dict(kind="drop_gold", p=0.5, seed=0))
   c.model.lora.update(dict(rank=8, alpha=16.0, seed=3407))
   c.rl.update(dict(adv_eps=1e-4, kl_coef=0.04, kl_estimator="k3", loss_agg="token-mean",

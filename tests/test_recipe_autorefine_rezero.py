@@ -213,6 +213,7 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
   assert ar.traces.refine and ar.rl.rewards.to_dict() == {"autorefine": 1.0}
   proto = protocol_from_config(rz)
   assert proto.messages(PromptInput("Who?")) == [{"role": "user", "content": "Question: Who?\n"}]
+  assert proto.stop_sequences == ("</search>", "</answer>")
   assert (rz.retriever.noise.kind, rz.retriever.noise.p, rz.model.lora.rank) == ("drop_gold", 0.5, 8)
   with pytest.raises(ValueError, match="protocol.prompt"):
     from ragjax.rollout.protocols import get_protocol

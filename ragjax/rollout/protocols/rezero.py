@@ -58,6 +58,8 @@ class ReZero(Protocol):
   obs_max_tokens: Optional[int] = None
   max_response_tokens: Optional[int] = 4096
   stop_on_search: bool = False
+  stop_on_answer: bool = False         # also stop after `</answer>` (a policy that never learnt
+                                       # to end its message there, e.g. the world's cold start)
   today: Optional[str] = None          # "DD Mon YYYY"; None = the current date, as the code does
   # "code": the code's system + user messages; else a user template with {question} and no
   # system message (a from-scratch policy at the synthetic world's scale cannot read English)
@@ -79,7 +81,8 @@ class ReZero(Protocol):
 
   @property
   def stop_sequences(self) -> tuple[str, ...]:
-    return ("</search>",) if self.stop_on_search else ()
+    return (("</search>",) if self.stop_on_search else ()) + (
+        ("</answer>",) if self.stop_on_answer else ())
 
   def parse(self, text: str, *, final: bool) -> Action:
     queries = tuple(q.strip() for q in re.findall(r"<search>(.*?)</search>", text, re.DOTALL))
