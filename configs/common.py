@@ -19,12 +19,20 @@ an error naming it):
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  judge       a model service rewards call (ReZero's correctness): none, the frozen base
-              policy in this process, an HF checkpoint, or an OpenAI-compatible URL
-  eval        evaluation batch size, question cap, retrieval depth at evaluation
+  judge       a model service rewards call during training (ReZero's correctness): none, the
+              frozen base policy in this process, an HF checkpoint, or an OpenAI-compatible URL
+  eval        evaluation batch size and question cap; retrieval depth at evaluation; benchmark
+              suites (configs/suites.py), their data root, the judge model behind `acc`, the
+              published row to compare with
 """
 
+import os
+import sys
+
 from ml_collections import ConfigDict, config_dict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suites  # noqa: E402  (configs/suites.py: the benchmark suites, as data)
 
 
 def get_config() -> ConfigDict:
@@ -58,8 +66,10 @@ def get_config() -> ConfigDict:
   c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False))
   # index: a directory from `python -m ragjax.retrieval.build`; url: a Search-R1 /retrieve
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
+  # timeout: seconds per request; deadline: seconds a call may spend retrying a down server
+  # before the step is retried from its start (trainer.step_retries times).
   c.retriever = ConfigDict(dict(index="", url="", backend="scann", encoder_dir="",
-                                cache_size=4096))
+                                cache_size=4096, timeout=30.0, deadline=120.0))
   # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
   # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
   # probability p); seeded, a deterministic function of (seed, query).
@@ -71,8 +81,12 @@ def get_config() -> ConfigDict:
       extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0))
   # widths: trajectories are padded to one of these (few shapes -> few compiles);
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
-  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0,
-                              widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
+  # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many
+  # as a KV cache of kv_budget_gb per device holds: the KV cache and prefill hold one wave
+  # (see `--dry_run`).
+  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
+                              kv_budget_gb=0.0, widths=(512, 1024, 2048, 4096), hooks={},
+                              chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
@@ -92,13 +106,23 @@ def get_config() -> ConfigDict:
   c.critic_optim = None
   c.trainer = ConfigDict(dict(
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
-      max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True))
-  # judge.model: "" = none; "base" = the frozen base policy in this process (the policy without
-  # LoRA); an HF checkpoint directory; or an OpenAI-compatible base URL (with judge.name).
+      max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
+      step_retries=3))
+  # judge.model (the training-time judge rewards call; eval.judge is the evaluation's): "" =
+  # none; "base" = the frozen base policy in this process (the policy without LoRA); an HF
+  # checkpoint directory; or an OpenAI-compatible base URL (with judge.name).
   c.judge = ConfigDict(dict(model="", name="judge", max_batch=16, max_prompt_tokens=1024,
                             max_new_tokens=32))
+  # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
+  # method: the row of configs/paper_results.json this config reproduces (with the model
+  # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
+  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed);
   # top_k: retrieval depth for evaluation engines (0 = protocol.top_k, the training depth).
-  c.eval = ConfigDict(dict(batch_size=64, max_questions=0, top_k=0))
+  c.eval = ConfigDict(dict(
+      batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
+      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
+                            max_prompt_tokens=4096)),
+      suites=ConfigDict(suites.SUITES)))
   return c
 
 

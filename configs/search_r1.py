@@ -68,7 +68,11 @@ def get_config(arg: str = "tiny"):
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0, top_p=1.0,
                         prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   c.rollout.widths = (512, 1024, 2048, 3072, 4096)
+  c.rollout.kv_budget_gb = 24.0     # per device: rollouts run in waves (see --dry_run)
   c.eval.batch_size = 64
+  # The published row `python -m ragjax.evaluate --suite search_r1` compares with
+  # (configs/paper_results.json; the size is model.preset).
+  c.eval.method = "" if tiny else "Search-R1-base"
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

@@ -13,13 +13,19 @@ import contextlib
 import os
 import sys
 
+class ServiceUnavailable(RuntimeError):
+  """A service (retriever, judge) stayed unreachable past its deadline: a passing fault.  The
+  trainer retries the step from its start (`trainer.step_retries`) instead of dying."""
+
+
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
                PermissionError, ConnectionError, FloatingPointError)
 
 
 def _is_user_error(e: BaseException) -> bool:
   name = type(e).__name__
-  return isinstance(e, USER_ERRORS) or name in ("RetrievalError", "ChatServiceError")
+  return (isinstance(e, USER_ERRORS + (ServiceUnavailable,))
+          or name in ("RetrievalError", "ChatServiceError"))
 
 
 @contextlib.contextmanager

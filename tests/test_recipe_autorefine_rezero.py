@@ -167,7 +167,7 @@ def test_each_ablation_is_one_field(spec, field, value):
                                   "configs/autorefine.py:qwen2.5-7b-base",
                                   "configs/rezero.py:llama-3.2-3b-instruct"])
 def test_real_sizes_fit_their_papers_hardware_in_the_dry_run(spec):
-  """Built abstractly (no weights): AutoRefine on 8 A100s (16 for the 7B), ReZero on 1 H200."""
+  """Built abstractly (no weights): AutoRefine on 8 A100s, ReZero on 1 H200."""
   from ragjax.parallel.memory import parse_target
   from ragjax.recipes.dry_run import memory_plan
   c = _config(spec)
@@ -188,8 +188,7 @@ def test_real_sizes_fit_their_papers_hardware_in_the_dry_run(spec):
 def test_world_scale_configs_refine_traces_and_compact_prompts():
   """`:world` (for `python -m ragjax.ablate`): the world's cold start teaches `<refine>` after
   documents for AutoRefine; ReZero's prompt is the world's short one, observations inline."""
-  import random
-  from ragjax.data.world_traces import trace_turns
+  from ragjax.data.world_traces import TraceShares, make_scripts, with_refine
   from ragjax.recipes.components import validate
   from ragjax.rollout.factory import protocol_from_config
   from ragjax.rollout.protocols.base import PromptInput
@@ -201,15 +200,18 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
         "metadata": {"qtype": "2hop", "hops": [{"query": "Vumo author", "answer": "Tokom"},
                                                {"query": "where was Tokom born",
                                                 "answer": "Nosur"}]}}
-  assert trace_turns(ex, random.Random(0), 0.0, refine=True) == [
+  plain = ["<search> Vumo author </search>", "<search> where was Tokom born </search>",
+           "<answer> Nosur </answer>"]
+  assert make_scripts([ex], 0, TraceShares(wasted_query_rate=0.0)) == [plain]
+  assert make_scripts([ex], 0, TraceShares(wasted_query_rate=0.0), refine=True) == [[
       "<search> Vumo author </search>",
       "<refine> Tokom </refine> <search> where was Tokom born </search>",
-      "<refine> Nosur </refine> <answer> Nosur </answer>"]
-  assert trace_turns(ex, random.Random(0), 1.0, refine=True)[1] == (
-      "<refine> not found </refine> <search> Vumo author </search>")   # after a wasted query
-  assert trace_turns(ex, random.Random(0), 0.0) == [
-      "<search> Vumo author </search>", "<search> where was Tokom born </search>",
-      "<answer> Nosur </answer>"]
+      "<refine> Nosur </refine> <answer> Nosur </answer>"]]
+  wasted = ["<search> Where was the author of Vumo born </search>"] + plain
+  assert with_refine(ex, wasted)[1] == "<refine> not found </refine> <search> Vumo author </search>"
+  retry = {"metadata": {"first_query": "Tokom", "decoy_answers": ["Libroston"], "hops": []}}
+  assert with_refine(retry, ["<search> Tokom </search>", "<answer> Libroston </answer>"]) == [
+      "<search> Tokom </search>", "<refine> Libroston </refine> <answer> Libroston </answer>"]
   assert ar.traces.refine and ar.rl.rewards.to_dict() == {"autorefine": 1.0}
   proto = protocol_from_config(rz)
   assert proto.messages(PromptInput("Who?")) == [{"role": "user", "content": "Question: Who?\n"}]

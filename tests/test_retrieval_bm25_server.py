@@ -129,7 +129,7 @@ def test_server_speaks_search_r1_protocol(bm25_dir):
 def test_client_survives_server_restart(bm25_dir):
   port = free_port()
   proc = start_server(bm25_dir, port)
-  client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, retries=12, backoff=0.2,
+  client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, deadline=120, backoff=0.2,
                         max_backoff=1.0, cache_size=0)
   try:
     before = client.search(["Kelthune clockmaking"], 4)
@@ -165,8 +165,42 @@ def test_client_reports_timeout_and_refused_connection_clearly():
     assert f"http://127.0.0.1:{port}/retrieve" in msg and "2 attempts" in msg and "timed out after 0.5s" in msg
   dead = free_port()
   client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=2, backoff=0.05)
-  with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts: connection failed"):
+  with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts in 120s \(retriever.deadline\): connection failed"):
     client.search(["anything"], 3)
+
+
+def test_client_deadline_bounds_the_wait_and_a_500_is_not_retried():
+  from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+  from ragjax.errors import ServiceUnavailable
+  dead = free_port()
+  client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=10_000, deadline=1.5,
+                        backoff=0.05, max_backoff=0.2)
+  t0 = time.time()
+  with pytest.raises(ServiceUnavailable, match=r"in 1.5s \(retriever.deadline\)"):
+    client.search(["anything"], 3)
+  assert 1.0 < time.time() - t0 < 5 and client.retry_count > 3
+
+  hits = []
+
+  class Crash(BaseHTTPRequestHandler):
+    def do_POST(self):          # an encoder crash: the same request fails the same way
+      hits.append(1)
+      self.send_response(500)
+      self.end_headers()
+      self.wfile.write(b"encoder crashed")
+
+    def log_message(self, *a):
+      pass
+
+  server = ThreadingHTTPServer(("127.0.0.1", 0), Crash)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    client = SearchClient(f"http://127.0.0.1:{server.server_address[1]}", deadline=30)
+    with pytest.raises(RetrievalError, match="rejected the request: HTTP 500") as e:
+      client.search(["anything"], 3)
+    assert not isinstance(e.value, ServiceUnavailable) and len(hits) == 1
+  finally:
+    server.shutdown()
 
 
 def test_server_refuses_oversized_and_malformed_requests_with_4xx(bm25_dir):

@@ -11,7 +11,7 @@ record's question type (`metadata.qtype`; "other" when absent).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -81,19 +81,25 @@ def sample_system(name: str, engine, records: Sequence[dict], split: str, *, sam
                        searches, batches, []))
 
 
-def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str]] = None
+def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str]] = None,
+                  groups: Optional[Mapping[str, Sequence[str]]] = None
                   ) -> tuple[str, list[dict]]:
   """Markdown table (EM with a 95% bootstrap interval per question type) and its rows; the
-  types default to those present, in order of appearance."""
+  types default to those present, in order of appearance.  `groups` adds columns over several
+  types (e.g. the world's entity questions apart from its yes/no comparisons)."""
+  from ragjax.report.bootstrap import bootstrap_mean
   from ragjax.report.table import em_by_type, markdown_table
   if qtypes is None:
     qtypes = list(dict.fromkeys(q for r in results for q in r.qtypes))
+  groups = dict(groups or {})
   rows = []
   for r in results:
     est = em_by_type(r.em, r.qtypes, qtypes)
+    for name, members in groups.items():
+      est[name] = bootstrap_mean([e for e, q in zip(r.em, r.qtypes) if q in members])
     rows.append({"split": r.split, "system": r.name, **est,
                  "searches": float(np.mean(r.searches)) if r.searches else float("nan")})
-  return markdown_table(rows, ["all", *qtypes]), rows
+  return markdown_table(rows, ["all", *groups, *qtypes]), rows
 
 
 def write_viewer(result: SystemResult, records: Sequence[dict], tokenizer, out_path: str,

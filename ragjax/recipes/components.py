@@ -81,7 +81,7 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
                      "--corpus C --out C_noisy.jsonl` and set retriever.index (with kind='')")
   if r.url:
     from ragjax.retrieval import SearchClient
-    return wrap_retriever(SearchClient(r.url), noise)
+    return wrap_retriever(SearchClient(r.url, timeout=r.timeout, deadline=r.deadline), noise)
   from ragjax.retrieval import open_index
   from ragjax.retrieval.store import PassageStore
   if r.index:
@@ -90,20 +90,50 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
     raise ValueError("set retriever.index (an index directory) or retriever.url")
   else:
     from ragjax.retrieval.index import EncoderSpec, build_index
-    index_dir = os.path.join(workdir, "index")
-    if noise.kind == "paraphrase":
-      index_dir += f"_paraphrase_n{noise.paraphrases}_p{noise.p:g}_s{noise.seed}"
-    if not os.path.exists(os.path.join(index_dir, "index.json")):
-      if noise.kind == "paraphrase":
-        os.makedirs(index_dir, exist_ok=True)
-        noisy = os.path.join(index_dir, "corpus_paraphrased.jsonl")
+    if noise.kind == "paraphrase":   # the distractors are part of the indexed corpus
+      index_dir = os.path.join(workdir, f"index_paraphrase_n{noise.paraphrases}_p{noise.p:g}"
+                                        f"_s{noise.seed}-{file_digest(corpus_path)[:12]}")
+      os.makedirs(index_dir, exist_ok=True)
+      noisy = os.path.join(index_dir, "corpus_paraphrased.jsonl")
+      if not os.path.exists(os.path.join(index_dir, "index.json")):
         write_paraphrased_corpus(corpus_path, noisy, noise)
-        corpus_path = noisy
+      corpus_path = noisy
+    else:
+      index_dir = index_dir_for(corpus_path, workdir)
+    if not os.path.exists(os.path.join(index_dir, "index.json")):
       build_index(corpus_path, index_dir, backend=r.backend,
                   encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+      with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
+        f.write(file_digest(corpus_path))
   retriever = open_index(index_dir, cache_size=r.cache_size)
   pool = PassageStore(index_dir) if noise.kind == "replace" else None
   return wrap_retriever(retriever, noise, pool)
+
+
+CORPUS_STAMP = "ragjax_corpus.sha256"
+
+
+def file_digest(path: str) -> str:
+  import hashlib
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def index_dir_for(corpus_path: str, workdir: str) -> str:
+  """`<workdir>/index`, or `<workdir>/index-<digest>` when that one indexes another corpus
+  (e.g. a world regenerated with a fresh test world): an index is reused only for the exact
+  corpus it was built from."""
+  digest = file_digest(corpus_path)
+  default = os.path.join(workdir, "index")
+  stamp = os.path.join(default, CORPUS_STAMP)
+  if not os.path.exists(os.path.join(default, "index.json")):
+    return default
+  if os.path.exists(stamp) and open(stamp).read().strip() == digest:
+    return default
+  return os.path.join(workdir, f"index-{digest[:12]}")
 
 
 def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
@@ -275,7 +305,8 @@ class EvalOptions:
   temperature: float = 1.0
 
 
-def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None) -> str:
+def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
+                        groups=None) -> str:
   """Greedy EM of an exported policy with and without retrieval (and sampled pass@k), by
   question type with bootstrap intervals, on the config's data; returns the markdown table."""
   from ragjax.eval.systems import evaluate_system, results_table, sample_system
@@ -314,5 +345,5 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes)
+  table, _ = results_table(results, qtypes, groups)
   return table

@@ -28,9 +28,11 @@ from jax.sharding import PartitionSpec
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models.decoder import CACHE_LOGICAL_AXES, abstract_params, param_logical_axes
 from ragjax.models.lora import LoraConfig, init_adapters
-from ragjax.parallel.memory import GB, MeshShape, Target, array_bytes, sharded_bytes, tree_bytes
+from ragjax.parallel.memory import (GB, MeshShape, Target, array_bytes, layer_activation_bytes,
+                                   sharded_bytes, tree_bytes)
 from ragjax.parallel.shard import batch_axes
 from ragjax.rl.config import parse_run_config
+from ragjax.rollout.factory import wave_rows
 from ragjax.typed_config import from_dict
 
 USABLE = 0.9          # share of device memory a plan may fill (runtime, fragmentation)
@@ -84,13 +86,12 @@ def model_config(c, vocab_size: Optional[int] = None) -> DecoderConfig:
                        tie_word_embeddings=True, **dt)
 
 
-def rollout_rows(c) -> int:
-  """Sampler rows of one rollout wave: every row of the step unless `rollout.wave_rows` caps
-  it (and the spare rows hooks clone into)."""
-  rl = c.rl
-  rows = c.trainer.batch_prompts * rl.group_size + c.rollout.spare_rows
-  wave = c.rollout.get("wave_rows", 0) or rows
-  return min(rows, wave)
+def rollout_rows(c, cfg: DecoderConfig, mesh: MeshShape, cache_dtype: str) -> int:
+  """Sampler rows of one rollout wave (`ragjax.rollout.factory.wave_rows`: the config's cap
+  or its KV budget), at most the step's rows plus the spare rows hooks clone into."""
+  rows = c.trainer.batch_prompts * c.rl.group_size
+  wave = wave_rows(c, cfg, mesh.shape, cache_dtype) or rows
+  return min(rows, wave) + c.rollout.spare_rows
 
 
 def rows_per_device(rows: int, mesh: MeshShape) -> int:
@@ -99,13 +100,9 @@ def rows_per_device(rows: int, mesh: MeshShape) -> int:
 
 
 def layer_peak_bytes(cfg: DecoderConfig, b: int, length: int, mesh: MeshShape) -> float:
-  """One decoder layer in flight over b rows x length tokens: its activations plus the
-  attention scores and probabilities ([b, heads, T, T] fp32, the model materialises them)."""
-  tensor = mesh.shape["tensor"]
-  act = np.dtype(as_dtype(cfg.dtype)).itemsize
-  h, f, heads = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads
-  return (b * length * (8 * h + 3 * f / tensor) * act
-          + 2 * b * (heads / tensor) * length * length * 4)
+  return layer_activation_bytes(b, length, cfg.hidden_size, cfg.intermediate_size,
+                                cfg.num_heads, mesh.shape["tensor"],
+                                np.dtype(as_dtype(cfg.dtype)).itemsize)
 
 
 def activation_bytes(cfg: DecoderConfig, rows: int, length: int, mesh: MeshShape,
@@ -163,9 +160,9 @@ def memory_plan(c, target: Target, vocab_size: Optional[int] = None) -> Plan:
     critic = tree_bytes(abstract_params(cfg, "value"), param_logical_axes(cfg, "value"), mesh,
                         pdt)
     lines.append(Line("critic (params, AdamW, grads)", 4 * critic, "PPO value model"))
-  rows = rollout_rows(c)
   cache_len = c.sampler.max_cache_length
   cache_dt = "bfloat16" if target.kind[:3] in ("NVI", "TPU") else cfg.dtype
+  rows = rollout_rows(c, cfg, mesh, cache_dt)
   shape = (cfg.num_layers, rows, cache_len, cfg.num_kv_heads, cfg.head_dim)
   kv = 2 * sharded_bytes(shape, as_dtype(cache_dt), CACHE_LOGICAL_AXES, mesh)
   lines.append(Line("KV cache (one rollout wave)", kv,

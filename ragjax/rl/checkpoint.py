@@ -9,7 +9,6 @@ params live in a separate manager under `best/` so keep-best never deletes the r
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping, Optional
 

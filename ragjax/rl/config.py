@@ -123,12 +123,13 @@ class TrainerConfig:
   keep_best_metric: str = "dev/em"    # chosen on dev, never test
   keep_best: bool = False             # the run's final policy is the best dev checkpoint
   tensorboard: bool = True
+  step_retries: int = 3               # a step whose service stayed down is rerun from its start
 
   def __post_init__(self):
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts"):
+    for name in ("eval_every", "eval_prompts", "step_retries"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -137,6 +138,7 @@ class TrainerConfig:
 # they do not alter the trajectory of the run.
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
+                  "trainer.step_retries", "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "mesh.", "eval.", "probe.")
 
 

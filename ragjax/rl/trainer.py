@@ -22,8 +22,10 @@ donated, and the KL reference); the sampler and the scorer get the two combined.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
+import warnings
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
@@ -32,6 +34,7 @@ import numpy as np
 import tqdm
 
 from ragjax import registry
+from ragjax.errors import ServiceUnavailable
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.rl import advantages as adv_lib
@@ -335,6 +338,26 @@ class Trainer:
             "time/update_s": t_upd, "time/step_s": total,
             "tokens_per_s": stats["tokens"] / max(total, 1e-9)}
 
+  def _retrying(self, step: int, what: str, fn):
+    """`fn()`, rerun from the same start (RNG key, data position, method state) when a service
+    stayed down past its deadline, up to `trainer.step_retries` times.  Returns (result,
+    reruns)."""
+    key, cursor = self.key, self.cursor.state()
+    method_state = copy.deepcopy(self.method_state)
+    for attempt in range(self.tc.step_retries + 1):
+      try:
+        return fn(), attempt
+      except ServiceUnavailable as e:
+        if attempt == self.tc.step_retries:
+          raise ServiceUnavailable(f"{what} of step {step}: {e}; gave up after {attempt + 1} "
+                                   f"attempts (trainer.step_retries). Last checkpoint: step "
+                                   f"{self.ckpt.latest_step()}") from e
+        warnings.warn(f"{what} of step {step}: {e}; rerunning it ({attempt + 1} of "
+                      f"{self.tc.step_retries})", stacklevel=2)
+        self.key, self.method_state = key, copy.deepcopy(method_state)
+        self.cursor = DataCursor(len(self.train_data), self.seed, **cursor)
+    raise AssertionError("unreachable")
+
   # --- evaluation ------------------------------------------------------------------------
   def evaluate(self, step: int) -> dict:
     data = self.dev_data[:self.tc.eval_prompts or len(self.dev_data)]
@@ -363,9 +386,10 @@ class Trainer:
                     total=self.tc.num_steps, disable=not self.progress, desc="rl")
     try:
       for step in bar:
-        metrics = self.train_step(step)
+        metrics, reruns = self._retrying(step, "the update", lambda: self.train_step(step))
+        metrics["step_retries"] = reruns
         if self.dev_data and self.tc.eval_every and step % self.tc.eval_every == 0:
-          dev = self.evaluate(step)
+          dev, _ = self._retrying(step, "the dev evaluation", lambda: self.evaluate(step))
           metrics.update(dev)
           self.ckpt.save_best(step, self.state.params, dev)
         self._log(metrics, writer)

@@ -50,10 +50,13 @@ class EngineConfig:
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
   `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
+  `wave_rows`: at most this many sampler rows at once (0: the whole batch; see `run`); the
+  spare rows are shared among the waves in proportion to their prompts.
   """
   max_response_tokens: Optional[int] = None
   spare_rows: int = 0
   widths: Optional[tuple[int, ...]] = None
+  wave_rows: int = 0
   pad_id: int = 0
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
@@ -123,10 +126,27 @@ class RolloutEngine:
           uids: Optional[Sequence[int]] = None) -> RolloutBatch:
     """Rolls out every (unique) prompt `samples_per_prompt` times; `uids` are the group ids
     (default 0..B-1), so GRPO groups are per prompt, never per sample (Search-R1 issue #88).
-    Hooks may add rows (REX-RAG clones), so the batch can hold more rows than prompts x G."""
+    Hooks may add rows (REX-RAG clones), so the batch can hold more rows than prompts x G.
+
+    With `EngineConfig.wave_rows`, the prompts run in waves of at most that many sampler rows
+    (whole groups, so a group never splits), one after the other: the KV cache and prefill
+    hold one wave, not the batch.  Row b of the whole batch samples with key
+    fold_in(PRNGKey(seed), b) whatever its wave, so waves change memory, not trajectories."""
     t_start = time.perf_counter()
+    dicts, metas, timings = self.run_rows(prompts, samples_per_prompt, seed, uids)
+    traj = assemble(dicts, self.config.widths, self.config.pad_id)
+    timings["rollout_s"] = time.perf_counter() - t_start
+    return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name),
+                        timings=timings)
+
+  def run_rows(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
+               uids: Optional[Sequence[int]] = None, first_row: int = 0
+               ) -> tuple[list[dict], list[RowMeta], dict]:
+    """`run` before assembly: (host row dicts, row records, timings).  `first_row` is the
+    index of these prompts' first row in a larger batch (rows of one batch split over
+    processes keep the keys they would have had together)."""
     self._retrieval_s, calls0 = 0.0, self.retrieval_calls
-    self._prompts = list(prompts)
+    prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
     if not inputs:
       raise ValueError("run() needs at least one prompt")
@@ -136,10 +156,27 @@ class RolloutEngine:
     uids = list(range(len(inputs))) if uids is None else [int(u) for u in uids]
     if len(uids) != len(inputs):
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
+    per_wave = max(1, self.config.wave_rows // g) if self.config.wave_rows else len(inputs)
+    dicts, metas = [], []
+    for start in range(0, len(inputs), per_wave):
+      wave = slice(start, start + per_wave)
+      spare = (-(-self.config.spare_rows * len(inputs[wave]) // len(inputs))
+               if self.config.spare_rows else 0)
+      self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
+                     spare)
+      d, m = self._finish(prompt_offset=start, row_offset=len(dicts))
+      dicts += d
+      metas += m
+    return dicts, metas, {"retrieval_s": self._retrieval_s,
+                          "retrieval_calls": self.retrieval_calls - calls0}
+
+  def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
+    """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
+    self._prompts = list(prompts)
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
-    extra = -(-self.config.spare_rows // g) if self.config.spare_rows else 0
+    extra = -(-spare // g) if spare else 0
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
-                                seed=seed)
+                                seed=seed, first_row=first_row)
     n = len(inputs) * g
     rows = {}
     for r in range(n):
@@ -170,11 +207,6 @@ class RolloutEngine:
     for row in self._rows.values():
       if not row.done:
         row.done, row.stop_reason = True, "max_turns"
-    batch = self._finish()
-    batch.timings = {"rollout_s": time.perf_counter() - t_start,
-                     "retrieval_s": self._retrieval_s,
-                     "retrieval_calls": self.retrieval_calls - calls0}
-    return batch
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
@@ -408,17 +440,19 @@ class RolloutEngine:
     row.records[-1].action = "continue"
 
   # ------------------------------------------------------------------------------------------
-  def _finish(self) -> RolloutBatch:
+  def _finish(self, prompt_offset: int = 0, row_offset: int = 0) -> tuple[list, list]:
+    """The wave's rows as host dicts and records (originals first, then clones), indexed in
+    the whole batch (`prompt_offset`: the wave's first prompt; `row_offset`: rows before it)."""
     order = sorted(r for r in self._rows if self._rows[r].clone_of is None)
     order += sorted(r for r in self._rows if self._rows[r].clone_of is not None)
-    index = {r: i for i, r in enumerate(order)}
+    index = {r: row_offset + i for i, r in enumerate(order)}
     dicts, metas = [], []
-    for i, r in enumerate(order):
+    for r in order:
       row = self._rows[r]
       dicts.append(dict(tokens=row.tokens, labels=row.labels, logprobs=row.logprobs,
                         turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
       meta = RowMeta(
-          row=i, group_id=row.group_id, prompt_index=row.prompt_index,
+          row=index[r], group_id=row.group_id, prompt_index=prompt_offset + row.prompt_index,
           sample_index=row.sample_index, sampler_row=r, cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
@@ -426,8 +460,7 @@ class RolloutEngine:
           turns=row.records)
       meta.extra = self.protocol.annotate(meta)
       metas.append(meta)
-    traj = assemble(dicts, self.config.widths, self.config.pad_id)
-    return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name))
+    return dicts, metas
 
 
 class RowEditor:

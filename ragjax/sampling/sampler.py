@@ -14,8 +14,9 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 (`trace_counts` counts traces per function for tests).
 
 * `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
-  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), b); each step folds in the
-  row's length, so a row's samples depend only on (seed, row, position).
+  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), first_row + b); each step
+  folds in the row's length, so a row's samples depend only on (seed, row, position), also
+  when a batch is rolled out in waves (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
   turn in a long cache does not pay for the whole cache (one program per window).
@@ -91,9 +92,9 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, *, samples):
+  def _prefill_fn(self, params, tokens, lengths, seed, first_row, *, samples):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, samples=samples,
+        self.cfg, params, tokens, lengths, seed, first_row=first_row, samples=samples,
         cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
@@ -128,7 +129,7 @@ class Sampler:
     self.params = params
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0) -> SamplerState:
+              seed: int = 0, first_row: int = 0) -> SamplerState:
     if not prompts:
       raise ValueError("prefill needs at least one prompt")
     if samples_per_prompt < 1:
@@ -143,7 +144,7 @@ class Sampler:
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), samples=samples_per_prompt)
+                         jnp.uint32(seed), jnp.uint32(first_row), samples=samples_per_prompt)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
