@@ -441,3 +441,55 @@ def test_trajectory_is_a_jittable_pytree_with_host_metadata_outside():
   assert t.tokens.shape[1] % 8 == 0                      # no widths: padded to a multiple of 8
   sub = t.select([1])
   assert sub.tokens.shape == (1, t.tokens.shape[1]) and int(sub.group_id[0]) == 0
+
+
+def test_autorefine_searches_then_the_final_call_without_search_and_refine_off():
+  """Two searches (max_turns=2 here, 5 in the paper), then one more call with search disabled:
+  an answer there ends the row, a search there is not served.  `<refine>` text is policy
+  (trained); `<documents>` wrappers and documents are not.  refine=False is Search-R1's."""
+  proto = get_protocol("autorefine", max_turns=2)
+  s1 = "<think> river? </think> <search> Tessaly River </search>"
+  s2 = "<refine> it flows to the Amber Sea </refine> <search> Amber Sea </search>"
+  last = "<refine> Quillport is on the river </refine> <answer> Quillport </answer>"
+  scripts = {0: [s1, s2, last], 1: [s1, s2, "<search> Mirela Dunst </search>"]}
+  batch, pol, ret, eng, tok = rollout(proto, scripts)
+  docs = lambda d, t: [("\n\n<documents>", ENV, t), (d, RET, t), ("</documents>\n\n", ENV, t)]
+  head = [(s1, POL, 0)] + docs(DOC_TESSALY, 0) + [(s2, POL, 1)] + docs(DOC_AMBER, 1)
+  expect_row(batch, eng, tok, 0, head + [(last, POL, 2)])
+  expect_row(batch, eng, tok, 1, head + [("<search> Mirela Dunst </search>", POL, 2)])
+  m = batch.meta
+  assert m.stop_reasons == ["answer", "max_turns"] and m.answers == ["Quillport", None]
+  assert m.rows[0].extra["refine_texts"] == ["it flows to the Amber Sea",
+                                             "Quillport is on the river"]
+  assert [c[0] for c in ret.calls] == [["Tessaly River"] * 2, ["Amber Sea"] * 2]
+  check_logprobs_and_history(batch, pol)
+  # refine=False: Search-R1's prompt and <information> observations; no refine text recorded
+  off = get_protocol("autorefine", max_turns=2, refine=False)
+  batch, pol, ret, eng, tok = rollout(off, {0: [s1, last]})
+  expect_row(batch, eng, tok, 0, [(s1, POL, 0), ("\n\n<information>", ENV, 0),
+                                  (DOC_TESSALY, RET, 0), ("</information>\n\n", ENV, 0),
+                                  (last, POL, 1)])
+  assert eng.renderer.prompt_text(Q).startswith("<|im_start|>user\nAnswer the given question.")
+  assert batch.meta.rows[0].extra["refine_texts"] == []
+
+
+def test_rezero_stop_on_search_golden_and_chat_record():
+  """The config's ReZero: `</search>` stops the turn (no end-of-turn token generated, so the
+  whole framing is environment text); the final message's end-of-turn token is the policy's
+  and trained on ([D]); information messages are user turns, never trained on."""
+  proto = get_protocol("rezero", today="04 Apr 2025", stop_on_search=True)
+  t0 = "<think> a </think> <search> Tessaly River </search>"
+  t1 = "<think> based on it </think> <answer> Quillport </answer>" + EOS
+  batch, pol, ret, eng, tok = rollout(proto, {0: [t0 + " trailing text", t1]})
+  store = {i: (f'"{t}"\n{x}' if t else x) for i, t, x in h.PASSAGES}
+  info = f"Result 1:\n{store['p4']}\n------\n"       # BM25 has one match for it
+  expect_row(batch, eng, tok, 0, [
+      (t0, POL, 0), ("<|im_end|>\n<|im_start|>user\n", ENV, 0), ("<information>", ENV, 0),
+      (info, RET, 0), ("</information>", ENV, 0), ("<|im_end|>\n<|im_start|>assistant\n", ENV, 0),
+      (t1, POL, 1)])
+  assert batch.meta.rows[0].extra["messages"] == [
+      {"role": "assistant", "content": t0},
+      {"role": "user", "content": f"<information>{info}</information>"},
+      {"role": "assistant", "content": t1[:-len(EOS)]}]
+  assert "Today Date: 04 Apr 2025" in eng.renderer.prompt_text(Q)
+  check_logprobs_and_history(batch, pol)

@@ -13,7 +13,8 @@ tokenised, segment by segment, so each label is attached while concatenating.
 `policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
 `retriever` is anything with `search(queries, k) -> hits`; one that also has
 `search_with_context(queries, k, **per_query_lists)` gets the protocol's `retrieval_context` of
-each query (UR²'s task and reasoning so far).  Prompts are dataset records (dicts
+each query (UR²'s task and reasoning so far), and each query's prompt record as `records` when
+it sets `needs_records` (a noisy retriever that drops gold passages).  Prompts are dataset records (dicts
 with a `question`, as the data package writes them), `PromptInput`s or strings; hooks see the
 record of their row's prompt, so a method hook can read its gold answers.
 """
@@ -338,6 +339,9 @@ class RolloutEngine:
     t0 = time.perf_counter()
     queries = [self._rows[r].action.query for r in rows]
     contexts = self._retrieval_contexts(rows)
+    if getattr(self.retriever, "needs_records", False):
+      contexts = dict(contexts or {},
+                      records=[self._prompts[self._rows[r].prompt_index] for r in rows])
     if contexts is None:
       results = self.retriever.search(queries, k + extra)
     else:
