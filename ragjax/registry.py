@@ -21,6 +21,9 @@ Categories:
   metric        fn(rows, examples) -> {name: float} logged every step; a metric with a `ctx`
                 parameter is called fn(rows, examples, ctx=StepContext) and also sees the
                 step's arrays, behaviour log-probs and method state
+  data_stage    fn(records, *, seed, **kwargs) -> records: the training list the trainer's
+                data cursor walks (UR²'s difficulty curriculum and task mixing); deterministic
+                in (records, seed, kwargs), so the cursor position resumes it exactly
 
 `state` is the trainer's method state: a JSON dict saved in every checkpoint, so what a
 method carries from step to step (REX-RAG's keep-ratio history) resumes exactly.  `tokenizer`
@@ -39,7 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import gin
 
 CATEGORIES = ("reward", "advantage", "rollout_hook", "batch_filter", "behaviour",
-              "metric")
+              "metric", "data_stage")
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
 

@@ -128,6 +128,28 @@ def test_spare_rows_sized_from_p_and_the_row_count():
   assert len(batch.meta) == 3 and pol.calls["clone_rows"] == 1
 
 
+def test_clones_do_not_depend_on_the_waves():
+  """Each row's clone draw is seeded by its place in the whole batch, so rolling the batch out
+  in waves (EngineConfig.wave_rows, spare rows sized per wave) clones the same rows with the
+  same prompts as one big wave."""
+  tok, proto = h.tokenizer(), get_protocol("rex_rag")
+  hook = RexRagCloneHook(is_wrong=lambda g, a: True, p=0.5, prompts=EXPLORATION_PROMPTS, seed=3)
+
+  def clones(wave_rows):
+    pol = h.ScriptedPolicy(tok, {r: ["<think> guess </think> <answer> Paris </answer>"]
+                                 for r in range(64)}, stop_strings=proto.stop_sequences)
+    eng = RolloutEngine(proto, pol, h.bm25_retriever(), tok,
+                        EngineConfig(spare_rows=-1, wave_rows=wave_rows), hooks=[hook])
+    batch = eng.run([Q] * 6, samples_per_prompt=2, seed=5)
+    rows = batch.meta.rows
+    return sorted((rows[r.clone_of].prompt_index, rows[r.clone_of].sample_index, r.response_text)
+                  for r in rows if r.clone_of is not None), batch.stats
+  whole, stats = clones(0)
+  waves, wave_stats = clones(4)
+  assert whole == waves and 0 < len(whole) < 12
+  assert stats == wave_stats and stats["rex_rag_clone/eligible"] == 12
+
+
 def test_spare_prompts_keep_the_sampler_rows_sharded():
   # the paper's step: 512 x 5 rows, 588 spare -> 118 prompt copies (3150 rows); on 8 batch
   # devices 120 copies, so 3160 rows split evenly

@@ -43,8 +43,9 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
-  scripts = make_scripts(records, c.seed, shares)
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items()
+                                    if k not in ("chunk", "refine")}, "traces")
+  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)

@@ -16,6 +16,11 @@ row count, padded with rows that train on nothing up to whole mini-batches (`_mi
 Every step is a deterministic function of (params, optimizer state, RNG key, data position,
 method state), all checkpointed, so a run killed at any point resumes to the same params and
 metrics.
+
+`adapter` (e.g. `ragjax.models.lora.LoraAdapter`) splits the policy into trainable params (the
+train state: optimised and checkpointed) and a frozen base (an input of the update, never
+donated, and the KL reference); the sampler and the scorer get the two combined.  `services`
+(`{"judge": ChatModel}`, built by the recipe from the config) reach rewards as `ctx.services`.
 """
 
 from __future__ import annotations
@@ -46,8 +51,10 @@ from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
-from ragjax.rl.rewards import RewardContext, combine_rewards
+from ragjax.rl.rewards import RewardContext, score_rows
 from ragjax.rl.step_context import StepContext
+from ragjax.models.sharded import decoder_shardings
+from ragjax.parallel.mesh import replicated
 from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
@@ -112,7 +119,7 @@ class Trainer:
                train_data: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any],
                workdir: str, seed: int = 0, dev_data: Optional[Sequence[Mapping]] = None,
                eval_engine=None, critic_params=None, ref_params=None, mesh=None,
-               progress: bool = True):
+               progress: bool = True, adapter=None, services: Optional[Mapping] = None):
     self.cfg, self.run = model_cfg, run
     self.rl, self.tc = run.rl, run.trainer
     self.engine, self.eval_engine = engine, eval_engine or engine
@@ -134,14 +141,28 @@ class Trainer:
     self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
     self._metric_ctx = {name for name, fn in self.metric_fns.items()
                         if "ctx" in inspect.signature(fn).parameters}
+    self.services = dict(services or {})     # e.g. {"judge": ChatModel}, read by rewards
+    self._service_calls: dict = {}
     self.optimizer = make_optimizer(run.optim)
-    params = jax.tree.map(jnp.copy, params)      # the update donates its state: keep the caller's
-    self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
-                                   self.optimizer)
+    # `adapter` (e.g. ragjax.models.lora.LoraAdapter): only its trainable params are optimised
+    # and checkpointed; the frozen base is an input of the update and the reference policy.
+    self.adapter, self.frozen, self._merged = adapter, None, None
+    if adapter is not None:
+      trainable, base = adapter.split(params)
+      self.frozen = base if mesh is None else jax.device_put(base, decoder_shardings(model_cfg, mesh))
+      self._combine = jax.jit(adapter.combine)
+      self.state = place_train_state(
+          init_train_state(trainable, self.optimizer), model_cfg, mesh, self.optimizer,
+          param_shardings=None if mesh is None else jax.tree.map(lambda _: replicated(mesh),
+                                                                 trainable))
+    else:
+      params = jax.tree.map(jnp.copy, params)    # the update donates its state: keep the caller's
+      self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
+                                     self.optimizer)
     self.ref_params = None
     if self.rl.needs_reference:   # the frozen reference is skipped when kl_coef == 0
-      self.ref_params = (ref_params if ref_params is not None
-                         else jax.tree.map(jnp.copy, self.state.params))
+      self.ref_params = (ref_params if ref_params is not None else self.frozen
+                         if adapter is not None else jax.tree.map(jnp.copy, self.state.params))
     self.critic = None
     if self.rl.uses_critic:
       if critic_params is None:
@@ -159,6 +180,15 @@ class Trainer:
     self._values = jax.jit(lambda p, t, q, a: sequence_values(self.cfg, p, t, q, a))
     self._updates: dict = {}
     self.history: list[dict] = []
+
+  def policy_params(self):
+    """The params the policy runs with: the trained params, or the base with the adapters
+    merged in (computed once per state)."""
+    if self.adapter is None:
+      return self.state.params
+    if self._merged is None or self._merged[0] is not self.state:
+      self._merged = (self.state, self._combine(self.state.params, self.frozen))
+    return self._merged[1]
 
   # --- checkpoint ------------------------------------------------------------------------
   def _ckpt_tree(self):
@@ -205,17 +235,18 @@ class Trainer:
     if key not in self._updates:
       if kind == "policy":
         loss_fn, denom = policy_loss_fn(self.cfg, self.rl)
-        opt, state = self.optimizer, self.state
+        opt, state, frozen = self.optimizer, self.state, self.frozen
       else:
         loss_fn, denom = value_loss_fn(self.cfg, self.rl)
-        opt, state = self.critic_optimizer, self.critic
-      self._updates[key] = jit_update(make_update(loss_fn, denom, opt, num_micro), state, batch,
-                                      self.mesh)
+        opt, state, frozen = self.critic_optimizer, self.critic, None
+      combine = None if frozen is None else self.adapter.combine
+      self._updates[key] = jit_update(make_update(loss_fn, denom, opt, num_micro, combine), state,
+                                      batch, self.mesh, frozen)
     return self._updates[key]
 
   def _rollout(self, engine, prompts: Sequence[Mapping], uids: Sequence[int], group_size: int,
                rng) -> RolloutBatch:
-    engine.policy.set_params(self.state.params)
+    engine.policy.set_params(self.policy_params())
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 
@@ -231,12 +262,9 @@ class Trainer:
     t = batch.traj
     tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
     rows = batch.rows
-    results = []
-    for row in rows:
-      ex = prompts[row.prompt_index]
-      record = str(ex.get("id", uids[row.prompt_index]))
-      results.append(combine_rewards(self.rl.rewards, RewardContext(row, ex, step),
-                                     self.rl.reward_kwargs, record=record))
+    ctxs = [RewardContext(row, prompts[row.prompt_index], step, self.services) for row in rows]
+    records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index])) for row in rows]
+    results = score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
     rewards = np.asarray([r.total for r in results], np.float32)
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
@@ -244,7 +272,7 @@ class Trainer:
     if self.rl.use_sampler_logprobs:
       old = np.asarray(t.sampler_logprobs, np.float32)
     else:
-      old = to_host(self._score(self.state.params, *args)[0])
+      old = to_host(self._score(self.policy_params(), *args)[0])
     ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
     generated = len(rows)
     if self.batch_filter is not None:   # e.g. REX-RAG's trajectory filter over its clones
@@ -294,6 +322,11 @@ class Trainer:
     for name, fn in self.metric_fns.items():
       out = fn(rows, examples, ctx=ctx) if name in self._metric_ctx else fn(rows, examples)
       stats.update({f"{name}/{k}": float(v) for k, v in out.items()})
+    for name, service in self.services.items():   # requests this step (e.g. to the judge)
+      if hasattr(service, "calls"):
+        calls = int(service.calls)
+        stats[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
+        self._service_calls[name] = calls
     return train_batch, stats
 
   def _minibatch_rows(self, n: int) -> int:
@@ -342,6 +375,7 @@ class Trainer:
     batch = self._rollout(self.engine, prompts, uids, self.rl.group_size, rk)
     t_roll = time.perf_counter() - t0
     train_batch, stats = self._build_batch(batch, prompts, uids, step)
+    self._merged = None        # the update below needs the memory, not the merged copy
     t1 = time.perf_counter()
     sums: dict = {}
     count = 0
@@ -350,7 +384,8 @@ class Trainer:
         if self.mesh is not None:
           mb = self._place(mb)
         nm = self._num_micro(mb.tokens.shape[0])
-        self.state, m = self._update_fn("policy", mb, nm)(self.state, mb)
+        frozen = () if self.frozen is None else (self.frozen,)
+        self.state, m = self._update_fn("policy", mb, nm)(self.state, mb, *frozen)
         if self.critic is not None:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
@@ -407,8 +442,8 @@ class Trainer:
     """The run's policy: the best dev checkpoint when `trainer.keep_best`, else the last."""
     if self.tc.keep_best and self.ckpt.best_step() is not None:
       params, _ = self.ckpt.restore_best(self.state.params)
-      return params
-    return self.state.params
+      return params if self.adapter is None else self._combine(params, self.frozen)
+    return self.policy_params()
 
   # --- the loop --------------------------------------------------------------------------
   def train(self, on_checkpoint: Optional[Callable[[int], None]] = None) -> list[dict]:

@@ -11,7 +11,10 @@ boundaries when the protocol drops what follows an action); only environment / i
 tokenised, segment by segment, so each label is attached while concatenating.
 
 `policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
-`retriever` is anything with `search(queries, k) -> hits`.  Prompts are dataset records (dicts
+`retriever` is anything with `search(queries, k) -> hits`; one that also has
+`search_with_context(queries, k, **per_query_lists)` gets the protocol's `retrieval_context` of
+each query (UR²'s task and reasoning so far), and each query's prompt record as `records` when
+it sets `needs_records` (a noisy retriever that drops gold passages).  Prompts are dataset records (dicts
 with a `question`, as the data package writes them), `PromptInput`s or strings; hooks see the
 record of their row's prompt, so a method hook can read its gold answers.
 """
@@ -204,7 +207,7 @@ class RolloutEngine:
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
     """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
-    self._prompts = list(prompts)
+    self._prompts, self._inputs = list(prompts), list(inputs)
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
     extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
@@ -372,7 +375,15 @@ class RolloutEngine:
     k = self.protocol.top_k
     extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
     t0 = time.perf_counter()
-    results = self.retriever.search([self._rows[r].action.query for r in rows], k + extra)
+    queries = [self._rows[r].action.query for r in rows]
+    contexts = self._retrieval_contexts(rows)
+    if getattr(self.retriever, "needs_records", False):
+      contexts = dict(contexts or {},
+                      records=[self._prompts[self._rows[r].prompt_index] for r in rows])
+    if contexts is None:
+      results = self.retriever.search(queries, k + extra)
+    else:
+      results = self.retriever.search_with_context(queries, k + extra, **contexts)
     self._retrieval_s += time.perf_counter() - t0
     self.retrieval_calls += 1
     if len(results) != len(rows):
@@ -391,6 +402,20 @@ class RolloutEngine:
       row.seen_docs.extend(hit_id(h) for h in hits)
       out[r] = hits
     return out
+
+  def _retrieval_contexts(self, rows) -> Optional[dict]:
+    """{keyword: per-query list} from the protocol's `retrieval_context`, when the retriever
+    takes them (`search_with_context`) and the protocol gives them; else None."""
+    if not hasattr(self.retriever, "search_with_context"):
+      return None
+    per_row = []
+    for r in rows:
+      row = self._rows[r]
+      response = decode(self.tokenizer, row.tokens[row.prompt_len:])
+      per_row.append(self.protocol.retrieval_context(self._inputs[row.prompt_index], response))
+    if any(c is None for c in per_row):
+      return None
+    return {key: [c[key] for c in per_row] for key in per_row[0]}
 
   def _over_budget(self, row: _Row, n_obs: int) -> bool:
     """True when appending n_obs tokens leaves no room for one more generated token."""
