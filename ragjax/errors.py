@@ -4,7 +4,7 @@ traceback, a non-zero exit; `RAGJAX_TRACEBACK=1` shows the traceback for debuggi
 User mistakes are the errors ragjax raises on purpose with a message meant for the user: bad
 config fields and registry names (ValueError / KeyError), a checkpoint from another config
 (`ConfigMismatchError`), missing files, bad data records (`DataError`), an unreachable service
-(`RetrievalError`, `ChatServiceError`).
+(`RetrievalError`, `ChatServiceError`), a diverged update (`NonFiniteError`: lower the lr).
 """
 
 from __future__ import annotations
@@ -13,13 +13,19 @@ import contextlib
 import os
 import sys
 
+class ServiceUnavailable(RuntimeError):
+  """A service (retriever, judge) stayed unreachable past its deadline: a passing fault.  The
+  trainer retries the step from its start (`trainer.step_retries`) instead of dying."""
+
+
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-               PermissionError, ConnectionError)
+               PermissionError, ConnectionError, FloatingPointError)
 
 
 def _is_user_error(e: BaseException) -> bool:
   name = type(e).__name__
-  return isinstance(e, USER_ERRORS) or name in ("RetrievalError", "ChatServiceError")
+  return (isinstance(e, USER_ERRORS + (ServiceUnavailable,))
+          or name in ("RetrievalError", "ChatServiceError"))
 
 
 @contextlib.contextmanager

@@ -20,6 +20,10 @@ from ragjax.recipes import DEFAULT_CONFIG
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
                                 lock_config=True)
 flags.DEFINE_multi_string("gin_file", [], "gin files binding user components")
+flags.DEFINE_bool("dry_run", False, "print the per-device memory plan on --target and exit "
+                  "(exit 3 when it does not fit); builds nothing but shapes")
+flags.DEFINE_string("target", None, "accelerator slice for --dry_run (h100x8, v5p-32, ...); "
+                    "default: the config's `hardware`")
 
 
 def recipe_module(config):
@@ -53,7 +57,20 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   with exit_on_user_error("ragjax.train"):
+    if flags.FLAGS.dry_run:
+      sys.exit(dry_run(flags.FLAGS.config, flags.FLAGS.target))
     run(flags.FLAGS.config)
+
+
+def dry_run(config, target: str = None) -> int:
+  from ragjax.parallel.memory import parse_target
+  from ragjax.recipes.dry_run import memory_plan
+  name = target or config.get("hardware", "")
+  if not name:
+    raise ValueError("--dry_run needs --target (e.g. h100x8, v5p-32) or the config's `hardware`")
+  plan = memory_plan(config, parse_target(name))
+  print(plan.table())
+  return 0 if plan.fits else 3
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import typing
 from typing import Any, Mapping
 
@@ -66,3 +68,22 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     else:
       out[key] = list(v) if isinstance(v, tuple) else v
   return out
+
+
+def json_safe(x):
+  """`x` as plain JSON values (tuples -> lists, numpy scalars -> numbers), for comparisons of
+  configs written to and read back from disk."""
+  return json.loads(json.dumps(x, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+def read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_json_atomic(path: str, data) -> None:
+  """Written to a temp file then renamed, so a kill never leaves half a file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=1)
+  os.replace(tmp, path)

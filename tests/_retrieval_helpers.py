@@ -60,6 +60,14 @@ def clustered_vectors(n: int, dim: int, clusters: int, seed: int = 0, noise: flo
   return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), centres
 
 
+def run_module(*args) -> subprocess.CompletedProcess:
+  """`python -m ARGS` as a user runs it (this checkout on the path, CPU, one device)."""
+  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=300)
+
+
 def free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

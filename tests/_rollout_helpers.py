@@ -63,11 +63,48 @@ def tokenizer(chat: bool = True, vocab_size: int = 500):
   return fast
 
 
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+LLAMA3 = ("{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + "
+          "message['role'] + '<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}"
+          "{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+@functools.lru_cache(maxsize=None)
+def llama3_tokenizer():
+  """A byte-level BPE with Llama-3's special tokens and chat template layout."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from transformers import PreTrainedTokenizerFast
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=LLAMA3_SPECIALS,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                show_progress=False)
+  tok.train_from_iterator(_TRAIN_TEXT * 3, trainer)
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eot_id|>",
+                                 bos_token="<|begin_of_text|>", pad_token="<|end_of_text|>")
+  fast.chat_template = LLAMA3
+  return fast
+
+
+class StaticRetriever:
+  """Returns the same passages for every query (a retriever whose corpus holds hostile text)."""
+
+  def __init__(self, contents):
+    from ragjax.retrieval.types import Hit
+    self.hits = [Hit(f"s{i}", c, 1.0) for i, c in enumerate(contents)]
+
+  def search(self, queries, k):
+    return [list(self.hits[:k]) for _ in queries]
+
+
 @functools.lru_cache(maxsize=None)
 def bm25_retriever():
   """The retrieval package's real BM25 backend over PASSAGES (an Arrow store in a temp dir)."""
   from ragjax.retrieval.bm25 import BM25Index
-  from ragjax.retrieval.corpus import Passage
+  from ragjax.retrieval.types import Passage
   from ragjax.retrieval.retrievers import BM25Retriever
   from ragjax.retrieval.store import PassageStore, write_store
   d = tempfile.mkdtemp(prefix="rollout_bm25_")
@@ -106,7 +143,7 @@ class ScriptedPolicy:
     self.tok, self.scripts = tok, scripts
     self.stop_strings = tuple(stop_strings)
     self.max_new_tokens, self.cache_length = max_new_tokens, cache_length
-    self.eos_ids = (tok.convert_tokens_to_ids("<|im_end|>"),)
+    self.eos_ids = (tok.eos_token_id,)
     # a small extend limit makes long observations go in several extend calls, as with the
     # real sampler's buckets
     self.max_extend = 64
@@ -116,7 +153,7 @@ class ScriptedPolicy:
   def set_params(self, params):
     """Scripted text has no weights."""
 
-  def prefill(self, prompts, samples_per_prompt=1, seed=0):
+  def prefill(self, prompts, samples_per_prompt=1, seed=0, first_row=0):
     self.calls["prefill"] += 1
     hist = [list(p) for p in prompts for _ in range(samples_per_prompt)]
     self.state = ScriptState(hist, np.zeros(len(hist), bool), [0] * len(hist), self.cache_length)
@@ -133,7 +170,7 @@ class ScriptedPolicy:
       if state.finished[r]:
         continue
       script = self.scripts.get(r, [])
-      text = script[state.cursor[r]] if state.cursor[r] < len(script) else "<|im_end|>"
+      text = script[state.cursor[r]] if state.cursor[r] < len(script) else self.tok.eos_token
       state.cursor[r] += 1
       ids = self.tok(text, add_special_tokens=False)["input_ids"]
       out, why = [], BUDGET     # a script that ends without a stop reads as a spent budget

@@ -231,3 +231,21 @@ def test_records_round_trip_and_prepared_directory_loads(tmp_path):
   assert example_from_record(rows[0]) == ex
   with pytest.raises(DataError, match="'golden_answers': empty list"):
     example_from_record(dict(rows[0], golden_answers=[]), "row 0")
+
+
+def test_deep_nesting_lone_surrogates_and_directories_are_data_errors(tmp_path):
+  good = '{"id": "a", "question": "q", "golden_answers": ["x"]}\n'
+  p = tmp_path / "deep.jsonl"
+  p.write_text(good + "[" * 100000 + "]" * 100000 + "\n")
+  _raises(lambda: read_flashrag(str(p)), str(p), "line 2", "nested deeper")
+  p2 = tmp_path / "surrogate.jsonl"
+  p2.write_text(good + '{"id": "b", "question": "q \\udfff", "golden_answers": ["x"]}\n')
+  err = _raises(lambda: read_flashrag(str(p2)), str(p2), "line 2", "lone surrogate U+DFFF")
+  assert err.field == "question"
+  p3 = tmp_path / "list.json"
+  p3.write_text('[{"_id": "a", "question": "q", "answer": "x"},\n' + "[" * 50000 + "]" * 50000 + "]")
+  _raises(lambda: read_hotpotqa(str(p3)), str(p3), "line 2", "nested deeper")
+  p4 = tmp_path / "musique.json"
+  p4.write_text(json.dumps([{"id": "m", "question": "q", "answer": "x", "paragraphs": [{"title": 5}]}]))
+  _raises(lambda: read_musique(str(p4)), str(p4), "record 0", "'paragraphs[0].title'")
+  _raises(lambda: read_flashrag(str(tmp_path)), str(tmp_path), "is a directory")

@@ -58,14 +58,15 @@ def test_builder_loads_shared_files_with_readme_counts(builder_name, tfds_dir):
 def test_multihop_corpora_keep_supporting_paragraphs():
   """Questions plus their paragraphs as a corpus: every supporting title present (README:
   'gold paras present'), supporting ids point into the corpus with the right titles."""
-  from ragjax.data.corpus import CorpusBuilder, read_corpus
+  from ragjax.data.corpus import CorpusBuilder
+  from ragjax.retrieval.corpus import read_passages
   from ragjax.data.hotpotqa import read_hotpotqa
   from ragjax.data.musique import read_musique
   from ragjax.data.twowiki import read_twowiki
   cases = [(read_hotpotqa, "hotpotqa/derived_hotpot_dev_distractor_union_1668.json", 1668),
            (read_twowiki, "2wikimultihopqa/derived_2wiki_dev_with_context_164.json", 164),
            (read_musique, "musique/hipporag_musique_train_100.json", 100)]
-  big = {p.contents for p in read_corpus(os.path.join(SHARED_DATA, "corpus/derived_multihop_wiki_passages_31144.jsonl"))}
+  big = {p.contents for p in read_passages(os.path.join(SHARED_DATA, "corpus/derived_multihop_wiki_passages_31144.jsonl"))}
   for reader, rel, gold_present in cases:
     corpus = CorpusBuilder()
     exs = list(reader(os.path.join(SHARED_DATA, rel), corpus=corpus))
@@ -79,7 +80,7 @@ def test_multihop_corpora_keep_supporting_paragraphs():
     # Our paragraph text matches the shared Wikipedia corpus built from the same files.
     gold = {by_id[i].contents for e in complete for i in e.supporting_ids}
     assert len(gold & big) / len(gold) > 0.99, rel
-  musique_corpus = list(read_corpus(os.path.join(SHARED_DATA, "musique/hipporag_musique_train_100_corpus.json")))
+  musique_corpus = list(read_passages(os.path.join(SHARED_DATA, "musique/hipporag_musique_train_100_corpus.json")))
   assert len(musique_corpus) == readme_counts()["musique/hipporag_musique_train_100_corpus.json"]
 
 
@@ -87,8 +88,8 @@ def test_multihop_corpora_keep_supporting_paragraphs():
                                  "corpus/flashrag_wiki18_sample_1000.jsonl",
                                  "corpus/hipporag_2wikimultihopqa_corpus_6119.json"])
 def test_read_corpus_counts(rel):
-  from ragjax.data.corpus import read_corpus
-  passages = list(read_corpus(os.path.join(SHARED_DATA, rel)))
+  from ragjax.retrieval.corpus import read_passages
+  passages = list(read_passages(os.path.join(SHARED_DATA, rel)))
   assert len(passages) == readme_counts()[rel]
   assert all(p.text for p in passages)
   assert sum(bool(p.title) for p in passages) > 0.99 * len(passages)

@@ -129,7 +129,7 @@ def test_server_speaks_search_r1_protocol(bm25_dir):
 def test_client_survives_server_restart(bm25_dir):
   port = free_port()
   proc = start_server(bm25_dir, port)
-  client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, retries=12, backoff=0.2,
+  client = SearchClient(f"http://127.0.0.1:{port}", timeout=10, deadline=120, backoff=0.2,
                         max_backoff=1.0, cache_size=0)
   try:
     before = client.search(["Kelthune clockmaking"], 4)
@@ -165,5 +165,75 @@ def test_client_reports_timeout_and_refused_connection_clearly():
     assert f"http://127.0.0.1:{port}/retrieve" in msg and "2 attempts" in msg and "timed out after 0.5s" in msg
   dead = free_port()
   client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=2, backoff=0.05)
-  with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts: connection failed"):
+  with pytest.raises(RetrievalError, match=rf"127.0.0.1:{dead}/retrieve failed after 3 attempts in 120s \(retriever.deadline\): connection failed"):
     client.search(["anything"], 3)
+
+
+def test_client_deadline_bounds_the_wait_and_a_500_is_not_retried():
+  from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+  from ragjax.errors import ServiceUnavailable
+  dead = free_port()
+  client = SearchClient(f"http://127.0.0.1:{dead}", timeout=1, retries=10_000, deadline=1.5,
+                        backoff=0.05, max_backoff=0.2)
+  t0 = time.time()
+  with pytest.raises(ServiceUnavailable, match=r"in 1.5s \(retriever.deadline\)"):
+    client.search(["anything"], 3)
+  assert 1.0 < time.time() - t0 < 5 and client.retry_count > 3
+
+  hits = []
+
+  class Crash(BaseHTTPRequestHandler):
+    def do_POST(self):          # an encoder crash: the same request fails the same way
+      hits.append(1)
+      self.send_response(500)
+      self.end_headers()
+      self.wfile.write(b"encoder crashed")
+
+    def log_message(self, *a):
+      pass
+
+  server = ThreadingHTTPServer(("127.0.0.1", 0), Crash)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    client = SearchClient(f"http://127.0.0.1:{server.server_address[1]}", deadline=30)
+    with pytest.raises(RetrievalError, match="rejected the request: HTTP 500") as e:
+      client.search(["anything"], 3)
+    assert not isinstance(e.value, ServiceUnavailable) and len(hits) == 1
+  finally:
+    server.shutdown()
+
+
+def test_server_refuses_oversized_and_malformed_requests_with_4xx(bm25_dir):
+  """Limits and bad bodies are 4xx with a message, never a 500; /health names no path."""
+  limits = ("--max-queries", "8", "--max-query-chars", "60", "--max-topk", "5",
+            "--max-body-bytes", "4096")
+  with server(bm25_dir, None, *limits) as (url, _):
+    def post(body):
+      return requests.post(url + "/retrieve", data=body, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    cases = [
+        (json.dumps({"queries": ["q"] * 9}), 422, "9 queries in one request; the limit is 8"),
+        (json.dumps({"queries": ["x" * 61]}), 422, "queries[0] has 61 characters; the limit is 60"),
+        (json.dumps({"queries": ["q"], "topk": 6}), 422, "topk must be in [1, 5], got 6"),
+        (json.dumps({"queries": ["q"], "topk": 0}), 422, "topk must be in [1, 5], got 0"),
+        (json.dumps({"queries": ["q"], "topk": "3"}), 422, "got '3'"),
+        (json.dumps({"queries": ["q"], "return_scores": "yes"}), 422, "'return_scores' must be"),
+        (json.dumps({"queries": ["ok", 5]}), 422, "queries[1] is int, expected a string"),
+        (json.dumps({"queries": "not a list"}), 422, "'queries' must be a list"),
+        ("[1, 2]", 422, "must be a JSON object, got list"),
+        ('{"queries": ["Qessa \\ud800 guild"]}', 422, "queries[0] holds a lone surrogate U+D800"),
+        ("{not json", 400, "request body is not JSON"),
+        (b'{"queries": ["caf\xe9"]}', 400, "request body is not UTF-8"),
+        ("[" * 1900 + "]" * 1900, 400, "nested too deeply"),
+        (json.dumps({"queries": ["q" * 50] * 80}), 413, "the limit is 4096 (--max-body-bytes)"),
+    ]
+    for body, status, says in cases:
+      r = post(body)
+      assert (r.status_code, says in r.json()["detail"]) == (status, True), (body[:60], r.text[:300])
+    ok = post(json.dumps({"queries": ["Qessa astronomy"] * 8, "topk": 5}))     # at the limits
+    assert ok.status_code == 200 and [len(x) for x in ok.json()["result"]] == [5] * 8
+    r = requests.get(url + "/health", timeout=30)
+    health = r.json()
+    assert health["backend"] == "bm25" and health["passages"] == len(small_corpus())
+    assert health["limits"]["max_queries"] == 8 and health["limits"]["max_topk"] == 5
+    assert bm25_dir not in r.text and "/tmp" not in r.text

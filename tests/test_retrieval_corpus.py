@@ -112,3 +112,46 @@ def test_shared_corpus_head_parses():
       break
   assert len(ps) == 300 and not report.issues
   assert ps[0].id == "0" and ps[0].title == "The Old Maid and the Thief"
+
+
+def _hostile_lines():
+  """Records from the audit (issue 28 #7) and their neighbours, each with what it must report."""
+  return [
+      ('\ufeff{"id": "a", "contents": "fine"}', None),                 # byte-order mark: still read
+      ('{"paragraphs": 5}', "field 'paragraphs': expected a list, got int"),
+      ('{"context": {"title": 1, "sentences": 2}}', "field 'context': expected {title"),
+      ("[" * 100000 + "]" * 100000, "nested deeper than the parser's recursion limit"),
+      ('{"id": "b", "contents": "x\\ud800y"}', "field 'contents': lone surrogate U+D800"),
+      ('{"contexts": [{"title": "T", "paragraph_text": 7}]}',
+       "field 'contexts[0].paragraph_text': expected a string, got int"),
+      ('{"id": "c", "contents": "ok", "n": ' + "9" * 5000 + "}", "4300 digits"),
+      ('{"paragraphs": [{"title": "P", "paragraph_text": "Para  text."}]}', None),
+      ('{"context": [["H", ["One.", " Two."]]], "metadata": 3}', None),
+  ]
+
+
+def test_malformed_and_hostile_records_cost_only_themselves(tmp_path):
+  lines = _hostile_lines()
+  path = tmp_path / "hostile.jsonl"
+  path.write_text("\n".join(text for text, _ in lines) + "\n", encoding="utf-8")
+  report = IngestReport()
+  ps = list(read_passages(str(path), report=report))
+  assert [(p.title, p.text) for p in ps] == [("", "fine"), ("P", "Para text."), ("H", "One. Two.")]
+  expected = [(i + 1, says) for i, (_, says) in enumerate(lines) if says]
+  assert [i.line for i in report.issues] == [line for line, _ in expected]
+  for issue, (_, says) in zip(report.issues, expected):
+    assert issue.kind == "malformed" and says in issue.message, (issue, says)
+  assert write_store(ps, str(tmp_path / "idx")) == 3               # Arrow takes what was kept
+  with pytest.raises(CorpusError, match=r"hostile\.jsonl:2: malformed: field 'paragraphs'"):
+    list(read_passages(str(path), on_error="fail"))
+
+
+def test_json_list_records_know_their_lines_and_a_deep_element_ends_the_file(tmp_path):
+  path = tmp_path / "list.json"
+  path.write_text('[\n {"id": "a", "text": "x"},\n {"id": 1.5, "text": "y"},\n ' + "[" * 50000
+                  + "]" * 50000 + ',\n {"id": "c", "text": "z"}\n]\n')
+  report = IngestReport()
+  assert [p.id for p in read_passages(str(path), report=report)] == ["a"]
+  assert [(i.line, i.message) for i in report.issues] == [
+      (3, "field 'id' must be a string or int, got float"),
+      (4, "invalid JSON (nested deeper than the parser's recursion limit)")]

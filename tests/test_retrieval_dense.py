@@ -81,3 +81,24 @@ def test_query_prefix_is_recorded_and_applied(tmp_path, built):
   hit = r.search(["Alder"], 1)[0][0]
   q = encoder.encode(["query: Alder"])[0]
   assert hit.score == pytest.approx(float(np.max(emb @ q)), abs=1e-5)
+
+
+def test_query_vector_and_hits_do_not_depend_on_the_batch(built):
+  """A resumed run encodes a query in a different batch than the original run did; its vector
+  and hits must not change (XLA's output for a row moves ~1e-7 with padded width and row
+  count, enough to flip near-ties)."""
+  index_dir, _, encoder, _ = built
+  q = "Who founded the Qessa guild of astronomy?"
+  others = (["Zürich", "x " * 300, "東京タワー"]
+            + [f"question {i} about the Belcaro guild of printing" for i in range(35)])
+  alone = encoder.encode([q], kind="query")[0]
+  batches = [[q] + others, others + [q], [q, others[1]]]
+  for batch in batches:              # first call of its bucket / second call / beside a long one
+    assert np.array_equal(encoder.encode(batch, kind="query")[batch.index(q)], alone)
+  # ScaNN with the query encoder open_index loads itself (QUERY_BATCH_SIZE rows a call), and
+  # exact search with the 32-row encoder above.
+  for r in (open_index(index_dir), open_index(index_dir, backend="exact", encoder=encoder)):
+    solo = r.search([q], 10)[0]
+    assert len(solo) == 10
+    for batch in batches[1:]:
+      assert r.search(batch, 10)[batch.index(q)] == solo, type(r.index).__name__

@@ -106,8 +106,10 @@ def test_registry_checks_names_before_any_work():
   from ragjax.rl.config import RLConfig
   with pytest.raises(ValueError, match="rl.advantage: unknown advantage"):
     RLConfig(advantage="grpoo")
-  with pytest.raises(ValueError, match="rl.train_on: cannot train on 'retrieved'"):
-    RLConfig(train_on=("policy", "retrieved"))
+  with pytest.raises(ValueError, match="rl.train_on: cannot train on 'prompt'"):
+    RLConfig(train_on=("policy", "prompt"))
+  with pytest.raises(ValueError, match="rl.use_sampler_logprobs needs"):
+    RLConfig(train_on=("policy", "retrieved"), use_sampler_logprobs=True)
 
 
 def length_penalty(ctx, per_word=0.01):

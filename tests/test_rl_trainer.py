@@ -77,6 +77,44 @@ def test_nan_guard_checks_the_params_it_would_save(tmp_path):
   assert trainer.ckpt.latest_step() is None
 
 
+class FlakyEngine:
+  """The real engine behind a retriever that is down (past its deadline) for the first
+  `failures` rollouts (the tiny random policy rarely searches, so the fault is injected at
+  the engine's entry, where a down retriever's error surfaces)."""
+
+  def __init__(self, engine, failures):
+    self.engine, self.failures, self.calls = engine, failures, 0
+    self.policy = engine.policy
+
+  def run(self, *args, **kwargs):
+    from ragjax.retrieval.client import RetrievalUnavailable
+    self.calls += 1
+    if self.calls <= self.failures:
+      raise RetrievalUnavailable("POST http://127.0.0.1:1/retrieve failed after 9 attempts")
+    return self.engine.run(*args, **kwargs)
+
+
+def test_a_step_whose_retriever_stays_down_is_rerun_from_its_start(tmp_path):
+  """Same key, data position and method state on the rerun: the metrics equal a run whose
+  retriever never failed; past trainer.step_retries the run stops naming the step."""
+  ref = build_trainer(str(tmp_path / "ref"), 1, ["trainer.eval_every=0"])
+  ref_hist = ref.train()
+  flaky = build_trainer(str(tmp_path / "flaky"), 1, ["trainer.eval_every=0"])
+  flaky.engine = FlakyEngine(flaky.engine, failures=2)
+  with pytest.warns(UserWarning, match="rerunning it"):
+    hist = flaky.train()
+  assert hist[0]["step_retries"] == 2 and ref_hist[0]["step_retries"] == 0
+  for k in ("loss", "reward", "grad_norm", "response_length"):
+    assert hist[0][k] == pytest.approx(ref_hist[0][k], rel=1e-6, abs=1e-8), k
+  dead = build_trainer(str(tmp_path / "dead"), 1, ["trainer.eval_every=0",
+                                                   "trainer.step_retries=1"])
+  dead.engine = FlakyEngine(dead.engine, failures=100)
+  from ragjax.errors import ServiceUnavailable
+  with pytest.raises(ServiceUnavailable, match="step 1: .* gave up after 2 attempts"), \
+       pytest.warns(UserWarning):
+    dead.train()
+
+
 def test_step_rewards_land_on_step_ends_and_outcome_on_the_last_trained_token():
   mask = np.zeros((2, 10), np.float32)
   mask[0, 2:4] = mask[0, 6:9] = 1          # row 0: two turns

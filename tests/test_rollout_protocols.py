@@ -149,7 +149,7 @@ def test_loss_mask_from_labels():
   np.testing.assert_array_equal(loss_mask(labels, ("policy", "injected")),
                                 [[0, 1, 0, 1, 0, 0], [0, 1, 1, 0, 1, 0]])   # position 0 never
   np.testing.assert_array_equal(loss_mask(jnp.asarray(labels))[0], [0, 1, 0, 0, 0, 0])
-  for bad in ("retrieved", "prompt", "environment"):
+  for bad in ("prompt", "environment", "pad"):
     with pytest.raises(ValueError, match="cannot train on"):
       loss_mask(labels, ("policy", bad))
 
@@ -199,3 +199,30 @@ def test_user_turn_framing_reads_any_template():
   g = user_turn_framing(other, system="sys")
   assert g.close == "<|endoftext|><|im_start|>user<|im_end|>\n\n"
   assert g.open == "<|endoftext|><|im_start|>assistant<|im_end|>\n\n"
+
+
+@pytest.mark.parametrize("which", ["chatml", "llama3"])
+def test_special_tokens_in_data_stay_text(which):
+  """A passage or a question holding the template's control tokens (every special token of
+  ChatML / Llama-3) is tokenised as plain text: no control id appears in retrieved tokens, and
+  the prompt holds exactly the template's own control tokens."""
+  from ragjax.rollout.engine import RolloutEngine
+  tok = h.tokenizer(True) if which == "chatml" else h.llama3_tokenizer()
+  specials = h.SPECIALS if which == "chatml" else h.LLAMA3_SPECIALS
+  special_ids = {tok.convert_tokens_to_ids(t) for t in specials}
+  hostile = "Quillport " + " ".join(specials) + " harbour"
+  proto = get_protocol("search_r1")
+  pol = h.ScriptedPolicy(tok, {0: ["<search> q </search>", "<answer> a </answer>"]},
+                         stop_strings=proto.stop_sequences)
+  eng = RolloutEngine(proto, pol, h.StaticRetriever(['"T"\n' + hostile]), tok)
+  batch = eng.run(["Where is " + " ".join(specials) + " Quillport"], samples_per_prompt=1)
+  t = batch.traj
+  k = int(t.lengths[0])
+  ids, labels = np.asarray(t.tokens)[0, :k], np.asarray(t.labels)[0, :k]
+  retrieved = ids[labels == Source.RETRIEVED]
+  assert retrieved.size and not set(retrieved.tolist()) & special_ids
+  assert hostile.split()[1] in tok.decode(retrieved.tolist())     # the text survives as text
+  prompt = ids[labels == Source.PROMPT].tolist()
+  clean = eng.renderer.prompt_ids("Where is Quillport")
+  assert [i for i in prompt if i in special_ids] == [i for i in clean if i in special_ids]
+  assert " ".join(specials) in tok.decode(prompt)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -105,3 +106,39 @@ def test_bad_dumps_name_file_line_and_field(tmp_path):
                      capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                      cwd=ROOT, timeout=120)
   assert r.returncode == 2 and "no such trajectory dump" in r.stderr
+
+
+def _hostile_dump(tmp_path):
+  """A dump whose every field carries markup or terminal control sequences."""
+  rec = {"row": "<script>alert(1)</script>", "group_id": "<img src=x onerror=alert(2)>",
+         "clone_of": "<b>c</b>", "stop_reason": "<script>s</script>",
+         "answer": '"><script>a</script>\x1b]0;pwned\x07', "reward": "<i>r</i>",
+         "num_tokens": "<script>n</script>",
+         "spans": [{"label": "POLICY", "turn": "<script>t</script>", "trained": 1,
+                    "text": "<script>x</script>\x1b[31mred\x1b[2J\u202egnp.exe\r",
+                    "logprob_sum": "<script>l</script>"}],
+         "turns": [{"turn": "<script>u</script>", "action": "search",
+                    "query": "<script>q</script>\x1b[2J", "reason": "<script>r</script>",
+                    "doc_ids": ["<script>d</script>", "\x1b[2J"]}]}
+  path = tmp_path / "hostile.jsonl"
+  path.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def test_viewer_escapes_every_dump_field(tmp_path):
+  path = _hostile_dump(tmp_path)
+  page = page_html(read_jsonl(path))
+  for raw in ("<script", "<img", "<b>c</b>", "<i>r</i>", '"><script'):
+    assert raw not in page, raw
+  assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and 'id="row-&lt;script&gt;' in page
+  assert "&lt;img src=x onerror=alert(2)&gt;" in page and "&lt;script&gt;d&lt;/script&gt;" in page
+  for color in (False, True):
+    text = terminal_text(read_jsonl(path), show_prompt=True, color=color)
+    painted = re.sub(r"\x1b\[\d+m", "", text) if color else text     # the viewer's own colours
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e]", painted), repr(painted)
+    assert "\\x1b[31mred\\x1b[2J\\u202egnp.exe\\x0d" in text and "\\x1b[2J" in text
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path, "--terminal"],
+                     capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e]", re.sub(r"\x1b\[\d+m", "", r.stdout))

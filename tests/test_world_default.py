@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -100,6 +101,24 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   mean = lambda row: float(row.split(" | ")[2].split(" ")[0])
   assert (mean(rows["policy + retrieval, pass@3 (T=0.7, 3 samples)"])
           >= mean(rows["policy + retrieval, pass@1 (T=0.7, 3 samples)"]))
+  # An A/B ablation from this run's cold start (reused, not retrained): paired statistics are
+  # recomputed here from the per-question scores it writes.
+  proc = subprocess.run([sys.executable, "-m", "ragjax.ablate", "--config=configs/world.py:toy",
+                         f"--config.workdir={work}", "--config.progress=False",
+                         "--config.trainer.num_steps=1", "--config.trainer.eval_every=0",
+                         "--a", "base:", "--b", "kl:rl.kl_coef=0.05"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert "cold start: reusing" in proc.stdout and "sft:" not in proc.stdout
+  report = json.load(open(os.path.join(work, "ablation", "ablation.json")))
+  a, b = (np.asarray(report["em"][k]) for k in ("base", "kl"))
+  assert len(a) == len(b) == len(report["qtypes"]) == 16
+  top = report["rows"][0]
+  assert top["type"] == "all" and top["n"] == 16
+  assert top["diff_mean"] == pytest.approx(float((b - a).mean()))
+  assert top["diff_low"] <= top["diff_mean"] <= top["diff_high"]
+  assert "| all | 16 |" in proc.stdout
+
   bad = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
                         "--samples=2", "--temperature=0"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)

@@ -7,66 +7,21 @@ Three layouts are read, detected per record:
   `supporting_facts: {title: [..], sent_id: [..]}`;
 - IRCoT processed: `question_id`, `question_text`, `answers_objects`, `contexts: [{title,
   paragraph_text, is_supporting}]`.
-2WikiMultihopQA uses the official layout too (see `twowiki.py`).  Supporting titles are kept,
-and `supporting_ids` point at this reader's corpus passages (content-hash ids).
+2WikiMultihopQA uses the official layout too (see `twowiki.py`).  Paragraph extraction per
+layout is `ragjax.retrieval.paragraphs` (shared with the corpus reader).  Supporting titles are
+kept, and `supporting_ids` point at this reader's corpus passages (content-hash ids).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Iterator, Optional
 
-from ragjax.data.corpus import CorpusBuilder, Passage, passage_id, join_sentences
+from ragjax.data.corpus import CorpusBuilder, passage_id
 from ragjax.data.schema import (DataError, Example, dedupe, make_example, require_str,
                                 require_str_list)
 from ragjax.data.sources import iter_json_records
-
-_DOUBLE_SPACE = re.compile(r"(?<=\S)  (?=\S)")
-
-
-def _official_context(rec: dict, where: str, sep: str) -> list[tuple[str, str]]:
-  ctx = rec.get("context")
-  if ctx is None:
-    return []
-  if not isinstance(ctx, list):
-    raise DataError(where, "context", f"expected a list of [title, sentences], got {type(ctx).__name__}")
-  out = []
-  for i, item in enumerate(ctx):
-    if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
-            and isinstance(item[1], list) and all(isinstance(s, str) for s in item[1])):
-      raise DataError(where, f"context[{i}]", "expected [title, [sentence, ...]]")
-    out.append((item[0], join_sentences(item[1], sep)))
-  return out
-
-
-def _hf_context(rec: dict, where: str, sep: str) -> list[tuple[str, str]]:
-  ctx = rec["context"]
-  titles, sents = ctx.get("title"), ctx.get("sentences")
-  if not isinstance(titles, list) or not isinstance(sents, list) or len(titles) != len(sents):
-    raise DataError(where, "context", "expected {title: [..], sentences: [[..]]} of equal length")
-  for i, (t, s) in enumerate(zip(titles, sents)):
-    if not isinstance(t, str) or not isinstance(s, list) or not all(isinstance(x, str) for x in s):
-      raise DataError(where, f"context.sentences[{i}]", "expected a title and a list of sentences")
-  return [(t, join_sentences(s, sep)) for t, s in zip(titles, sents)]
-
-
-def _supporting_titles(rec: dict, where: str) -> tuple[str, ...]:
-  sf = rec.get("supporting_facts")
-  if sf is None:
-    return ()
-  if isinstance(sf, dict):
-    titles = sf.get("title")
-    if not isinstance(titles, list):
-      raise DataError(where, "supporting_facts.title", "expected a list of titles")
-  elif isinstance(sf, list):
-    titles = []
-    for i, item in enumerate(sf):
-      if not (isinstance(item, (list, tuple)) and item and isinstance(item[0], str)):
-        raise DataError(where, f"supporting_facts[{i}]", "expected [title, sentence_index]")
-      titles.append(item[0])
-  else:
-    raise DataError(where, "supporting_facts", f"unexpected type {type(sf).__name__}")
-  return dedupe(titles)
+from ragjax.retrieval.paragraphs import hotpot_context, ircot_contexts, supporting_fact_titles
+from ragjax.retrieval.types import Passage
 
 
 def _ircot(rec: dict, where: str) -> tuple[str, str, tuple[str, ...], list, tuple[str, ...]]:
@@ -80,14 +35,8 @@ def _ircot(rec: dict, where: str) -> tuple[str, str, tuple[str, ...], list, tupl
     answers.extend(require_str_list(obj, "spans", f"{where} answers_objects[{i}]", allow_empty=True))
   if not answers:
     raise DataError(where, "answers_objects", "no answer span")
-  ctx, support = [], []
-  for i, c in enumerate(rec.get("contexts") or []):
-    title = require_str(c, "title", f"{where} contexts[{i}]", allow_empty=True)
-    # IRCoT joined Hotpot's sentences (which keep their leading space) with another space.
-    text = _DOUBLE_SPACE.sub(" ", require_str(c, "paragraph_text", f"{where} contexts[{i}]")).strip()
-    ctx.append((title, text))
-    if c.get("is_supporting"):
-      support.append(title)
+  ctx = ircot_contexts(rec.get("contexts"), where)
+  support = [p.title for p in ctx if p.supporting]
   return qid, question, tuple(answers), ctx, dedupe(support)
 
 
@@ -103,12 +52,12 @@ def read_multihop_official(path: str, data_source: str,
       qid = require_str(rec, "_id" if "_id" in rec else "id", where, coerce_number=True)
       question = require_str(rec, "question", where)
       answers = require_str_list(rec, "answer", where, coerce_number=True)
-      ctx = (_hf_context(rec, where, sentence_sep) if isinstance(rec.get("context"), dict)
-             else _official_context(rec, where, sentence_sep))
-      titles = _supporting_titles(rec, where)
+      ctx = hotpot_context(rec.get("context"), where, sentence_sep)
+      titles = supporting_fact_titles(rec.get("supporting_facts"), where)
     ids = []
     present = set()
-    for title, text in ctx:
+    for para in ctx:
+      title, text = para.title, para.text
       if not text:
         continue
       pid = corpus.add(title, text) if corpus is not None else passage_id(title, text)

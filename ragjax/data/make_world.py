@@ -14,20 +14,26 @@ import json
 import os
 import time
 
-from ragjax.data.tokenizer import train_world_tokenizer
-from ragjax.data.world import WorldConfig, generate_world, write_flashrag
+from ragjax.data.tokenizer import min_vocab_size, train_world_tokenizer
+from ragjax.data.world import BOUNDS, WorldConfig, generate_world, write_flashrag
+from ragjax.retrieval.argtypes import float_range, int_range
 
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--out", required=True)
-  parser.add_argument("--vocab_size", type=int, default=2048)
+  parser.add_argument("--vocab_size", type=int_range(min_vocab_size()), default=2048)
   for f in dataclasses.fields(WorldConfig):
     if f.type in ("int", "float"):
-      parser.add_argument(f"--{f.name}", type=int if f.type == "int" else float, default=f.default)
+      lo, hi = BOUNDS.get(f.name, (None, None))
+      kind = int_range(lo, hi) if f.type == "int" else float_range(lo, hi)
+      parser.add_argument(f"--{f.name}", type=kind, default=f.default)
   args = parser.parse_args(argv)
-  cfg = WorldConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WorldConfig)
-                       if hasattr(args, f.name)})
+  try:      # what no single flag can check (e.g. every question count 0)
+    cfg = WorldConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WorldConfig)
+                         if hasattr(args, f.name)})
+  except ValueError as e:
+    parser.error(str(e))
   t0 = time.time()
   world = generate_world(cfg)
   paths = write_flashrag(world, args.out)

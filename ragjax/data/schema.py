@@ -11,17 +11,13 @@ import dataclasses
 import json
 from typing import Any, Iterable, Mapping, Optional
 
+# One error type and one set of field checks for every record reader (retrieval's corpus and
+# question readers use them too): a bad record is a DataError naming file, line and field.
+from ragjax.retrieval.records import RecordError as DataError
+from ragjax.retrieval.records import check_utf8, find_bad_text, require_str
+
 FIELDS = ("id", "question", "golden_answers", "options", "supporting_ids", "supporting_titles",
           "data_source", "metadata")
-
-
-class DataError(ValueError):
-  """A bad record: `where` is 'file line N' or 'file record N', `field` the offending key."""
-
-  def __init__(self, where: str, field: Optional[str], problem: str):
-    self.where, self.field, self.problem = where, field, problem
-    what = f"field '{field}': " if field else ""
-    super().__init__(f"{where}: {what}{problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,22 +55,13 @@ class Example:
             "metadata": meta}
 
 
-def require_str(rec: Mapping, field: str, where: str, *, allow_empty: bool = False,
-                coerce_number: bool = False) -> str:
-  """rec[field] as a str; missing, wrong type or empty -> DataError naming the field."""
-  if not isinstance(rec, Mapping):
-    raise DataError(where, None, f"expected a JSON object, got {type(rec).__name__}")
-  if field not in rec or rec[field] is None:
-    raise DataError(where, field, "missing")
-  value = rec[field]
-  if coerce_number and isinstance(value, (int, float)) and not isinstance(value, bool):
-    value = str(value)
-  if not isinstance(value, str):
-    raise DataError(where, field, f"expected a string, got {type(value).__name__}")
-  check_utf8(value, where, field)
-  if not allow_empty and not value.strip():
-    raise DataError(where, field, "empty")
-  return value
+def record_field(record: Mapping, field: str, default=None):
+  """A per-example field of a record (UR²'s task, retrieval flag, difficulty): the record's
+  own key, else its `metadata` key (files keep such fields in metadata), else `default`."""
+  if field in record:
+    return record[field]
+  meta = record.get("metadata") or {}
+  return meta.get(field, default) if isinstance(meta, Mapping) else default
 
 
 def require_str_list(rec: Mapping, field: str, where: str, *, allow_empty: bool = False,
@@ -104,33 +91,6 @@ def require_str_list(rec: Mapping, field: str, where: str, *, allow_empty: bool 
   return tuple(out)
 
 
-def check_utf8(value: str, where: str, field: str) -> None:
-  """Readers decode with 'surrogateescape', so an invalid byte shows up here as a surrogate."""
-  for i, ch in enumerate(value):
-    if "\udc80" <= ch <= "\udcff":
-      raise DataError(where, field, f"invalid UTF-8 byte 0x{ord(ch) - 0xDC00:02x} at character {i}")
-
-
-def find_bad_utf8(obj: Any, path: str = "") -> Optional[str]:
-  """Path of the first string (key or value) holding an undecodable byte, else None."""
-  if isinstance(obj, str):
-    return path or "<value>" if any("\udc80" <= c <= "\udcff" for c in obj) else None
-  if isinstance(obj, Mapping):
-    for k, v in obj.items():
-      sub = f"{path}.{k}" if path else str(k)
-      if isinstance(k, str) and find_bad_utf8(k) is not None:
-        return sub
-      hit = find_bad_utf8(v, sub)
-      if hit:
-        return hit
-  if isinstance(obj, (list, tuple)):
-    for i, v in enumerate(obj):
-      hit = find_bad_utf8(v, f"{path}[{i}]")
-      if hit:
-        return hit
-  return None
-
-
 def dedupe(items: Iterable[str]) -> tuple[str, ...]:
   """Order-preserving de-duplication (answer aliases, supporting titles)."""
   seen, out = set(), []
@@ -155,11 +115,11 @@ def make_example(where: str, *, id: str, question: str, golden_answers: Iterable
   meta = dict(metadata or {})
   try:
     json.dumps(meta, ensure_ascii=False)
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, RecursionError) as e:
     raise DataError(where, "metadata", f"not JSON-serialisable: {e}") from None
-  bad = find_bad_utf8(meta)
+  bad = find_bad_text(meta)
   if bad:
-    raise DataError(where, f"metadata.{bad}", "invalid UTF-8")
+    raise DataError(where, f"metadata.{bad[0]}", bad[1])
   return Example(id=id, question=question.strip(), golden_answers=answers,
                  data_source=data_source, options=tuple(options),
                  supporting_ids=tuple(supporting_ids), supporting_titles=tuple(supporting_titles),

@@ -1,7 +1,7 @@
 """Record readers for jsonl, JSON-list, csv and parquet files that remember where each record was.
 
-Each reader yields `(where, record)`; `where` ('path line 12' or 'path record 3') goes into
-every `DataError`.  Files are decoded with 'surrogateescape' so one bad byte is reported with
+Each reader yields `(where, record)`; `where` ('path line 12' or 'path record 3 (line 40)')
+goes into every `DataError`.  Files are decoded with 'surrogateescape' so one bad byte is reported with
 its line and field instead of failing the whole file with a bare UnicodeDecodeError.
 """
 
@@ -9,64 +9,27 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from typing import Any, Iterator
 
-from ragjax.data.schema import DataError, find_bad_utf8
+from ragjax.data.schema import DataError, find_bad_text
+from ragjax.retrieval import records
 
 Located = tuple[str, Any]
 
 
 def _check(where: str, rec: Any) -> None:
-  bad = find_bad_utf8(rec)
+  bad = find_bad_text(rec)
   if bad:
-    raise DataError(where, bad, "invalid UTF-8")
-
-
-def iter_jsonl(path: str) -> Iterator[Located]:
-  """One JSON object per line; blank lines are skipped, line numbers are 1-based."""
-  with open(path, "rb") as f:
-    for lineno, raw in enumerate(f, start=1):
-      line = raw.decode("utf-8", errors="surrogateescape").strip()
-      if not line:
-        continue
-      where = f"{path} line {lineno}"
-      try:
-        rec = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DataError(where, None, f"invalid JSON ({e.msg} at column {e.colno})") from None
-      if not isinstance(rec, dict):
-        raise DataError(where, None, f"expected a JSON object, got {type(rec).__name__}")
-      _check(where, rec)
-      yield where, rec
-
-
-def iter_json_list(path: str) -> Iterator[Located]:
-  """A JSON array of objects (the official HotpotQA / 2Wiki / MuSiQue layout); records 0-based."""
-  with open(path, "rb") as f:
-    text = f.read().decode("utf-8", errors="surrogateescape")
-  try:
-    data = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise DataError(f"{path} line {e.lineno}", None, f"invalid JSON ({e.msg})") from None
-  if not isinstance(data, list):
-    raise DataError(path, None, f"expected a JSON list of records, got {type(data).__name__}")
-  for i, rec in enumerate(data):
-    where = f"{path} record {i}"
-    if not isinstance(rec, dict):
-      raise DataError(where, None, f"expected a JSON object, got {type(rec).__name__}")
-    _check(where, rec)
-    yield where, rec
+    raise DataError(where, *bad)
 
 
 def iter_json_records(path: str) -> Iterator[Located]:
-  """jsonl or JSON list, chosen by the first non-space byte ('[' means a list)."""
-  with open(path, "rb") as f:
-    head = f.read(4096).lstrip()
-  if head.startswith(b"["):
-    return iter_json_list(path)
-  return iter_jsonl(path)
+  """jsonl or a JSON list (`ragjax.retrieval.records`); the first bad record raises its DataError."""
+  for loc, rec in records.iter_json_records(path):
+    if isinstance(rec, DataError):
+      raise rec
+    yield str(loc), rec
 
 
 def iter_parquet(path: str) -> Iterator[Located]:

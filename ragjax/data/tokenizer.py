@@ -60,6 +60,11 @@ def world_training_texts(world: World) -> list[str]:
   return texts
 
 
+def min_vocab_size(added_tokens: Sequence[str] = PROTOCOL_TAGS) -> int:
+  """Special tokens, the 256 byte tokens and the added tags: a smaller vocabulary cannot hold them."""
+  return len(SPECIAL_TOKENS) + 256 + len(added_tokens)
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
                     added_tokens: Sequence[str] = PROTOCOL_TAGS,
                     min_frequency: int = 2, syllables: bool = False,
@@ -71,8 +76,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
   two-digit pieces, each a token for any year 1000..2099 (see the module docstring)."""
   from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
   n_merged = vocab_size - len(added_tokens)
-  if n_merged < len(SPECIAL_TOKENS) + 256:
-    raise ValueError(f"vocab_size {vocab_size} too small: need > {len(SPECIAL_TOKENS) + 256 + len(added_tokens)}")
+  if vocab_size < min_vocab_size(added_tokens):
+    raise ValueError(f"vocab_size {vocab_size} too small: need >= {min_vocab_size(added_tokens)}")
   tok = Tokenizer(models.BPE())
   byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
   splits = [pre_tokenizers.Split(Regex(pattern), "isolated") for pattern, on in
@@ -93,11 +98,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
 
 def train_world_tokenizer(out_dir: Optional[str] = None, cfg: WorldConfig = WorldConfig(),
                           vocab_size: int = 2048, world: Optional[World] = None,
-                          syllables: bool = False, digit_pairs: bool = False):
+                          syllables: bool = False, digit_pairs: bool = False,
+                          extra_tags: Sequence[str] = ()):
   """Trains on `generate_world(cfg)` and, if `out_dir` is given, saves a directory that
-  `transformers.AutoTokenizer.from_pretrained(out_dir)` loads."""
+  `transformers.AutoTokenizer.from_pretrained(out_dir)` loads.  `extra_tags`: another
+  protocol's tags, one added token each like the Search-R1 tags (UR²'s `<|begin_of_query|>`)."""
   world = world if world is not None else generate_world(cfg)
   fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size,
+                         added_tokens=PROTOCOL_TAGS + tuple(extra_tags),
                          syllables=syllables, digit_pairs=digit_pairs)
   if out_dir is not None:
     os.makedirs(out_dir, exist_ok=True)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ragjax.data.corpus import CorpusBuilder, Passage
+from ragjax.data.corpus import CorpusBuilder
 from ragjax.data.hotpotqa import read_multihop_official
 from ragjax.data.schema import Example
+from ragjax.retrieval.types import Passage
 
 
 def read_twowiki(path: str, data_source: str = "2wikimultihopqa",

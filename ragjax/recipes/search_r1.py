@@ -2,9 +2,10 @@
 
     python -m ragjax.train --config=configs/search_r1.py:tiny
 
-Wires: checks -> data + retriever -> mesh -> policy -> trainer (sampling engine, greedy dev
-engine, registry plug-ins named by the config) -> train -> export the policy as an HF
-directory (`<workdir>/policy`), which `python -m ragjax.evaluate` and transformers load.
+Wires: checks -> data + retriever -> mesh -> policy (cold-started on the synthetic world when
+`sft.steps` > 0) -> trainer (sampling engine, greedy dev engine, registry plug-ins named by the
+config) -> train -> export the policy as an HF directory (`<workdir>/policy`), which
+`python -m ragjax.evaluate` and transformers load.
 """
 
 from __future__ import annotations
@@ -14,15 +15,33 @@ import os
 from ragjax.recipes import components as parts
 
 
-def run(c) -> dict:
-  run_cfg = parts.validate(c)
+def start(c) -> parts.Start:
+  """Data, retriever and the initial policy (what every arm of an ablation shares).  With
+  `sft.steps` > 0 the policy is first cold-started on the synthetic world's scripted traces,
+  as the embedded default's (`ragjax.recipes.world.start`, cached in the workdir): a tiny
+  from-scratch policy then follows the protocol, so a method acting on its actions (REX-RAG
+  clones wrong answers) has something to act on."""
+  if c.sft.steps:
+    if c.data.source != "world":
+      raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
+                       "scripted from the world's hop chains)")
+    from ragjax.recipes import world
+    return world.start(c)
   workdir = os.path.abspath(c.workdir)
   os.makedirs(workdir, exist_ok=True)
   setup = parts.load_data(c, workdir)
   parts.log(f"data: { {s: len(v) for s, v in setup.splits.items()} } questions")
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
-  trainer = parts.make_trainer(c, run_cfg, cfg, params, tok, setup, mesh)
+  return parts.Start(setup, cfg, params, tok, mesh)
+
+
+def run(c) -> dict:
+  run_cfg = parts.validate(c)
+  workdir = os.path.abspath(c.workdir)
+  s = start(c)
+  cfg, tok = s.cfg, s.tokenizer
+  trainer = parts.make_trainer(c, run_cfg, cfg, s.params, tok, s.setup, s.mesh)
   history = trainer.train()
   params = trainer.final_params()
   trainer.ckpt.close()

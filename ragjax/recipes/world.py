@@ -16,6 +16,7 @@ This module only wires; every step is a package function.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -23,34 +24,55 @@ from typing import Optional, Sequence
 
 import jax
 
-from ragjax.data.world import QTYPES
-from ragjax.data.world_traces import make_scripts
-from ragjax.eval.systems import SystemResult, evaluate_system, results_table, write_viewer
+from ragjax.data.world import ENTITY_QTYPES, QTYPES
+from ragjax.data.world_traces import TraceShares, make_scripts
+from ragjax.eval.systems import SystemResult, results_table, write_viewer
 from ragjax.recipes import components as parts
-from ragjax.retrieval.types import NullRetriever
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
 from ragjax.rollout.teacher import teacher_traces
-from ragjax.typed_config import from_dict
+from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
 
 COLD_START_DIR = "cold_start_policy"   # under the workdir, beside policy/
+COLD_START_META = "ragjax_cold_start.json"
+# The sections the cold start depends on: a cached cold start is reused only when all match.
+COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout",
+                       "retriever", "sft", "traces")
 
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  scripts = make_scripts(records, c.seed, c.traces.wasted_query_rate)
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items()
+                                    if k not in ("chunk", "refine")}, "traces")
+  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)
 
 
-def run(c) -> dict:
-  t_start = time.perf_counter()
-  run_cfg = parts.validate(c)
+@dataclasses.dataclass
+class Start(parts.Start):
+  """The world's start: the policy after the cold start, plus what the outputs need."""
+  sft_history: list = dataclasses.field(default_factory=list)
+  train_traces: tuple = ((), ())  # (tokens, labels) of scripted train traces (for the probe)
+  template: object = None         # a greedy engine over the initial policy (traces, probe)
+
+
+def start_fingerprint(c) -> dict:
+  """The config fields the cold start depends on (the traces are teacher-forced, so sampling
+  settings and rollout hooks do not matter)."""
+  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows")
+  return {k: v for k, v in flatten(c).items()
+          if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
+
+
+def start(c, timings: Optional[dict] = None) -> Start:
+  """World + tokenizer + index, then the cold start (SFT on scripted traces), reused from
+  `<workdir>/cold_start_policy` when it was trained under the same cold-start sections."""
+  timings = {} if timings is None else timings
   workdir = os.path.abspath(c.workdir)
   os.makedirs(workdir, exist_ok=True)
-  timings = {}
 
   def mark(name, t0):
     timings[name] = round(time.perf_counter() - t0, 1)
@@ -70,11 +92,20 @@ def run(c) -> dict:
   cfg, params, tok = parts.load_policy(c, tok, mesh)
   n_params = sum(int(x.size) for x in jax.tree.leaves(params))
   parts.log(f"policy: {n_params / 1e6:.2f}M params from scratch")
-  train, dev, test = (setup.splits[s] for s in ("train", "dev", "test"))
+  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
+  cache = os.path.join(workdir, COLD_START_DIR)
+  meta_path = os.path.join(cache, COLD_START_META)
+  fingerprint = start_fingerprint(c)
+  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == json_safe(fingerprint):
+    from ragjax.models.hf_io import load_decoder
+    _, sft_params = load_decoder(cache)
+    sft_hist = MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read()
+    traces = scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)])
+    parts.log(f"cold start: reusing {cache} (same cold-start config)")
+    return Start(setup, cfg, sft_params, tok, mesh, sft_hist, traces, template)
 
   t0 = time.perf_counter()
-  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
-  rows_t, rows_l = scripted_traces(c, template, train)
+  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"])
   mark("sft_traces", t0)
   t0 = time.perf_counter()
   sft_params, sft_hist = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
@@ -82,34 +113,43 @@ def run(c) -> dict:
                                  log_path=os.path.join(workdir, "sft_metrics.jsonl"),
                                  progress=c.progress)
   mark("sft", t0)
-  parts.export_policy(os.path.join(workdir, COLD_START_DIR), cfg, sft_params, tok)
+  parts.export_policy(cache, cfg, sft_params, tok)
+  write_json_atomic(meta_path, {"fingerprint": json_safe(fingerprint)})
+  return Start(setup, cfg, sft_params, tok, mesh, sft_hist, (rows_t, rows_l), template)
+
+
+def run(c) -> dict:
+  t_start = time.perf_counter()
+  run_cfg = parts.validate(c)
+  if jax.process_count() > 1:
+    raise ValueError("the embedded default runs on one process (one CPU machine); multi-host "
+                     "training is for the method recipes (e.g. configs/search_r1.py)")
+  workdir = os.path.abspath(c.workdir)
+  timings = {}
+  s = start(c, timings)
 
   t0 = time.perf_counter()
-  trainer = parts.make_trainer(c, run_cfg, cfg, sft_params, tok, setup, mesh)
+  trainer = parts.make_trainer(c, run_cfg, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
   trainer.train()
   rl_params = trainer.final_params()
   if c.trainer.keep_best and trainer.ckpt.best_step() is not None:
     parts.log(f"GRPO: keeping the best dev checkpoint (step {trainer.ckpt.best_step()})")
   trainer.ckpt.close()
-  mark("grpo", t0)
+  timings["grpo"] = round(time.perf_counter() - t0, 1)
+  parts.log(f"grpo: {timings['grpo']} s")
 
   t0 = time.perf_counter()
-  results = []
-  for split, recs in (("dev", dev), ("test", test)):
-    recs = recs[:c.eval.max_questions or len(recs)]
-    for name, p, ret in (("grpo + retrieval", rl_params, setup.retriever),
-                         ("grpo, no retrieval", rl_params, NullRetriever()),
-                         ("cold-start (sft) + retrieval", sft_params, setup.retriever)):
-      engine = make_engine(c, cfg, p, tok, ret, greedy=True, hooks=[])
-      results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
-                                     seed=c.seed))
-  mark("evaluation", t0)
+  results = parts.evaluate_policies(c, s, (("grpo + retrieval", rl_params, True),
+                                     ("grpo, no retrieval", rl_params, False),
+                                     ("cold-start (sft) + retrieval", s.params, True)))
+  timings["evaluation"] = round(time.perf_counter() - t0, 1)
+  parts.log(f"evaluation: {timings['evaluation']} s")
   t0 = time.perf_counter()
-  probe = copy_probe(c, cfg, tok, template, {"cold start": sft_params, "grpo": rl_params},
-                     (rows_t, rows_l), test)
-  mark("probe", t0)
-  summary = write_outputs(c, workdir, cfg, rl_params, tok, results, test, sft_hist, timings,
-                          probe)
+  probe = copy_probe(c, s, {"cold start": s.params, "grpo": rl_params})
+  timings["probe"] = round(time.perf_counter() - t0, 1)
+  parts.log(f"probe: {timings['probe']} s")
+  summary = write_outputs(c, workdir, s.cfg, rl_params, s.tokenizer, results,
+                          s.setup.splits["test"], s.sft_history, timings, probe)
   timings["total"] = round(time.perf_counter() - t_start, 1)
   summary["timings_s"] = timings
   with open(os.path.join(workdir, "summary.json"), "w") as f:
@@ -118,18 +158,19 @@ def run(c) -> dict:
   return summary
 
 
-def copy_probe(c, cfg, tok, template, policies: dict, train_traces, test) -> dict:
+def copy_probe(c, s: Start, policies: dict) -> dict:
   """Teacher-forced NLL of the policy tokens on train-world vs test-world traces, by region and
   name/word (see `ragjax.eval.trace_nll`): {"<policy> <split>": {(region, kind): (n, nll)}}."""
   from ragjax.eval.trace_nll import trace_nll
   n = c.probe.traces
   if n <= 0:
     return {}
-  test_t, test_l = scripted_traces(c, template, test[:n])
+  test_t, test_l = scripted_traces(c, s.template, s.setup.splits["test"][:n])
+  train_t, train_l = s.train_traces
   out = {}
   for name, params in policies.items():
-    out[f"{name} train"] = trace_nll(cfg, params, tok, train_traces[0][:n], train_traces[1][:n])
-    out[f"{name} test"] = trace_nll(cfg, params, tok, test_t, test_l)
+    out[f"{name} train"] = trace_nll(s.cfg, params, s.tokenizer, train_t[:n], train_l[:n])
+    out[f"{name} test"] = trace_nll(s.cfg, params, s.tokenizer, test_t, test_l)
   return out
 
 
@@ -142,7 +183,11 @@ def headline(results: Sequence[SystemResult]) -> dict:
   sft = by[("test", "cold-start (sft) + retrieval")]
   multi = [e for e, q in zip(rl.em, rl.qtypes) if q == "2hop"]
   em_rl, em_no = bootstrap_mean(rl.em), bootstrap_mean(no.em)
+  entity = lambda r: [e for e, q in zip(r.em, r.qtypes) if q in ENTITY_QTYPES]
+  ent_rl, ent_no = bootstrap_mean(entity(rl)), bootstrap_mean(entity(no))
   return {
+      "test_entity_em_with_retrieval": str(ent_rl),
+      "test_entity_em_without_retrieval": str(ent_no),
       "test_em_with_retrieval": str(em_rl),
       "test_em_without_retrieval": str(em_no),
       "retrieval_ratio": (em_rl.mean / em_no.mean) if em_no.mean > 0 else float("inf"),
@@ -155,7 +200,7 @@ def headline(results: Sequence[SystemResult]) -> dict:
 def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings,
                   probe: Optional[dict] = None) -> dict:
   from ragjax.report.plots import plot_curves
-  table, _ = results_table(results, QTYPES)
+  table, _ = results_table(results, QTYPES, {"entity": ENTITY_QTYPES})
   head = headline(results)
   md = ["# ragjax embedded default: results", "",
         "Exact match with 95% bootstrap intervals; the test world's entities never appear in "

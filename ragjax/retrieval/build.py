@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from ragjax.retrieval.argtypes import positive_int
+
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,9 +28,10 @@ def main(argv=None) -> int:
   ap.add_argument("--pooling", choices=("mean", "cls"), default=None)
   ap.add_argument("--query-prefix", default=None)
   ap.add_argument("--passage-prefix", default=None)
-  ap.add_argument("--max-length", type=int, default=None)
-  ap.add_argument("--batch-size", type=int, default=64)
-  ap.add_argument("--chunk-rows", type=int, default=2048, help="rows per embedding chunk (resume unit)")
+  ap.add_argument("--max-length", type=positive_int, default=None)
+  ap.add_argument("--batch-size", type=positive_int, default=64)
+  ap.add_argument("--chunk-rows", type=positive_int, default=2048,
+                  help="rows per embedding chunk (resume unit)")
   ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                   help="malformed / duplicate corpus records: report and skip, or stop")
   ap.add_argument("--scann", default="{}", help='JSON overrides of ScannConfig, e.g. \'{"reorder": 100}\'')
@@ -37,7 +40,6 @@ def main(argv=None) -> int:
   ap.add_argument("--no-progress", action="store_true")
   args = ap.parse_args(argv)
 
-  from ragjax.retrieval.corpus import CorpusError
   from ragjax.retrieval.index import EncoderSpec, build_index
   from ragjax.retrieval.scann_index import ScannConfig
   for path in args.corpus:
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     meta = build_index(args.corpus, args.out, args.backend, encoder_spec=spec, scann_config=scann_cfg,
                        on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress,
                        mesh=mesh)
-  except CorpusError as e:
+  except (OSError, ValueError) as e:      # corpus problems (CorpusError), unreadable files, resume mismatch
     print(f"error: {e}", file=sys.stderr)
     return 2
   with open(os.path.join(args.out, "ingest.json")) as f:

@@ -2,6 +2,7 @@
 
     python -m ragjax.retrieval.evaluate --index DIR --questions FILE --k 10 [--backend exact]
         [--limit N] [--url http://127.0.0.1:8000]   (evaluate a running server instead)
+        [--allow-pickle]   (open an index holding a pickle: only one you trust)
 
 Prints a table for k in {1, 3, K} and a final JSON line.
 """
@@ -14,6 +15,8 @@ import os
 import sys
 import time
 
+from ragjax.retrieval.argtypes import positive_int
+
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -21,24 +24,30 @@ def main(argv=None) -> int:
   src.add_argument("--index", help="index directory")
   src.add_argument("--url", help="a running /retrieve server")
   ap.add_argument("--questions", required=True, help="HotpotQA / 2Wiki / MuSiQue / FlashRAG question file")
-  ap.add_argument("--k", type=int, default=10)
+  ap.add_argument("--k", type=positive_int, default=10)
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None)
-  ap.add_argument("--limit", type=int, default=None, help="first N questions only")
-  ap.add_argument("--batch", type=int, default=256, help="queries per search call")
+  ap.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
+  ap.add_argument("--batch", type=positive_int, default=256, help="queries per search call")
+  ap.add_argument("--allow-pickle", action="store_true",
+                  help="open an index directory that holds a pickle (it can run code; trusted indexes only)")
   args = ap.parse_args(argv)
-  if args.k < 1:
-    ap.error("--k must be >= 1")
   if not os.path.exists(args.questions):
     ap.error(f"--questions file not found: {args.questions}")
 
   from ragjax.retrieval.recall import format_table, read_questions, recall_table
-  questions = read_questions(args.questions, args.limit)
+  try:
+    questions = read_questions(args.questions, args.limit)
+  except (OSError, ValueError) as e:
+    ap.error(f"--questions: {e}")
   if args.url:
     from ragjax.retrieval.client import SearchClient
     retriever = SearchClient(args.url)
   else:
     from ragjax.retrieval.index import open_index
-    retriever = open_index(args.index, backend=args.backend)
+    try:
+      retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle)
+    except (OSError, ValueError) as e:
+      ap.error(f"--index: {e}")
   t0 = time.time()
   hits = []
   for s in range(0, len(questions), args.batch):

@@ -9,11 +9,12 @@ in a normalised top-k passage (DPR's "has answer"), with SQuAD normalisation.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import string
 from typing import Optional, Sequence
 
+from ragjax.retrieval.paragraphs import record_gold_titles
+from ragjax.retrieval.records import RecordError, iter_json_records
 from ragjax.retrieval.types import Hit
 
 
@@ -32,20 +33,6 @@ def normalize_answer(s: str) -> str:
   return " ".join(s.split())
 
 
-def _gold_titles(rec: dict) -> tuple[str, ...]:
-  sf = rec.get("supporting_facts")
-  if sf is None and isinstance(rec.get("metadata"), dict):
-    sf = rec["metadata"].get("supporting_facts")
-  titles: list[str] = []
-  if isinstance(sf, dict):                               # HF schema {"title": [...], "sent_id": [...]}
-    titles = list(sf.get("title", []))
-  elif isinstance(sf, list):
-    titles = [x[0] for x in sf if isinstance(x, (list, tuple)) and x]
-  elif isinstance(rec.get("paragraphs"), list):          # MuSiQue
-    titles = [p.get("title", "") for p in rec["paragraphs"] if p.get("is_supporting")]
-  return tuple(dict.fromkeys(t for t in titles if isinstance(t, str)))
-
-
 def _answers(rec: dict, where: str) -> tuple[str, ...]:
   if isinstance(rec.get("golden_answers"), list):
     ans = rec["golden_answers"]
@@ -57,28 +44,23 @@ def _answers(rec: dict, where: str) -> tuple[str, ...]:
 
 
 def read_questions(path: str, limit: Optional[int] = None) -> list[Question]:
-  """HotpotQA / 2Wiki (JSON list or jsonl), HF hotpot_qa rows, MuSiQue, FlashRAG jsonl."""
-  with open(path, encoding="utf-8") as f:
-    head = f.read(4096).lstrip()
-    f.seek(0)
-    if head.startswith("["):
-      records = [(i + 1, r) for i, r in enumerate(json.load(f))]
-    else:
-      records = []
-      for lineno, line in enumerate(f, 1):
-        if line.strip():
-          try:
-            records.append((lineno, json.loads(line)))
-          except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: invalid JSON: {e.msg}") from None
+  """HotpotQA / 2Wiki (JSON list or jsonl), HF hotpot_qa rows, IRCoT, MuSiQue, FlashRAG jsonl;
+  gold titles per format from `ragjax.retrieval.paragraphs`."""
   out = []
-  for lineno, rec in records[:limit]:
-    where = f"{path}:{lineno}"
+  for loc, rec in iter_json_records(path):
+    if limit is not None and len(out) >= limit:
+      break
+    where = f"{path}:{loc.line}"
+    if isinstance(rec, RecordError):
+      raise ValueError(f"{where}: {rec.detail}")
     q = rec.get("question", rec.get("question_text"))
     if not isinstance(q, str):
       raise ValueError(f"{where}: record has no string 'question'")
-    out.append(Question(str(rec.get("id", rec.get("_id", lineno))), q, _answers(rec, where),
-                        _gold_titles(rec)))
+    try:
+      gold = record_gold_titles(rec, where)
+    except RecordError as e:
+      raise ValueError(f"{where}: {e.detail}") from None
+    out.append(Question(str(rec.get("id", rec.get("_id", loc.line))), q, _answers(rec, where), gold))
   return out
 
 

@@ -36,6 +36,20 @@ class ScannConfig:
   spherical: bool = True                  # unit-norm embeddings
   training_threads: int = 0               # 0 = all cores
 
+  def __post_init__(self):
+    lowest = {"num_leaves": 1, "min_leaves_to_search": 1, "brute_force_below": 0,
+              "training_sample_size": 1, "dims_per_block": 1, "reorder": 0, "training_threads": 0}
+    for name, lo in lowest.items():
+      value = getattr(self, name)
+      if value is None and name == "num_leaves":
+        continue
+      if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+    if not 0 < self.leaves_to_search_frac <= 1:
+      raise ValueError(f"leaves_to_search_frac must be in (0, 1], got {self.leaves_to_search_frac!r}")
+    if self.reorder_dtype not in ("int8", "bfloat16", "float32", "none"):
+      raise ValueError(f"reorder_dtype must be int8, bfloat16, float32 or none, got {self.reorder_dtype!r}")
+
   def leaves_for(self, n: int) -> int:
     if self.num_leaves is not None:
       return max(1, min(self.num_leaves, n))
@@ -106,14 +120,18 @@ class ScannIndex:
                  "num_leaves": self.num_leaves}, f, indent=1)
 
   @classmethod
-  def load(cls, directory: str) -> "ScannIndex":
+  def load(cls, directory: str, allow_pickle: bool = False) -> "ScannIndex":
+    """Refuses a directory holding a pickle (ScaNN would unpickle `scann_docids.pkl`) unless
+    `allow_pickle`; never writes into `directory` (ScaNN's back-compat shim would)."""
     import scann
+    from ragjax.retrieval.trust import refuse_pickles
+    refuse_pickles(directory, allow_pickle)
     meta_path = os.path.join(directory, _CONFIG_FILE)
     if not os.path.exists(meta_path):
       raise FileNotFoundError(f"no ScaNN index at {directory} (missing {_CONFIG_FILE})")
     with open(meta_path) as f:
       meta = json.load(f)
-    searcher = scann.scann_ops_pybind.load_searcher(directory)
+    searcher = scann.scann_ops_pybind.load_searcher(directory, assets_backcompat_shim=False)
     return cls(searcher, ScannConfig(**meta["config"]), meta["n"], meta["dim"], meta["num_leaves"])
 
   @staticmethod

@@ -13,8 +13,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ragjax.retrieval.corpus import Passage
-from ragjax.retrieval.types import Hit, join_contents
+from ragjax.retrieval.types import Hit, Passage, join_contents
 
 FILENAME = "passages.arrow"
 _SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])

@@ -1,4 +1,5 @@
-"""The one search interface every backend, the HTTP client and the rollout share.
+"""The one search interface every backend, the HTTP client and the rollout share, and the
+one `Passage` type the corpus readers, the store and the dataset importers share.
 
 A `Hit` carries the passage in Search-R1's `contents` form (`"Title"\ntext`) so the text the
 policy sees is byte-identical whether it came from an in-process index or a remote server.
@@ -10,17 +11,40 @@ import dataclasses
 from typing import Protocol, Sequence, runtime_checkable
 
 
-def split_contents(contents: str) -> tuple[str, str]:
-  """Splits Search-R1 `"Title"\\ntext` into (title, text); no title line gives ('', contents)."""
+def split_contents(contents: str, require_quotes: bool = True) -> tuple[str, str]:
+  """Splits Search-R1 `"Title"\\ntext` into (title, text); no title line gives ('', contents).
+
+  `require_quotes=False` reads corpus files as FlashRAG and Search-R1 do: the first line is the
+  title, quoted or not (the wiki-18 sample has unquoted ones).  Hits keep the strict form,
+  since an untitled passage's contents is its bare text, which may hold newlines.
+  """
   first, sep, rest = contents.partition("\n")
   if sep and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
     return first[1:-1], rest
+  if sep and not require_quotes:
+    return first, rest
   return "", contents
 
 
 def join_contents(title: str, text: str) -> str:
   """The inverse of `split_contents` (FlashRAG / Search-R1 corpus convention)."""
   return f'"{title}"\n{text}' if title else text
+
+
+@dataclasses.dataclass(frozen=True)
+class Passage:
+  """One corpus passage (FlashRAG / Search-R1 layout), as read, indexed and stored."""
+  id: str
+  title: str
+  text: str
+
+  @property
+  def contents(self) -> str:
+    return join_contents(self.title, self.text)
+
+  def to_record(self) -> dict:
+    """The FlashRAG corpus record: {id, title, text, contents}."""
+    return {"id": self.id, "title": self.title, "text": self.text, "contents": self.contents}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,6 @@ params live in a separate manager under `best/` so keep-best never deletes the r
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping, Optional
 
@@ -18,18 +17,16 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
+from ragjax.typed_config import json_safe
+
 
 class ConfigMismatchError(ValueError):
   pass
 
 
-def _jsonable(x):
-  return json.loads(json.dumps(x, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
-
-
 def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
   """Human-readable differences between two flattened configs."""
-  saved, current = _jsonable(dict(saved)), _jsonable(dict(current))
+  saved, current = json_safe(dict(saved)), json_safe(dict(current))
   out = []
   for k in sorted(set(saved) | set(current)):
     a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
@@ -44,7 +41,7 @@ class Checkpointer:
   def __init__(self, directory: str, fingerprint: Mapping[str, Any], max_to_keep: int = 2,
                best_metric: Optional[str] = None, best_mode: str = "max"):
     self.directory = os.path.abspath(directory)
-    self.fingerprint = _jsonable(dict(fingerprint))
+    self.fingerprint = json_safe(dict(fingerprint))
     self.best_metric = best_metric
     self._mngr = ocp.CheckpointManager(
         os.path.join(self.directory, "latest"),
@@ -63,7 +60,7 @@ class Checkpointer:
 
   def save(self, step: int, state: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
     """`state`: pytree of arrays (train state, critic, rng); `extra`: JSON-able host state."""
-    meta = {"fingerprint": self.fingerprint, "extra": _jsonable(dict(extra))}
+    meta = {"fingerprint": self.fingerprint, "extra": json_safe(dict(extra))}
     self._mngr.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(serialization.to_state_dict(state)),
         meta=ocp.args.JsonSave(meta)))
@@ -98,7 +95,7 @@ class Checkpointer:
       raise ValueError(f"keep-best metric {self.best_metric!r} missing or non-finite in {sorted(metrics)}")
     self._best.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(
-            {"fingerprint": self.fingerprint, "metrics": _jsonable(dict(metrics))})),
+            {"fingerprint": self.fingerprint, "metrics": json_safe(dict(metrics))})),
         metrics={k: float(v) for k, v in metrics.items()})
 
   def best_step(self) -> Optional[int]:

@@ -3,8 +3,8 @@
 The ConfigDict in `configs/*.py` is what users edit and override on the command line; these
 dataclasses are what the code reads (`ragjax.typed_config.from_dict`: an unknown or misspelt
 field is an error naming its full path).  Plug-in names (rewards, advantage estimators,
-behaviour policies, metrics) are checked against the registry when the config is built, so a
-typo fails before any work.
+behaviour policies, batch filters, metrics) are checked against the registry when the config
+is built, so a typo fails before any work.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from ragjax import registry
 from ragjax.rl import advantages as _advantages  # noqa: F401  (registers the estimators)
 from ragjax.rl import rewards as _rewards  # noqa: F401  (registers the built-in rewards)
+from ragjax.rl import rex_rag as _rex_rag  # noqa: F401  (REX-RAG's filter, behaviour, metric)
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -49,6 +50,8 @@ class RLConfig:
   reward_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   behaviour: str = ""                 # registered behaviour policy for the ratio ("" = pi_old)
   behaviour_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  batch_filter: str = ""              # registered row filter before advantages ("" = keep all)
+  batch_filter_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
 
   def __post_init__(self):
@@ -60,6 +63,8 @@ class RLConfig:
       raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")
     if self.behaviour:
       registry.check("behaviour", [self.behaviour], "rl.behaviour")
+    if self.batch_filter:
+      registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
     if self.loss_agg not in AGG_MODES:
       raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
@@ -71,6 +76,10 @@ class RLConfig:
       raise ValueError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
     check_train_on(self.train_on, "rl.train_on")
+    if self.use_sampler_logprobs and tuple(self.train_on) != ("policy",):
+      raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
+                       f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
+                       f"(set rl.use_sampler_logprobs=False to re-score them)")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 
@@ -119,12 +128,13 @@ class TrainerConfig:
   keep_best_metric: str = "dev/em"    # chosen on dev, never test
   keep_best: bool = False             # the run's final policy is the best dev checkpoint
   tensorboard: bool = True
+  step_retries: int = 3               # a step whose service stayed down is rerun from its start
 
   def __post_init__(self):
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts"):
+    for name in ("eval_every", "eval_prompts", "step_retries"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -133,7 +143,8 @@ class TrainerConfig:
 # they do not alter the trajectory of the run.
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
-                  "workdir", "progress", "mesh.", "eval.", "probe.")
+                  "trainer.step_retries", "retriever.timeout", "retriever.deadline",
+                  "workdir", "progress", "hardware", "mesh.", "eval.", "probe.")
 
 
 def resume_mutable(key: str) -> bool:

@@ -22,7 +22,8 @@ from ragjax.rl.config import OptimConfig
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs
 from ragjax.rl.losses import agg_denominator, aggregate
 from ragjax.rl.optim import make_optimizer
-from ragjax.rl.train_step import init_train_state, jit_update, make_update, place_train_state
+from ragjax.rl.train_step import (NonFiniteError, init_train_state, jit_update, make_update,
+                                  nonfinite_keys, place_train_state)
 from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
                                    loss_mask, positions)
 from ragjax.rollout.trajectory import pad_rows
@@ -159,6 +160,10 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
       state, m = updates[shape](state, batch)
       if step % sft.log_every == 0 or step == sft.steps:
         rec = {"step": step, **{k: float(v) for k, v in jax.device_get(m).items()}}
+        bad = nonfinite_keys(rec)
+        if bad:    # never hand non-finite weights on (the caller would export them)
+          raise NonFiniteError(f"SFT step {step}: non-finite {bad} "
+                               f"({ {k: rec[k] for k in bad} }); lower sft.lr")
         history.append(rec)
         f.write(json.dumps(rec) + "\n")
         f.flush()

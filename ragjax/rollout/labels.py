@@ -27,9 +27,10 @@ class Source(enum.IntEnum):
 
 
 LABEL_DTYPE = np.int8
-# Labels a config may train on (`rl.train_on`), by lower-case name.  Retrieved documents,
-# prompts and environment text are observations: never trained on.
-TRAINABLE = ("policy", "injected")
+# Labels a config may train on (`rl.train_on`), by lower-case name.  Prompts and environment
+# text are never trained on; retrieved documents only as Search-R1's ablation ("w/o retrieved
+# token mask"), which shows why they are masked by default.
+TRAINABLE = ("policy", "injected", "retrieved")
 DEFAULT_TRAIN_ON = ("policy",)
 
 
@@ -38,8 +39,7 @@ def check_train_on(train_on: Sequence[str], field: str = "train_on") -> tuple[So
   out = []
   for name in train_on:
     if name not in TRAINABLE:
-      raise ValueError(f"{field}: cannot train on {name!r}; trainable labels: {list(TRAINABLE)}"
-                       + (" (retrieved tokens are observations)" if name == "retrieved" else ""))
+      raise ValueError(f"{field}: cannot train on {name!r}; trainable labels: {list(TRAINABLE)}")
     out.append(Source[name.upper()])
   return tuple(out)
 

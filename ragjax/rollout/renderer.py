@@ -7,6 +7,7 @@ framing off the chat template.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 from ragjax.rollout.chat import has_chat_template, render_chat, user_turn_framing
@@ -33,10 +34,37 @@ class Renderer:
     return self.protocol.plain_prompt(inp)
 
   def prompt_ids(self, prompt) -> list[int]:
-    text = self.prompt_text(prompt)
+    """The prompt's ids.  The question and options are data: a special-token string inside
+    them is tokenised as plain text, never as the template's control token."""
+    inp = as_prompt_input(prompt)
+    data = [inp.question, *inp.options]
+    specials = [t for t in getattr(self.tokenizer, "all_special_tokens", ()) if t]
+    if any(s in d for d in data for s in specials):
+      return self._guarded_prompt_ids(inp, data)
+    text = self.prompt_text(inp)
     if self.chat:                   # the template wrote any BOS it wants
       return encode_text(self.tokenizer, text)
     return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+  def _guarded_prompt_ids(self, inp: PromptInput, data: list[str]) -> list[int]:
+    """The prompt rendered with a sentinel per data string, the template's text tokenised with
+    its special tokens and each data string tokenised plain."""
+    marks = [f"\x00RAGJAX_DATA_{i}\x00" for i in range(len(data))]
+    masked = dataclasses.replace(inp, question=marks[0], options=tuple(marks[1:]))
+    text = self.prompt_text(masked)
+    ids, rest = [], text
+    for mark, value in zip(marks, data):
+      head, sep, rest = rest.partition(mark)
+      if not sep:
+        raise ValueError(f"{self.protocol.name}: the prompt does not contain its question verbatim")
+      ids += encode_text(self.tokenizer, head) + encode_text(self.tokenizer, value, plain=True)
+    ids += encode_text(self.tokenizer, rest)
+    if not self.chat:              # the BOS / EOS the tokenizer adds around plain prompts
+      with_special = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+      core = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+      start = with_special.index(core[0]) if core and core[0] in with_special else 0
+      ids = with_special[:start] + ids + with_special[start + len(core):]
+    return ids
 
   def wrap_observation(self, content: Sequence[Segment], end_token_text: Optional[str]):
     """User-role observations get the chat framing (ENV) around them."""

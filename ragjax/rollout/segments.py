@@ -2,7 +2,8 @@
 
 Generated spans never pass through here (they keep the sampler's ids).  Each segment is
 tokenised on its own, so a label boundary is always a token boundary and the labels line up
-with the ids by construction.
+with the ids by construction.  Retrieved text is data and is tokenised plain (special-token
+strings in it stay text); environment and method text may carry the chat template's framing.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ class Segment:
   max_tokens: Optional[int] = None
 
 
-def encode_text(tokenizer, text: str) -> list[int]:
-  """Ids of `text` with no BOS/EOS added; special-token strings map to their ids."""
+def encode_text(tokenizer, text: str, *, plain: bool = False) -> list[int]:
+  """Ids of `text` with no BOS/EOS added.  Special-token strings map to their ids unless
+  `plain`: data (retrieved passages, questions) is always tokenised plain, so a passage that
+  contains `<|im_end|>` or `<|eot_id|>` cannot end the policy's turn."""
   if not text:
     return []
-  return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+  return list(tokenizer(text, add_special_tokens=False, split_special_tokens=plain)["input_ids"])
 
 
 def tokenize_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int], bool]:
@@ -40,7 +43,7 @@ def tokenize_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int]
   for seg in segments:
     if not isinstance(seg, Segment):
       raise TypeError(f"expected Segment, got {type(seg).__name__}: {seg!r}")
-    piece = encode_text(tokenizer, seg.text)
+    piece = encode_text(tokenizer, seg.text, plain=seg.label == Source.RETRIEVED)
     if seg.max_tokens is not None and len(piece) > seg.max_tokens:
       piece = piece[: seg.max_tokens]
       truncated = True

@@ -13,7 +13,7 @@ import sys
 import webbrowser
 
 from ragjax.rollout.dump import DumpError, read_jsonl
-from ragjax.rollout.viewer import page_html, select, terminal_text
+from ragjax.rollout.viewer import page_html, select, terminal_text, visible
 
 
 def main(argv=None) -> int:
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     rows = None if not args.rows else [int(x) for x in args.rows.split(",") if x.strip()]
     records = select(records, rows)
   except (DumpError, KeyError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {visible(e)}", file=sys.stderr)
     return 2
   if args.terminal:
     sys.stdout.write(terminal_text(records, args.show_prompt, color=not args.no_color))

@@ -3,11 +3,17 @@
 What a researcher opens when rewards look wrong: which text the policy wrote (and is trained
 on), what the retriever returned, what the environment injected, the queries per turn, the
 answer, the stop reason and the reward.
+
+A dump is data, possibly from someone else's run: every field is escaped before it reaches
+the page (so a `<script>` in a dump is shown, never run), and the terminal rendering shows
+control characters as `\\x1b`-style escapes instead of letting them drive the terminal.
 """
 
 from __future__ import annotations
 
 import html
+import numbers
+import re
 from typing import Optional, Sequence
 
 COLOURS = {  # label -> (css background, css text colour, ANSI code)
@@ -44,34 +50,44 @@ def _style(label: str) -> str:
   return f"background:{bg};color:{fg}"
 
 
+def _is_number(x) -> bool:
+  return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _span_html(span: dict) -> str:
   label = span["label"]
   title = f"{label} turn {span.get('turn', '')}"
   if "logprob_sum" in span:
-    title += f" logprob {span['logprob_sum']:.3f}"
+    lp = span["logprob_sum"]
+    title += f" logprob {lp:.3f}" if _is_number(lp) else f" logprob {lp}"
   cls = ' class="t"' if span.get("trained") else ""
   return (f'<span{cls} style="{_style(label)}" title="{html.escape(title)}">'
-          f"{html.escape(span['text'])}</span>")
+          f"{html.escape(str(span['text']))}</span>")
 
 
 def _fmt(x) -> str:
-  return "—" if x is None else html.escape(str(x))
+  """Any dump value as HTML text (quotes too, so it is also safe inside an attribute)."""
+  return "—" if x is None else html.escape(str(x), quote=True)
+
+
+def _doc_ids(turn: dict) -> str:
+  return ", ".join(map(str, turn.get("doc_ids") or []))
 
 
 def trajectory_html(rec: dict, show_prompt: bool = False) -> str:
   reward = rec.get("reward")
-  rcls = "" if reward is None else (' class="good"' if reward > 0 else ' class="bad"')
-  head = (f'<div class="head"><span><b>row</b> {rec["row"]}</span>'
-          f'<span><b>group</b> {rec["group_id"]}</span>'
-          + (f'<span><b>clone of</b> {rec["clone_of"]}</span>' if rec.get("clone_of") is not None
-             else "")
+  rcls = "" if not _is_number(reward) else (' class="good"' if reward > 0 else ' class="bad"')
+  head = (f'<div class="head"><span><b>row</b> {_fmt(rec["row"])}</span>'
+          f'<span><b>group</b> {_fmt(rec["group_id"])}</span>'
+          + (f'<span><b>clone of</b> {_fmt(rec["clone_of"])}</span>'
+             if rec.get("clone_of") is not None else "")
           + f'<span><b>stop</b> {_fmt(rec["stop_reason"])}</span>'
           f'<span><b>answer</b> {_fmt(rec.get("answer"))}</span>'
           f'<span{rcls}><b>reward</b> {_fmt(reward)}</span>'
           f'<span><b>tokens</b> {_fmt(rec.get("num_tokens"))}</span></div>')
   rows = "".join(
-      f"<tr><td>{t['turn']}</td><td>{_fmt(t['action'])}</td><td>{_fmt(t.get('query'))}</td>"
-      f"<td>{_fmt(', '.join(t.get('doc_ids') or []))}</td>"
+      f"<tr><td>{_fmt(t.get('turn'))}</td><td>{_fmt(t.get('action'))}</td>"
+      f"<td>{_fmt(t.get('query'))}</td><td>{_fmt(_doc_ids(t))}</td>"
       f"<td>{'truncated' if t.get('obs_truncated') else ''} {_fmt(t.get('reason') or '')}</td></tr>"
       for t in rec["turns"])
   table = ("<table><tr><th>turn</th><th>action</th><th>query</th><th>documents</th>"
@@ -80,7 +96,7 @@ def trajectory_html(rec: dict, show_prompt: bool = False) -> str:
   body = "".join(_span_html(s) for s in rec["spans"] if s["label"] not in ("PROMPT", "PAD"))
   prompt_block = (f'<details{" open" if show_prompt else ""}><summary>prompt</summary>'
                   f'<div class="text">{prompt}</div></details>')
-  return (f'<div class="traj" id="row-{rec["row"]}">{head}{table}{prompt_block}'
+  return (f'<div class="traj" id="row-{_fmt(rec["row"])}">{head}{table}{prompt_block}'
           f'<div class="text">{body}</div></div>')
 
 
@@ -89,10 +105,11 @@ def page_html(records: Sequence[dict], title: str = "ragjax trajectories",
   legend = "".join(f'<span style="{_style(k)}">{DESCRIPTION[k]}</span>' for k in COLOURS
                    if k != "PAD")
   summary = "".join(
-      f'<tr><td><a href="#row-{r["row"]}">{r["row"]}</a></td><td>{r["group_id"]}</td>'
+      f'<tr><td><a href="#row-{_fmt(r["row"])}">{_fmt(r["row"])}</a></td>'
+      f'<td>{_fmt(r["group_id"])}</td>'
       f'<td>{_fmt(r["stop_reason"])}</td><td>{_fmt(r.get("answer"))}</td>'
       f'<td>{_fmt(r.get("reward"))}</td>'
-      f'<td>{sum(1 for t in r["turns"] if t["action"] == "search")}</td></tr>' for r in records)
+      f'<td>{sum(1 for t in r["turns"] if t.get("action") == "search")}</td></tr>' for r in records)
   return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
           f"<style>{_CSS}</style></head><body><h2>{html.escape(title)}</h2>"
           f'<div class="legend">{legend} <span style="outline:1px solid #7bbf7b">outlined = '
@@ -102,22 +119,33 @@ def page_html(records: Sequence[dict], title: str = "ragjax trajectories",
           + "".join(trajectory_html(r, show_prompt) for r in records) + "</body></html>")
 
 
+# C0 / DEL / C1 controls except newline and tab, and the bidi overrides that reorder what a
+# terminal shows ("Trojan Source").
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text) -> str:
+  """`text` with control characters written as escapes (ESC -> `\\x1b`), newlines kept."""
+  return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}",
+                      str(text))
+
+
 def terminal_text(records: Sequence[dict], show_prompt: bool = False, color: bool = True) -> str:
   def paint(label, text):
     if not color:
-      return f"[{label}]{text}[/{label}]"
-    return f"\x1b[{COLOURS.get(label, COLOURS['PAD'])[2]}m{text}\x1b[0m"
+      return f"[{label}]{visible(text)}[/{label}]"
+    return f"\x1b[{COLOURS.get(label, COLOURS['PAD'])[2]}m{visible(text)}\x1b[0m"
 
   out = []
   if color:
     out.append("  ".join(paint(k, DESCRIPTION[k]) for k in COLOURS if k != "PAD"))
   for r in records:
-    out.append(f"=== row {r['row']}  group {r['group_id']}  stop {r['stop_reason']}  "
-               f"answer {r.get('answer')!r}  reward {r.get('reward')}"
-               + (f"  clone of {r['clone_of']}" if r.get("clone_of") is not None else ""))
+    out.append(visible(f"=== row {r['row']}  group {r['group_id']}  stop {r['stop_reason']}  "
+                       f"answer {r.get('answer')!r}  reward {r.get('reward')}"
+                       + (f"  clone of {r['clone_of']}" if r.get("clone_of") is not None else "")))
     for t in r["turns"]:
-      if t["action"] == "search":
-        out.append(f"  turn {t['turn']}: search {t['query']!r} -> {', '.join(t['doc_ids'])}")
+      if t.get("action") == "search":
+        out.append(visible(f"  turn {t.get('turn')}: search {t.get('query')!r} -> {_doc_ids(t)}"))
     out.append("".join(paint(s["label"], s["text"]) for s in r["spans"]
                        if s["label"] != "PAD" and (show_prompt or s["label"] != "PROMPT")))
   return "\n".join(out) + "\n"

@@ -14,8 +14,9 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 (`trace_counts` counts traces per function for tests).
 
 * `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
-  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), b); each step folds in the
-  row's length, so a row's samples depend only on (seed, row, position).
+  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), first_row + b); each step
+  folds in the row's length, so a row's samples depend only on (seed, row, position), also
+  when a batch is rolled out in waves (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
   turn in a long cache does not pay for the whole cache (one program per window).
@@ -42,7 +43,7 @@ from jax.sharding import Mesh
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings
-from ragjax.parallel.shard import shard_params
+from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import rows as rows_lib
@@ -91,9 +92,9 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, *, samples):
+  def _prefill_fn(self, params, tokens, lengths, seed, first_row, *, samples):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, samples=samples,
+        self.cfg, params, tokens, lengths, seed, first_row=first_row, samples=samples,
         cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
@@ -121,6 +122,11 @@ class Sampler:
     """Most tokens one `extend` call takes (the largest extend bucket)."""
     return int(self.config.extend_buckets[-1])
 
+  @property
+  def row_multiple(self) -> int:
+    """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
+    return 1 if self.mesh is None else batch_axis_size(self.mesh)
+
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
     if self._param_shardings is not None:
@@ -128,7 +134,7 @@ class Sampler:
     self.params = params
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0) -> SamplerState:
+              seed: int = 0, first_row: int = 0) -> SamplerState:
     if not prompts:
       raise ValueError("prefill needs at least one prompt")
     if samples_per_prompt < 1:
@@ -143,7 +149,7 @@ class Sampler:
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), samples=samples_per_prompt)
+                         jnp.uint32(seed), jnp.uint32(first_row), samples=samples_per_prompt)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)

@@ -17,6 +17,8 @@ import dataclasses
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
 Message = dict          # {"role": "system" | "user" | "assistant", "content": str}
+from ragjax.errors import ServiceUnavailable
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -27,6 +29,11 @@ class ChatServiceError(RuntimeError):
   def __init__(self, message: str, partial: Optional[list] = None):
     super().__init__(message)
     self.partial = partial
+
+
+class ChatServiceUnavailable(ChatServiceError, ServiceUnavailable):
+  """The endpoint stayed unreachable past the client's deadline or retries (a passing fault:
+  a trainer retries its step)."""
 
 
 @dataclasses.dataclass(frozen=True)

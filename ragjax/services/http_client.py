@@ -30,8 +30,8 @@ from typing import Optional, Sequence
 import requests
 
 from ragjax.services.cache import ChatCache, request_key, request_record
-from ragjax.services.chat_model import (ChatServiceError, Completion, check_messages_list,
-                                        check_sampling, check_stop)
+from ragjax.services.chat_model import (ChatServiceError, ChatServiceUnavailable, Completion,
+                                        check_messages_list, check_sampling, check_stop)
 
 
 def chat_completions_url(base_url: str) -> str:
@@ -139,7 +139,8 @@ class OpenAIChatClient:
       if attempts > self.max_retries or remaining <= 0:
         why = "retries exhausted" if attempts > self.max_retries else \
             f"deadline of {self.deadline:g}s passed"
-        raise ChatServiceError(f"POST {self.url} failed after {attempts} attempts ({why}): {last}")
+        raise ChatServiceUnavailable(f"POST {self.url} failed after {attempts} attempts ({why}): "
+                                     f"{last}")
       if attempts:
         delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
         time.sleep(min(delay * (0.5 + random.random() / 2), remaining))
@@ -219,9 +220,11 @@ class OpenAIChatClient:
         out[i] = c
     if errors:
       self._count("failures", len(errors))
-      raise ChatServiceError(f"{errors[0]} ({len(errors)} of {len(todo)} requests failed; the "
-                             f"other replies are kept{' in the cache' if self.cache else ''})",
-                             partial=[c.text if c is not None else None for c in out])
+      kind = (ChatServiceUnavailable if all(isinstance(e, ChatServiceUnavailable) for e in errors)
+              else ChatServiceError)
+      raise kind(f"{errors[0]} ({len(errors)} of {len(todo)} requests failed; the "
+                 f"other replies are kept{' in the cache' if self.cache else ''})",
+                 partial=[c.text if c is not None else None for c in out])
     return out
 
   def complete(self, messages_list, max_tokens: int = 256, temperature: float = 0.0,

@@ -1,0 +1,127 @@
+"""A/B ablations: two arms that differ by config overrides, started from the same point (the
+world's cold start, or the same initial policy) with the same seeds, evaluated on the same
+questions, compared question by question.
+
+    report = ablate(c, {"masked": [], "unmasked": ["rl.train_on=('policy','injected')"]})
+
+The shared start lives in the config's workdir itself, so an ablation run on the workdir of an
+earlier `python -m ragjax.train` reuses its world, index and cold start (same cold-start
+config); each arm trains in `<workdir>/ablation/<arm>/` (and resumes on its own).  The result
+is a table of EM per arm and the paired difference B - A with a bootstrap interval, overall and
+by question type, plus both arms' full evaluation tables, in `<workdir>/ablation/`.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ragjax.eval.paired import mcnemar
+from ragjax.recipes import components as parts
+from ragjax.report.bootstrap import bootstrap_diff, bootstrap_mean
+from ragjax.typed_config import flatten, json_safe, write_json_atomic
+
+
+def apply_overrides(c, overrides: Sequence[str]):
+  """A copy of `c` with `field.path=value` overrides (values parsed as Python literals, else
+  strings), each checked against the schema: an unknown field is an error naming it.  Overrides
+  land before references resolve, so a switch other fields refer to (REX-RAG's
+  `rex_rag.pool`, read by its hook and its behaviour) changes them all, as on the command line."""
+  c = copy.deepcopy(c)          # keeps the copy's own field references, detached from `c`
+  known = flatten(c)
+  for ov in overrides:
+    if "=" not in ov:
+      raise ValueError(f"override {ov!r} is not FIELD=VALUE")
+    key, raw = ov.split("=", 1)
+    key = key.strip().removeprefix("--config.")
+    if key not in known and not any(k.startswith(key + ".") for k in known):
+      raise ValueError(f"override {key!r}: no such config field")
+    try:
+      value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+      value = raw
+    node = c
+    *path, leaf = key.split(".")
+    for p in path:
+      node = node[p]
+    node[leaf] = value
+  return c.copy_and_resolve_references()
+
+
+def paired_rows(a, b, qtypes: Sequence[str]) -> list[dict]:
+  """EM of arm A and B and the paired difference B - A, overall and per question type."""
+  rows = []
+  for qt in ("all", *qtypes):
+    keep = [i for i, q in enumerate(a.qtypes) if qt == "all" or q == qt]
+    if not keep:
+      continue
+    ea, eb = [a.em[i] for i in keep], [b.em[i] for i in keep]
+    rows.append({"type": qt, "n": len(keep), "a": bootstrap_mean(ea), "b": bootstrap_mean(eb),
+                 "diff": bootstrap_diff(eb, ea), "p": mcnemar(ea, eb)["p"]})
+  return rows
+
+
+def paired_table(rows: Sequence[Mapping], name_a: str, name_b: str) -> str:
+  head = ["questions", "n", f"EM {name_a}", f"EM {name_b}", f"{name_b} - {name_a} (paired)",
+          "McNemar p"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    lines.append(f"| {r['type']} | {r['n']} | {r['a']} | {r['b']} | {r['diff']} | "
+                 f"{r['p']:.3g} |")
+  return "\n".join(lines)
+
+
+def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict:
+  """Runs both arms from one start; returns {"table", "rows", "results", "workdir"}."""
+  from ragjax.eval.systems import results_table
+  if len(arms) != 2:
+    raise ValueError(f"an ablation has two arms, got {list(arms)}")
+  (name_a, ov_a), (name_b, ov_b) = arms.items()
+  workdir = os.path.abspath(c.workdir)
+  recipe = importlib.import_module(f"ragjax.recipes.{c.recipe}")
+  if not hasattr(recipe, "start"):
+    raise ValueError(f"recipe {c.recipe!r} has no shared start (ragjax.recipes.{c.recipe}.start)")
+  configs = {name: apply_overrides(c, ov) for name, ov in ((name_a, ov_a), (name_b, ov_b))}
+  for name, cfg in configs.items():
+    cfg.workdir = workdir
+    parts.validate(cfg)
+  s = recipe.start(configs[name_a])
+  if hasattr(recipe, "start_fingerprint"):
+    same = recipe.start_fingerprint(configs[name_a]) == recipe.start_fingerprint(configs[name_b])
+    if not same:
+      raise ValueError("the two arms' overrides change the shared start (e.g. the cold start's "
+                       "sections); an ablation compares RL settings from one start")
+  results = {}
+  out = os.path.join(workdir, "ablation")
+  for name, cfg in configs.items():
+    cfg.workdir = os.path.join(out, name)
+    run = parts.validate(cfg)
+    trainer = parts.make_trainer(cfg, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+    trainer.train()
+    params = trainer.final_params()
+    trainer.ckpt.close()
+    results[name] = parts.evaluate_policies(cfg, s, ((name, params, True),), splits=(split,))[0]
+  a, b = results[name_a], results[name_b]
+  if a.qtypes != b.qtypes:
+    raise RuntimeError("the arms were evaluated on different questions")
+  qtypes = list(dict.fromkeys(a.qtypes))
+  rows = paired_rows(a, b, qtypes)
+  table = paired_table(rows, name_a, name_b)
+  full, _ = results_table([a, b], qtypes)
+  report = {"table": table, "full_table": full, "workdir": out, "split": split,
+            "arms": {name_a: list(ov_a), name_b: list(ov_b)},
+            "rows": [{"type": r["type"], "n": r["n"], "a": str(r["a"]), "b": str(r["b"]),
+                      "diff": str(r["diff"]), "mcnemar_p": r["p"], "diff_mean": r["diff"].mean,
+                      "diff_low": r["diff"].low, "diff_high": r["diff"].high} for r in rows],
+            "em": {name_a: json_safe(np.asarray(a.em).tolist()),
+                   name_b: json_safe(np.asarray(b.em).tolist())},
+            "qtypes": a.qtypes}
+  write_json_atomic(os.path.join(out, "ablation.json"), report)
+  with open(os.path.join(out, "ablation.md"), "w") as f:
+    f.write(f"# Ablation on {split}: {name_b} vs {name_a}\n\n{table}\n\n{full}\n")
+  return report
