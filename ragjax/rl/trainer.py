@@ -322,6 +322,7 @@ class Trainer:
              "time/logprob_s": score_s}
     if self.batch_filter is not None:
       stats["trajectories_generated"] = generated
+    stats.update({f"rollout/{k}": float(v) for k, v in batch.stats.items()})   # engine/hook counters
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():

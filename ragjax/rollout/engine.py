@@ -208,7 +208,7 @@ class RolloutEngine:
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
     """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
     self._prompts, self._inputs = list(prompts), list(inputs)
-    prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
+    prompt_ids = [self._fit_prompt(self.renderer.prompt_ids(x), x) for x in inputs]
     extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed, first_row=first_row)
@@ -402,6 +402,20 @@ class RolloutEngine:
       row.seen_docs.extend(hit_id(h) for h in hits)
       out[r] = hits
     return out
+
+  def _fit_prompt(self, ids: list, inp) -> list:
+    """A prompt longer than the policy takes (`max_prompt_len`) loses its middle: the head
+    (instructions) and the tail (the question's end, the generation prompt) stay, as
+    long-context evaluations cut, and the cut is counted in the step's stats
+    (`prompts_truncated`), so one over-long question never aborts a batch."""
+    limit = getattr(self.policy, "max_prompt_len", None)
+    if not limit or len(ids) <= limit:
+      return ids
+    self._stats["prompts_truncated"] = self._stats.get("prompts_truncated", 0) + 1
+    warnings.warn(f"prompt of {len(ids)} tokens is longer than the policy's {limit}: its middle "
+                  f"is cut ({str(getattr(inp, 'question', ''))[:60]!r})", stacklevel=3)
+    head = limit // 2
+    return list(ids[:head]) + list(ids[len(ids) - (limit - head):])
 
   def _retrieval_contexts(self, rows) -> Optional[dict]:
     """{keyword: per-query list} from the protocol's `retrieval_context`, when the retriever
