@@ -66,3 +66,20 @@ def test_killed_sft_resumes_to_the_uninterrupted_params_and_log(tmp_path, monkey
   with pytest.raises(ConfigMismatchError, match=r"sft.lr: checkpoint=0.01 now=0.5.*delete"):
     run_sft(cfg, params(), rows_t, rows_l, sft, (16,), log_path=log_b, ckpt_dir=ckpt,
             seed=3, progress=False, fingerprint={"sft.lr": 0.5})
+
+
+def test_sft_stops_on_non_finite_weights_and_they_are_never_exported(tmp_path):
+  """Issue 28 #1: SFT with a huge lr stops with NonFiniteError (the params it would hand on are
+  checked, not only the loss), and the HF export refuses non-finite weights."""
+  from ragjax.models.hf_io import save_decoder
+  from ragjax.rl.train_step import NonFiniteError
+  cfg = tiny_cfg()
+  rows_t, rows_l = traces(cfg)
+  sft = SFTConfig(steps=3, batch_size=4, lr=1e39, warmup_steps=0, log_every=1)
+  with pytest.raises(NonFiniteError, match=r"SFT step 1: non-finite .*lower sft.lr"):
+    run_sft(cfg, tiny_params(), rows_t, rows_l, sft, (16,), seed=0, progress=False,
+            log_path=str(tmp_path / "log.jsonl"))
+  params = tiny_params()
+  params["embed_tokens"]["embedding"] = params["embed_tokens"]["embedding"].at[0, 0].set(np.nan)
+  with pytest.raises(ValueError, match="refusing to export non-finite weights"):
+    save_decoder(str(tmp_path / "export"), cfg, params)
