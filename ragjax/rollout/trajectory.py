@@ -56,7 +56,9 @@ class Trajectory:
 @dataclasses.dataclass
 class TurnRecord:
   """One generation turn of one row.  [start, end) are the token indices (in the row) of the
-  policy tokens this turn kept: `end` is the step boundary that step rewards land on."""
+  policy tokens this turn kept: `end` is the step boundary that step rewards land on.  With a
+  restart-context protocol the indices are in the turn's own step sample
+  (`RolloutBatch.samples`)."""
   turn: int
   action: str                       # search | answer | invalid | end | continue
   text: str                         # the kept policy text of the turn
@@ -148,12 +150,30 @@ class TrajectoryMeta:
 
 
 @dataclasses.dataclass
+class StepSamples:
+  """One training sample per policy turn: [S, T] arrays whose sample holds the context the turn
+  was generated from (trained on nothing) and the turn's own tokens (POLICY), with the
+  trajectory row (`row`, -1 for padding) and turn index (`turn`) it comes from.  A
+  restart-context engine records them as it runs; `ragjax.rollout.step_samples` derives them
+  from stream trajectories (each turn's prefix) and pads them."""
+  traj: Trajectory
+  row: np.ndarray                   # [S] int32
+  turn: np.ndarray                  # [S] int32
+
+  @property
+  def num_samples(self) -> int:
+    return self.traj.num_rows
+
+
+@dataclasses.dataclass
 class RolloutBatch:
   """What the engine returns and the trainer consumes: arrays, row records and timings
-  (`rollout_s`, `retrieval_s`, `retrieval_calls`)."""
+  (`rollout_s`, `retrieval_s`, `retrieval_calls`); `samples` are the step samples a
+  restart-context protocol produced (None: the rows are the only token sequences)."""
   traj: Trajectory
   meta: TrajectoryMeta
   timings: dict = dataclasses.field(default_factory=dict)
+  samples: Optional[StepSamples] = None
 
   @property
   def rows(self) -> list[RowMeta]:

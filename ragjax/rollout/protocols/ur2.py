@@ -174,6 +174,7 @@ class UR2(Protocol):
   obs_max_tokens: Optional[int] = None
 
   def __post_init__(self):
+    super().__post_init__()
     if self.task not in ("qa", "math", "mcq"):
       raise ValueError(f"UR2 task must be 'qa', 'math' or 'mcq', got {self.task!r}")
 
