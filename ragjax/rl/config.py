@@ -50,6 +50,9 @@ class RLConfig:
   behaviour: str = ""                 # registered behaviour policy for the ratio ("" = pi_old)
   behaviour_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
+  # Every policy turn is its own sample (R3-RAG; `ragjax.rollout.step_samples`): its turn's
+  # reward on its last token, GAE within the turn.  Needs the critic (advantage "gae").
+  step_samples: bool = False
 
   def __post_init__(self):
     if self.advantage != "gae":
@@ -75,6 +78,15 @@ class RLConfig:
       raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
                        f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
                        f"(set rl.use_sampler_logprobs=False to re-score them)")
+    if self.step_samples:
+      bad = [f"{name}={value!r}" for name, value, ok in (
+          ("advantage", self.advantage, self.advantage == "gae"),
+          ("train_on", tuple(self.train_on), tuple(self.train_on) == ("policy",)),
+          ("behaviour", self.behaviour, not self.behaviour)) if not ok]
+      if bad:
+        raise ValueError(f"rl.step_samples trains a critic on each turn's own tokens: it needs "
+                         f"rl.advantage='gae', rl.train_on=('policy',) and no rl.behaviour; got "
+                         f"{', '.join('rl.' + b for b in bad)}")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 

@@ -40,11 +40,12 @@ from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
-from ragjax.rl.rewards import RewardContext, combine_rewards
+from ragjax.rl.rewards import RewardContext, score_rows
 from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
+from ragjax.rollout.step_samples import sample_token_rewards, step_samples
 from ragjax.rollout.trajectory import RolloutBatch
 
 
@@ -100,7 +101,7 @@ class Trainer:
                train_data: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any],
                workdir: str, seed: int = 0, dev_data: Optional[Sequence[Mapping]] = None,
                eval_engine=None, critic_params=None, ref_params=None, mesh=None,
-               progress: bool = True):
+               progress: bool = True, services: Optional[Mapping] = None):
     self.cfg, self.run = model_cfg, run
     self.rl, self.tc = run.rl, run.trainer
     self.engine, self.eval_engine = engine, eval_engine or engine
@@ -114,6 +115,8 @@ class Trainer:
     self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(**self.rl.behaviour_kwargs)
                       if self.rl.behaviour else None)
     self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
+    self.services = dict(services or {})     # e.g. {"judge": ChatModel}, read by rewards
+    self._service_calls: dict = {}
     self.optimizer = make_optimizer(run.optim)
     params = jax.tree.map(jnp.copy, params)      # the update donates its state: keep the caller's
     self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
@@ -197,13 +200,19 @@ class Trainer:
     t = batch.traj
     tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
     rows = batch.rows
-    results = []
-    for row in rows:
-      ex = prompts[row.prompt_index]
-      record = str(ex.get("id", uids[row.prompt_index]))
-      results.append(combine_rewards(self.rl.rewards, RewardContext(row, ex, step),
-                                     self.rl.reward_kwargs, record=record))
+    ctxs = [RewardContext(row, prompts[row.prompt_index], step, self.services) for row in rows]
+    records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index])) for row in rows]
+    results = score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
     rewards = np.asarray([r.total for r in results], np.float32)
+    samples = None
+    if self.rl.step_samples:   # every turn its own sample: tokens, old/ref/values per sample
+      samples = step_samples(batch, self.rl.mini_batch_size or self.rl.micro_batch_size or 8)
+      t = samples.traj
+      tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
+    elif batch.samples is not None:
+      raise ValueError(f"protocol {batch.meta.protocol!r} prompts every turn afresh "
+                       f"(protocol.context='restart'): train on its step samples with "
+                       f"rl.step_samples=True")
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
     args = (jnp.asarray(tokens), jnp.asarray(positions(labels)), jnp.asarray(attn))
@@ -215,8 +224,11 @@ class Trainer:
     returns = values = None
     if self.rl.uses_critic:
       values = np.asarray(self._values(self.critic.params, *args))
-      token_r = step_token_rewards([r.per_step for r in results],
-                                   [row.step_ends for row in rows], mask)
+      if samples is not None:
+        token_r = sample_token_rewards(samples, [r.per_step for r in results], mask)
+      else:
+        token_r = step_token_rewards([r.per_step for r in results],
+                                     [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
         token_r = token_r - self.rl.kl_coef * np.asarray(
             kl_penalty(jnp.asarray(old), jnp.asarray(ref), "k1")) * mask
@@ -241,10 +253,17 @@ class Trainer:
              "response_length": float((labels == Source.POLICY).sum(1).mean()),
              "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
              "trajectories": len(rows), "tokens": int(attn.sum())}
+    if samples is not None:
+      stats["step_samples"] = int((samples.row >= 0).sum())
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():
       stats.update({f"{name}/{k}": float(v) for k, v in fn(rows, examples).items()})
+    for name, service in self.services.items():   # requests this step (e.g. to the judge)
+      if hasattr(service, "calls"):
+        calls = int(service.calls)
+        stats[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
+        self._service_calls[name] = calls
     return train_batch, stats
 
   def _minibatches(self, batch: TrainBatch):
