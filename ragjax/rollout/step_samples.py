@@ -22,14 +22,14 @@ import numpy as np
 from ragjax.rollout.labels import Source
 from ragjax.rollout.trajectory import RolloutBatch, StepSamples, Trajectory
 
-_TRAINABLE = (int(Source.POLICY), int(Source.INJECTED), int(Source.RETRIEVED))
+_WRITTEN = (int(Source.POLICY), int(Source.INJECTED))
 
 
 def as_context(labels: np.ndarray) -> np.ndarray:
-  """Labels with every trainable token (policy, injected, retrieved) relabelled PROMPT: text
-  the sample reads but does not learn."""
+  """Labels with the policy's (and injected) tokens relabelled PROMPT: text the sample reads
+  but does not learn (documents stay RETRIEVED; step samples train on policy tokens only)."""
   out = np.array(labels, copy=True)
-  out[np.isin(out, _TRAINABLE)] = int(Source.PROMPT)
+  out[np.isin(out, _WRITTEN)] = int(Source.PROMPT)
   return out
 
 
