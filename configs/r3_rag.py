@@ -31,18 +31,6 @@ import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config argument
 
 
-def chat_section(kind: str = "", **kw):
-  """A model service: kind "" (none), "url" (OpenAI-compatible), "checkpoint" (an HF directory
-  in this process), "policy" (the cold-start policy in this process), "gold" (judges only: a
-  rule judge reading the data's gold passages), "world" (teachers only: the synthetic world's
-  scripted teacher), "same" (evaluation judge only: the training judge)."""
-  fields = dict(kind=kind, url="", model="", api_key_env="", checkpoint="", max_concurrency=8,
-                max_retries=3, timeout=120.0, max_batch=16, max_prompt_tokens=4096,
-                max_new_tokens=512)
-  fields.update(kw)
-  return common.ConfigDict(fields)
-
-
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
   if arg not in ARGS:
@@ -82,11 +70,13 @@ def get_config(arg: str = "tiny"):
   c.rollout.update(dict(widths=(512, 1024, 2048, 3072, 4608), chat=None))
 
   # Stage 1: cold-start trajectories (§3.5).  r3.* are the recipe's own paths and choices.
-  c.teacher = chat_section("world" if small else "url", model="" if small else "deepseek-chat")
-  c.teacher.url = "" if small else "https://api.deepseek.com"
-  c.teacher.api_key_env = "" if small else "DEEPSEEK_API_KEY"
-  c.teacher.world = common.ConfigDict(dict(wasted_query_rate=0.3, wrong_answer_rate=0.25,
-                                           malformed_rate=0.1))
+  # The teacher: any chat_service (configs/common.py); the world's scripted one for small sizes.
+  c.teacher = common.chat_service(
+      "world" if small else "url", model="teacher" if small else "deepseek-chat",
+      url="" if small else "https://api.deepseek.com",
+      api_key_env="" if small else "DEEPSEEK_API_KEY", max_prompt_tokens=4096, max_new_tokens=256,
+      world=common.ConfigDict(dict(wasted_query_rate=0.3, wrong_answer_rate=0.25,
+                                   malformed_rate=0.1)))
   c.cold_start = common.ConfigDict(dict(
       attempts=7, first_temperature=0.0, temperature=0.9, max_steps=5, top_k=3, max_tokens=256,
       format_retries=2, select="best_of_n", answer_judge=True, chunk=64, max_questions=0,
@@ -106,9 +96,12 @@ def get_config(arg: str = "tiny"):
                     warmup_steps=0, min_lr_ratio=0.0, weight_decay=0.0, gather=True,
                     context_weight=0.0, log_every=10))
 
-  # Stage 3: PPO with a critic, each step a sample; judges as model services.
-  c.judge = chat_section("gold" if small else "url", model="" if small else "judge")
-  c.eval_judge = chat_section("same")
+  # Stage 3: PPO with a critic, each step a sample; the judge (relevance and Acc_model) is a
+  # chat_service: the gold-passage rule judge on the world, else a served model (the paper:
+  # Qwen2.5-14B-Instruct; judge.url to set).  Evaluation ACC asks eval.judge when it names a
+  # model (the paper: Qwen2.5-72B-Instruct), else this judge.
+  c.judge.update(dict(kind="gold" if small else "url", model="judge" if small else
+                      "Qwen2.5-14B-Instruct", max_prompt_tokens=4096, max_new_tokens=512))
   c.rl.update(dict(
       advantage="gae", group_size=4, clip_low=0.2, clip_high=0.2, loss_agg="token-mean",
       kl_coef=0.01, kl_estimator="k1", kl_in_reward=True, entropy_coef=0.0, value_clip=0.2,

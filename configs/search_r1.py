@@ -68,16 +68,12 @@ def get_config(arg: str = "tiny"):
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0, top_p=1.0,
                         prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   c.rollout.widths = (512, 1024, 2048, 3072, 4096)
+  c.rollout.kv_budget_gb = 24.0     # per device: rollouts run in waves (see --dry_run)
   c.eval.batch_size = 64
+  # The published row `python -m ragjax.evaluate --suite search_r1` compares with
+  # (configs/paper_results.json; the size is model.preset).
+  c.eval.method = "" if tiny else "Search-R1-base"
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
-    c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
-                        num_people=30, num_places=10, num_orgs=8, num_works=12,
-                        retry_groups=6))
-    c.tokenizer.vocab_size = 1024
-    c.retriever.backend = "bm25"
-    c.protocol.update(dict(top_k=2, max_turns=2, obs_max_tokens=64))
-    c.sampler.update(dict(max_cache_length=768, max_new_tokens=32,
-                          prompt_buckets=(64, 128, 256, 384, 512)))
-    c.rollout.widths = tuple(range(64, 769, 64))
-    c.eval.batch_size = 16
+    common.tiny_world(c)
+    common.tiny_rollout(c)
   return c

@@ -59,7 +59,12 @@ def get_config(arg: str = "default"):
   c.sft.update(dict(steps=4 if toy else 500, batch_size=8 if toy else 32, lr=5e-3,
                     warmup_steps=1 if toy else 40, min_lr_ratio=0.1, weight_decay=0.01,
                     gather=True, context_weight=0.5, log_every=1 if toy else 10))
-  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, chunk=64 if toy else 500))
+  # Decisions demonstrated imperfectly (shares of traces; ragjax.data.world_traces): answer
+  # without searching, stop a 2-hop question after its first hop, give up after a failed
+  # search.  The skills (copying names into queries, values into answers) are always right.
+  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, no_search_rate=0.0,
+                                    first_hop_stop_rate=0.0, give_up_rate=0.0,
+                                    chunk=64 if toy else 500))
 
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).
   # One update per rollout batch, so the sampler's own log-probs (equal to a re-scored forward

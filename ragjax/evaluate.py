@@ -1,4 +1,5 @@
 """`python -m ragjax.evaluate --checkpoint DIR [--config=FILE[:ARG]] [--config.FIELD=V ...]`
+`python -m ragjax.evaluate --config=... --checkpoint DIR --suite NAME [--index D | --url U]`
 
 Evaluates a policy checkpoint (an HF directory with its tokenizer, as `python -m ragjax.train`
 writes to `<workdir>/policy`) under any recipe's config (the same `--config` and overrides as
@@ -11,6 +12,11 @@ still sharpen).
   `--config.workdir` (index reused or built there); question files come from `data.*_files`.
 * `--data FILE` (FlashRAG jsonl, verl parquet, HotpotQA / 2Wiki / MuSiQue raw json) with
   `--index DIR` (from `python -m ragjax.retrieval.build`) or `--url` of a Search-R1 server.
+* `--suite NAME`: a benchmark suite of the config (`eval.suites`, configs/suites.py) to the
+  paper's table (markdown / CSV / JSON under `--out`, default `<workdir>/eval/<NAME>`) beside
+  the published row; per-question predictions are written as they finish and a killed run
+  resumes.  `--compare DIR2` adds a paired bootstrap / McNemar comparison with another run
+  (without `--checkpoint`: compares the predictions already in `--out` and DIR2).
 """
 
 from __future__ import annotations
@@ -20,14 +26,18 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from ragjax.data.readers import READERS
 from ragjax.recipes import DEFAULT_CONFIG
 
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
                                 lock_config=True)
 flags.DEFINE_string("checkpoint", None, "HF policy directory (with tokenizer)")
 flags.DEFINE_string("split", "test", "split of the config's data: train | dev | test")
+flags.DEFINE_enum("metric", "em", ["em", "f1", "cover_em", "letter_em", "math_equiv", "task"],
+                  "answer metric; task: each record's task's (UR²: MCQ letter EM, math "
+                  "equivalence, QA F1)")
 flags.DEFINE_string("data", None, "a question file instead of the config's split")
-flags.DEFINE_enum("format", None, ["flashrag", "verl", "hotpotqa", "2wiki", "musique"],
+flags.DEFINE_enum("format", None, sorted(READERS),
                   "format of --data (default: from its extension)")
 flags.DEFINE_string("index", None, "retrieval index directory (overrides the config's)")
 flags.DEFINE_string("url", None, "Search-R1 retrieval server URL (overrides the config's)")
@@ -35,7 +45,13 @@ flags.DEFINE_integer("limit", 0, "evaluate the first N questions only (0 = all)"
 flags.DEFINE_integer("samples", 0, "also sample this many rollouts per question: pass@1 and "
                      "pass@k rows", lower_bound=0)
 flags.DEFINE_float("temperature", 1.0, "temperature for --samples")
-flags.mark_flag_as_required("checkpoint")
+flags.DEFINE_string("suite", None, "benchmark suite of the config (eval.suites): the paper's "
+                    "table for this checkpoint")
+flags.DEFINE_string("out", None, "suite output directory (default <workdir>/eval/<suite>)")
+flags.DEFINE_string("data_root", None, "where suite files live (default eval.data_root, "
+                    "else ../shared/data beside the repo)")
+flags.DEFINE_string("compare", None, "another suite output directory: paired bootstrap and "
+                    "McNemar per dataset and for the average")
 
 
 def main(argv):
@@ -44,22 +60,36 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   f = flags.FLAGS
+  from ragjax.errors import exit_on_user_error
+  if f.suite:
+    if f.samples or f.data or f.split != "test":
+      raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
+                           "--samples", exitcode=2)
+    from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+    with exit_on_user_error("ragjax.evaluate"):
+      print(evaluate_suite(f.config, SuiteOptions(
+          suite=f.suite, checkpoint=f.checkpoint, out=f.out, data_root=f.data_root,
+          index=f.index, url=f.url, limit=f.limit, compare=f.compare)))
+    return
+  if f.compare or f.out or f.data_root:
+    raise app.UsageError("--compare / --out / --data_root go with --suite", exitcode=2)
+  if not f.checkpoint:
+    raise app.UsageError("--checkpoint is required", exitcode=2)
   if f.samples and f.temperature <= 0:
     raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
   if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
     raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
                          "in the config)", exitcode=2)
-  from ragjax.errors import exit_on_user_error
   from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
-  qtypes = None
+  qtypes = groups = None
   if f.config.data.source == "world" and not f.data:
-    from ragjax.data.world import QTYPES
-    qtypes = QTYPES
+    from ragjax.data.world import ENTITY_QTYPES, QTYPES
+    qtypes, groups = QTYPES, {"entity": ENTITY_QTYPES}
   with exit_on_user_error("ragjax.evaluate"):
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
-        temperature=f.temperature), qtypes))
+        temperature=f.temperature, metric=f.metric), qtypes, groups))
 
 
 if __name__ == "__main__":

@@ -153,7 +153,7 @@ class ScriptedPolicy:
   def set_params(self, params):
     """Scripted text has no weights."""
 
-  def prefill(self, prompts, samples_per_prompt=1, seed=0):
+  def prefill(self, prompts, samples_per_prompt=1, seed=0, first_row=0):
     self.calls["prefill"] += 1
     hist = [list(p) for p in prompts for _ in range(samples_per_prompt)]
     self.state = ScriptState(hist, np.zeros(len(hist), bool), [0] * len(hist), self.cache_length)

@@ -23,8 +23,10 @@ def test_paired_rows_by_hand():
   d = rows["all"]["diff"]
   assert 0.0 <= d.low <= d.mean <= d.high <= 1.0
   assert rows["all"]["a"].mean == pytest.approx(0.4) and rows["all"]["b"].mean == pytest.approx(0.8)
+  # McNemar: 2 discordant pairs, both for B -> exact two-sided binomial p = 2 * 0.5**2 = 0.5
+  assert rows["all"]["p"] == pytest.approx(0.5)
   table = paired_table(list(rows.values()), "a", "b")
-  assert "| all | 5 | 0.400" in table and "b - a (paired)" in table
+  assert "| all | 5 | 0.400" in table and "b - a (paired)" in table and "| 0.5 |" in table
 
 
 def test_overrides_parse_literals_and_name_unknown_fields():

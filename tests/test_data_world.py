@@ -308,3 +308,53 @@ def test_make_world_rejects_bad_counts_before_generating(tmp_path, capsys, argv,
   assert e.value.code == 2
   assert says in capsys.readouterr().err.strip().splitlines()[-1]
   assert not (tmp_path / "w").exists()
+
+
+def test_a_later_test_world_is_fresh_and_leaves_training_unchanged():
+  """world.test_world: the test questions come from a world no run trained on; its entity
+  names are disjoint from the training world's and from the default test world's."""
+  cfg = dataclasses.replace(SMALL, name_lexicon=200)
+  base = generate_world(cfg)
+  fresh = generate_world(dataclasses.replace(cfg, test_world=cfg.train_worlds + 2))
+  assert [e.question for e in base.questions["train"]] == [e.question for e in fresh.questions["train"]]
+  names = lambda w, i: {e.name for e in w.entities if e.world == i}
+  k = cfg.train_worlds
+  assert not names(fresh, k + 2) & names(base, k) and not names(fresh, k + 2) & names(base, 0)
+  assert {e.metadata["world"] for e in fresh.questions["test"]} == {k + 2}
+  assert all(p["id"].startswith(f"w{k + 2}-") for p in fresh.corpus("test"))
+  with pytest.raises(ValueError, match="is a training world"):
+    dataclasses.replace(cfg, test_world=0)
+
+
+def test_trace_shares_demonstrate_imperfect_decisions():
+  """Each decision share gives that share (within sampling error) of its question type's
+  traces; with every share 0 the traces are the paper-style ones (always search, retry)."""
+  import random
+  from ragjax.data.world_traces import TraceShares, trace_turns, wrong_answer
+  world = generate_world(dataclasses.replace(SMALL, num_train=300))
+  recs = [e.to_record() for e in world.questions["train"]]
+  by = {q: [r for r in recs if r["metadata"]["qtype"] == q] for q in ("1hop", "2hop", "retry")}
+  plain = [trace_turns(r, random.Random(0)) for r in recs]
+  assert all(t[0].startswith("<search>") and t[-1] == f"<answer> {r['golden_answers'][0]} </answer>"
+             for t, r in zip(plain, recs))
+  shares = TraceShares(wasted_query_rate=0.0, no_search_rate=0.3, first_hop_stop_rate=0.5,
+                       give_up_rate=0.5)
+  rng = random.Random(1)
+  traces = {q: [trace_turns(r, rng, shares) for r in rs] for q, rs in by.items()}
+  no_search = [len(t) == 1 for ts in traces.values() for t in ts]
+  assert abs(np.mean(no_search) - 0.3) < 0.08
+  two = [t for t in traces["2hop"] if len(t) > 1]
+  stop = [len(t) == 2 for t in two]          # first hop then answer; else 2 searches + answer
+  assert abs(np.mean(stop) - 0.5 / 0.7) < 0.12
+  for t, r in zip(traces["2hop"], by["2hop"]):
+    if len(t) == 2:
+      assert t[1] == f"<answer> {r['metadata']['hops'][0]['answer']} </answer>"
+  for t, r in zip(traces["retry"], by["retry"]):
+    if len(t) == 2:                            # gave up: the namesake's value, not the gold
+      assert t[0] == f"<search> {r['metadata']['first_query']} </search>"
+      assert t[1] == f"<answer> {r['metadata']['decoy_answers'][0]} </answer>"
+      assert r["metadata"]["decoy_answers"][0] not in r["golden_answers"]
+  for r in recs:
+    assert wrong_answer(r) not in r["golden_answers"]
+  with pytest.raises(ValueError, match="traces.give_up_rate"):
+    TraceShares(give_up_rate=1.5)

@@ -169,3 +169,28 @@ def test_rex_rag_clone_truncate_extend_on_the_real_sampler(chain_sampler):
   assert (t.labels[1, inj[-1] + 1:int(t.lengths[1])] != Source.PROMPT).all()
   assert sampler.trace_counts["clone"] == 1 and sampler.trace_counts["truncate"] == 1
   check_against_sampler(batch, sampler, pol.state, cfg, params)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_waves_give_the_trajectories_of_one_big_wave(greedy):
+  """EngineConfig.wave_rows: three prompts x 2 samples in waves of 2 rows (one prompt each)
+  give the same tokens, labels and log-probs as all 6 rows at once, sampled or greedy (row
+  keys are the batch's, whatever the wave)."""
+  tok = h.tokenizer()
+  cfg = PRESETS["tiny"]
+  params = random_params(cfg, 0)
+  proto = get_protocol("search_r1", max_turns=2)
+  sampler = sampler_for(cfg, params, tok, proto, greedy=greedy)
+  prompts = ["Where is Quillport", "Who founded it", "What flows through Quillport"]
+  out = {}
+  for wave in (0, 2):
+    eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(wave_rows=wave))
+    out[wave] = eng.run(prompts, samples_per_prompt=2, seed=7)
+  a, b = out[0], out[2]
+  assert [m.prompt_index for m in b.rows] == [0, 0, 1, 1, 2, 2]
+  assert [m.row for m in b.rows] == list(range(6))
+  np.testing.assert_array_equal(np.asarray(a.traj.tokens), np.asarray(b.traj.tokens))
+  np.testing.assert_array_equal(np.asarray(a.traj.labels), np.asarray(b.traj.labels))
+  np.testing.assert_allclose(np.asarray(a.traj.sampler_logprobs),
+                             np.asarray(b.traj.sampler_logprobs), atol=1e-5)
+  assert a.meta.response_texts == b.meta.response_texts

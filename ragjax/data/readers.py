@@ -4,8 +4,9 @@
     examples = read_examples("dev.json", "hotpotqa")
 
 Formats: FlashRAG jsonl (`flashrag`), verl parquet (`verl`), raw HotpotQA / 2Wiki / MuSiQue
-json (`hotpotqa`, `2wiki`, `musique`).  Every bad record is a `DataError` naming the file,
-line and field.
+json (`hotpotqa`, `2wiki`, `musique`), UR²'s multiple-choice and math sets (`mcq`, `math`) and
+plain `{question, answer}` files (`qa`: UR² QA sets, Bamboogle csv).  Every bad record is a
+`DataError` naming the file, line and field.  `read_records` adds a metadata filter and a limit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ READERS = {
     "hotpotqa": ("ragjax.data.hotpotqa", "read_hotpotqa"),
     "2wiki": ("ragjax.data.twowiki", "read_twowiki"),
     "musique": ("ragjax.data.musique", "read_musique"),
+    "mcq": ("ragjax.data.choice", "read_multiple_choice"),
+    "math": ("ragjax.data.mathsets", "read_math"),
+    "qa": ("ragjax.data.plainqa", "read_plain_qa"),
 }
 _BY_EXTENSION = {".jsonl": "flashrag", ".parquet": "verl"}
 
@@ -44,3 +48,23 @@ def read_examples(path: str, fmt: Optional[str] = None) -> list[Example]:
 def as_record(example) -> dict:
   """A dataset example (`Example` or a mapping) as the plain dict trainers and engines take."""
   return example.to_record() if hasattr(example, "to_record") else dict(example)
+
+
+def matches(record: dict, where) -> bool:
+  """`where` ({field: value} or its items): each field of the record's metadata (or the record
+  itself) equals the value, compared as strings."""
+  meta = record.get("metadata") or {}
+  items = where.items() if hasattr(where, "items") else where
+  return all(str(meta.get(k, record.get(k))) == str(v) for k, v in items)
+
+
+def read_records(path: str, fmt: Optional[str] = None, where=(), limit: int = 0) -> list[dict]:
+  """The records (plain dicts) of `path` matching `where`, the first `limit` if > 0."""
+  out = []
+  for ex in read_examples(path, fmt):
+    rec = as_record(ex)
+    if matches(rec, where):
+      out.append(rec)
+      if limit and len(out) >= limit:
+        break
+  return out

@@ -34,6 +34,9 @@ from ragjax.retrieval.records import write_jsonl
 from ragjax.retrieval.types import join_contents
 
 QTYPES = ("1hop", "2hop", "comparison", "retry")
+# Questions whose answer is an entity or a value found by searching, apart from the yes/no
+# comparisons (which a policy that never searches gets right half the time).
+ENTITY_QTYPES = ("1hop", "2hop", "retry")
 SPLITS = ("train", "dev", "test")
 DATA_SOURCE = "ragjax_world"
 
@@ -45,7 +48,8 @@ BOUNDS: dict[str, tuple] = {
     "retry_groups": (0, None), "retry_decoys": (0, None), "distractor_rate": (0.0, 1.0),
     "mention_rate": (0.0, 1.0), "facts_per_passage": (1, None), "min_passage_words": (0, None),
     "paraphrases": (1, 3), "max_hops": (1, 3), "num_train": (0, None), "train_worlds": (1, None),
-    "name_lexicon": (0, None), "num_dev": (0, None), "num_test": (0, None)}
+    "name_lexicon": (0, None), "num_dev": (0, None), "num_test": (0, None),
+    "test_world": (-1, None)}
 
 
 def bound_text(lo, hi) -> str:
@@ -76,6 +80,10 @@ class WorldConfig:
                                     # words (new entities and facts, familiar tokens); 0: all new
   num_dev: int = 100
   num_test: int = 200
+  # The test world's index: -1 = train_worlds (the world right after the training ones); a
+  # larger index is a world no training run built (the worlds between are drawn, so the name
+  # stock moves on, but not kept): evaluating there is a fresh-world test.
+  test_world: int = -1
   qtype_weights: tuple[tuple[str, float], ...] = (
       ("1hop", 0.3), ("2hop", 0.4), ("comparison", 0.15), ("retry", 0.15))
 
@@ -84,6 +92,9 @@ class WorldConfig:
       value = getattr(self, name)
       if (lo is not None and value < lo) or (hi is not None and value > hi) or value != value:
         raise ValueError(f"{name} must be {bound_text(lo, hi)}, got {value}")
+    if 0 <= self.test_world < self.train_worlds:
+      raise ValueError(f"test_world {self.test_world} is a training world (0..{self.train_worlds - 1}); "
+                       f"use -1 or an index >= train_worlds")
     if self.num_train + self.num_dev + self.num_test < 1:
       raise ValueError("num_train, num_dev and num_test are all 0: the world would have no questions")
     weights = dict(self.qtype_weights)
@@ -96,6 +107,10 @@ class WorldConfig:
       raise ValueError("'retry' questions need retry_groups >= 1 and retry_decoys >= 1")
     if self.retry_decoys + 1 > len(OCCUPATIONS):
       raise ValueError(f"retry_decoys must be < {len(OCCUPATIONS)}")
+
+  @property
+  def test_index(self) -> int:
+    return self.train_worlds if self.test_world < 0 else self.test_world
 
 
 @dataclasses.dataclass
@@ -122,23 +137,25 @@ class World:
     """Passages of the worlds a split's questions come from (all passages when None)."""
     if split is None:
       return list(self.passages)
-    prefixes = tuple(f"w{wi}-" for wi in worlds_of_split(split, self.config.train_worlds))
+    prefixes = tuple(f"w{wi}-" for wi in worlds_of_split(split, self.config.train_worlds,
+                                                         self.config.test_index))
     return [p for p in self.passages if p["id"].startswith(prefixes)]
 
   def entity_names(self, world: int) -> list[str]:
     return [e.name for e in self.entities if e.world == world]
 
 
-def world_of_split(split: str, train_worlds: int = 1) -> int:
-  """The world a split's first question comes from: test is world K (= train_worlds)."""
-  return worlds_of_split(split, train_worlds)[0]
+def world_of_split(split: str, train_worlds: int = 1, test_world: int = -1) -> int:
+  """The world a split's first question comes from: test is world K (= train_worlds) unless
+  `test_world` names a later one."""
+  return worlds_of_split(split, train_worlds, test_world)[0]
 
 
-def worlds_of_split(split: str, train_worlds: int = 1) -> tuple[int, ...]:
+def worlds_of_split(split: str, train_worlds: int = 1, test_world: int = -1) -> tuple[int, ...]:
   if split not in SPLITS:
     raise ValueError(f"unknown split {split!r}; use {SPLITS}")
   if split == "test":
-    return (train_worlds,)
+    return (train_worlds if test_world < 0 else test_world,)
   return tuple(range(train_worlds)) if split == "train" else (0,)
 
 
@@ -430,8 +447,10 @@ class _QuestionMaker:
           rel = RELATIONS[rname]
 
           def make(e=e, rel=rel, group=group):
+            decoys = [d for d in group if d is not e]
             extra = {"first_query": rel.query.format(s=e.name),
-                     "decoy_passage_ids": [self.wb.fact_pid[(d.id, rel.name)] for d in group if d is not e]}
+                     "decoy_passage_ids": [self.wb.fact_pid[(d.id, rel.name)] for d in decoys],
+                     "decoy_answers": [self.wb.display(rel, d.facts[rel.name]) for d in decoys]}
             return (self.pick(rel.ask).format(s=self.mention(e)), self.answers(rel, e.facts[rel.name]),
                     [self.hop(e, rel)], extra)
           out.append((("retry", e.id, rname), make))
@@ -510,7 +529,9 @@ def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
   weights = dict(cfg.qtype_weights)
   entities, passages, questions = [], [], {}
   k = cfg.train_worlds
-  plan = [(wi, ("dev", "train") if wi == 0 else ("train",)) for wi in range(k)] + [(k, ("test",))]
+  plan = [(wi, ("dev", "train") if wi == 0 else ("train",)) for wi in range(k)]
+  plan += [(wi, ()) for wi in range(k, cfg.test_index)]       # drawn, not kept (name stock)
+  plan += [(cfg.test_index, ("test",))]
   # Train questions are spread over the train worlds (the first takes the remainder).
   share = {wi: cfg.num_train // k + (cfg.num_train % k if wi == 0 else 0) for wi in range(k)}
   items = {s: [] for s in SPLITS}
@@ -518,6 +539,8 @@ def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
     pool.start_world()
     wb = _WorldBuilder(cfg, wi, pool)
     wb.build_entities()
+    if not splits:
+      continue
     wb.build_passages()
     maker = _QuestionMaker(wb)
     titles = {p["id"]: p["title"] for p in wb.passages}
@@ -529,7 +552,7 @@ def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
     entities += wb.entities
     passages += wb.passages
   for s in SPLITS:
-    shuf = random.Random(f"ragjax-order-{cfg.seed}-{world_of_split(s, k)}")
+    shuf = random.Random(f"ragjax-order-{cfg.seed}-{world_of_split(s, k, cfg.test_index)}")
     shuf.shuffle(items[s])
     questions[s] = _to_examples(s, items[s])
   return World(config=cfg, entities=entities, passages=passages,

@@ -1,17 +1,31 @@
 """Search traces for the cold-start SFT of the embedded default (R3-RAG's recipe).
 
 A trace is the list of turns the policy should emit for one world question: one
-`<search> q </search>` per hop and a final `<answer> a </answer>`.  Some traces are imperfect
-on purpose, as R3-RAG's cold-start data is: retry questions first try the obvious query (which
-tends to land on a namesake, see `ragjax.data.world`), and a share of multi-hop traces start
-with a wasted query (the question itself) before the right hops.  RL then has something to
-improve on.  The traces are run through the real rollout engine with a `TeacherPolicy`
-(`ragjax.rollout.teacher.teacher_traces`), so the observations are real retrieval results and
-labels match RL rollouts exactly.  Examples are world records (`Example.to_record()` dicts).
+`<search> q </search>` per hop and a final `<answer> a </answer>`.  The *skills* are always
+demonstrated correctly: queries copy the question's names, answers copy a value the retrieved
+passage states.  The *decisions* can be imperfect in configurable shares (`TraceShares`), the
+way a base model's are, so RL has something to discover (what the seed papers say RL teaches):
+  - `no_search`: answer at once, without searching (with a plausible wrong value: a decoy's,
+    the bridge entity, or the other yes/no);
+  - `first_hop_stop`: a 2-hop question answered after its first hop, with the bridge entity;
+  - `give_up`: a retry question answered after the failed first search, with the namesake's
+    value that search found, instead of retrying with the disambiguated query;
+  - `wasted_query`: a multi-hop trace that first searches the question itself (still right).
+Retry traces otherwise first try the obvious query (which tends to land on a namesake, see
+`ragjax.data.world`), then retry.  The traces are run through the real rollout engine with a
+`TeacherPolicy` (`ragjax.rollout.teacher.teacher_traces`), so the observations are real
+retrieval results and labels match RL rollouts exactly.  Examples are world records
+(`Example.to_record()` dicts).
+
+With `refine=True` (AutoRefine's protocol at the world's scale) every turn after documents
+opens with a `<refine>` block distilling them, as AutoRefine's policy is taught to write after
+each search: the value the search found (a hop's answer, or the namesake's for a retry's
+first query), or "not found" for the question searched as a whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Mapping, Sequence
 
@@ -24,21 +38,84 @@ def answer_turn(answer: str) -> str:
   return f"<answer> {answer} </answer>"
 
 
-def trace_turns(ex: Mapping, rng: random.Random, wasted_query_rate: float = 0.15) -> list[str]:
-  """The turns of one trace (see the module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class TraceShares:
+  """Shares of demonstrations with an imperfect decision (see the module docstring)."""
+  wasted_query_rate: float = 0.15
+  no_search_rate: float = 0.0
+  first_hop_stop_rate: float = 0.0
+  give_up_rate: float = 0.0
+
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      v = getattr(self, f.name)
+      if not 0.0 <= v <= 1.0:
+        raise ValueError(f"traces.{f.name} must be in [0, 1], got {v}")
+
+
+def wrong_answer(ex: Mapping) -> str:
+  """A plausible wrong answer for a no-search demonstration."""
+  meta = ex.get("metadata") or {}
+  gold = ex["golden_answers"][0]
+  if meta.get("qtype") == "comparison":
+    return "no" if gold == "yes" else "yes"
+  if meta.get("decoy_answers"):
+    return meta["decoy_answers"][0]
+  hops = meta.get("hops") or []
+  if len(hops) > 1:
+    return hops[0]["answer"]          # the bridge entity instead of what it leads to
+  return hops[0]["entity"].split(" (")[0] if hops else gold
+
+
+def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShares(), *,
+                search=search_turn, answer=answer_turn) -> list[str]:
+  """The turns of one trace (see the module docstring).  One draw decides the trace's kind,
+  so the shares are of all traces of that question type.  `search(query)` and
+  `answer(text)` write the turns (another protocol's grammar: UR²'s world tasks)."""
   meta = ex.get("metadata") or {}
   hops = meta.get("hops") or []
   if not hops:
     raise ValueError(f"world question {ex.get('id')} has no hop chain in metadata")
+  gold = ex["golden_answers"][0]
+  qtype = meta.get("qtype")
   queries = [h["query"] for h in hops]
-  if meta.get("qtype") == "retry" and meta.get("first_query"):
+  # one draw for the decision, only when some decision share is set (so the default traces
+  # draw exactly what they always drew)
+  decide = shares.no_search_rate or shares.first_hop_stop_rate or shares.give_up_rate
+  u = rng.random() if decide else 1.0
+  if u < shares.no_search_rate:
+    return [answer(wrong_answer(ex))]
+  u -= shares.no_search_rate
+  if qtype == "retry" and meta.get("first_query"):
+    if u < shares.give_up_rate and meta.get("decoy_answers"):
+      return [search(meta["first_query"]), answer(meta["decoy_answers"][0])]
     queries = [meta["first_query"]] + queries
-  elif len(hops) > 1 and rng.random() < wasted_query_rate:
+  elif qtype == "2hop" and u < shares.first_hop_stop_rate:
+    return [search(queries[0]), answer(hops[0]["answer"])]
+  elif len(hops) > 1 and rng.random() < shares.wasted_query_rate:
     queries = [ex["question"].rstrip("?")] + queries
-  return [search_turn(q) for q in queries] + [answer_turn(ex["golden_answers"][0])]
+  return [search(q) for q in queries] + [answer(gold)]
 
 
-def make_scripts(examples: Sequence[Mapping], seed: int, wasted_query_rate: float = 0.15
-                 ) -> list[list[str]]:
+def refine_block(text: str) -> str:
+  return f"<refine> {text} </refine> "
+
+
+def with_refine(ex: Mapping, turns: Sequence[str]) -> list[str]:
+  """The trace with a `<refine>` block opening every turn that follows a search."""
+  meta = ex.get("metadata") or {}
+  found = {h["query"]: str(h["answer"]) for h in meta.get("hops") or []}
+  if meta.get("first_query") and meta.get("decoy_answers"):
+    found.setdefault(meta["first_query"], str(meta["decoy_answers"][0]))
+  out = list(turns[:1])
+  for prev, turn in zip(turns, turns[1:]):
+    query = prev[len("<search> "):-len(" </search>")] if prev.startswith("<search>") else None
+    out.append(refine_block(found.get(query, "not found")) + turn if query is not None else turn)
+  return out
+
+
+def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = TraceShares(),
+                 refine: bool = False) -> list[list[str]]:
   rng = random.Random(f"ragjax-traces-{seed}")
-  return [trace_turns(ex, rng, wasted_query_rate) for ex in examples]
+  scripts = [trace_turns(ex, rng, shares) for ex in examples]
+  return [with_refine(ex, t) for ex, t in zip(examples, scripts)] if refine else scripts

@@ -1,2 +1,6 @@
 """ragjax.eval: evaluation systems (greedy and sampled rollouts of a policy over examples),
-their tables with bootstrap intervals, trajectory pages, and diagnostics (`trace_nll`)."""
+their tables with bootstrap intervals, trajectory pages, diagnostics (`trace_nll`), and the
+benchmark-suite harness behind `python -m ragjax.evaluate --suite`: `suites` (suites read from
+the config), `harness` (resumable runs), `predictions` (per-question JSONL), `scoring` and
+`judging` (per-question metrics), `progress`, `paper_table` (the paper-layout table),
+`published` (the published rows) and `paired` (bootstrap / McNemar between two runs)."""

@@ -108,3 +108,19 @@ def tree_bytes(abstract: Any, logical_axes: Any, mesh: MeshShape, dtype=None) ->
     raise ValueError(f"{len(specs)} logical specs for {len(leaves)} arrays")
   return float(sum(sharded_bytes(l.shape, dtype or l.dtype, tuple(s), mesh)
                    for l, s in zip(leaves, specs)))
+
+
+def layer_activation_bytes(rows: int, length: int, hidden: int, intermediate: int, heads: int,
+                           tensor: int, act_bytes: int) -> float:
+  """One decoder layer in flight over `rows` x `length` tokens on one device: its activations
+  plus the attention scores and probabilities ([rows, heads, T, T] fp32; the model
+  materialises them), heads and MLP split `tensor` ways."""
+  return (rows * length * (8 * hidden + 3 * intermediate / tensor) * act_bytes
+          + 2 * rows * (heads / tensor) * length * length * 4)
+
+
+def kv_row_bytes(layers: int, length: int, kv_heads: int, head_dim: int, tensor: int,
+                 cache_bytes: int) -> float:
+  """K and V of one sampler row on one device (KV heads split `tensor` ways if it divides)."""
+  kvh = kv_heads // tensor if kv_heads % tensor == 0 else kv_heads
+  return 2.0 * layers * length * kvh * head_dim * cache_bytes

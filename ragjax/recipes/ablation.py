@@ -14,12 +14,14 @@ by question type, plus both arms' full evaluation tables, in `<workdir>/ablation
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import os
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from ragjax.eval.paired import mcnemar
 from ragjax.recipes import components as parts
 from ragjax.report.bootstrap import bootstrap_diff, bootstrap_mean
 from ragjax.typed_config import flatten, json_safe, write_json_atomic
@@ -27,8 +29,10 @@ from ragjax.typed_config import flatten, json_safe, write_json_atomic
 
 def apply_overrides(c, overrides: Sequence[str]):
   """A copy of `c` with `field.path=value` overrides (values parsed as Python literals, else
-  strings), each checked against the schema: an unknown field is an error naming it."""
-  c = c.copy_and_resolve_references()
+  strings), each checked against the schema: an unknown field is an error naming it.  Overrides
+  land before references resolve, so a switch other fields refer to (REX-RAG's
+  `rex_rag.pool`, read by its hook and its behaviour) changes them all, as on the command line."""
+  c = copy.deepcopy(c)          # keeps the copy's own field references, detached from `c`
   known = flatten(c)
   for ov in overrides:
     if "=" not in ov:
@@ -46,7 +50,7 @@ def apply_overrides(c, overrides: Sequence[str]):
     for p in path:
       node = node[p]
     node[leaf] = value
-  return c
+  return c.copy_and_resolve_references()
 
 
 def paired_rows(a, b, qtypes: Sequence[str]) -> list[dict]:
@@ -58,15 +62,17 @@ def paired_rows(a, b, qtypes: Sequence[str]) -> list[dict]:
       continue
     ea, eb = [a.em[i] for i in keep], [b.em[i] for i in keep]
     rows.append({"type": qt, "n": len(keep), "a": bootstrap_mean(ea), "b": bootstrap_mean(eb),
-                 "diff": bootstrap_diff(eb, ea)})
+                 "diff": bootstrap_diff(eb, ea), "p": mcnemar(ea, eb)["p"]})
   return rows
 
 
 def paired_table(rows: Sequence[Mapping], name_a: str, name_b: str) -> str:
-  head = ["questions", "n", f"EM {name_a}", f"EM {name_b}", f"{name_b} - {name_a} (paired)"]
+  head = ["questions", "n", f"EM {name_a}", f"EM {name_b}", f"{name_b} - {name_a} (paired)",
+          "McNemar p"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
-    lines.append(f"| {r['type']} | {r['n']} | {r['a']} | {r['b']} | {r['diff']} |")
+    lines.append(f"| {r['type']} | {r['n']} | {r['a']} | {r['b']} | {r['diff']} | "
+                 f"{r['p']:.3g} |")
   return "\n".join(lines)
 
 
@@ -114,7 +120,7 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
   report = {"table": table, "full_table": full, "workdir": out, "split": split,
             "arms": {name_a: list(ov_a), name_b: list(ov_b)},
             "rows": [{"type": r["type"], "n": r["n"], "a": str(r["a"]), "b": str(r["b"]),
-                      "diff": str(r["diff"]), "diff_mean": r["diff"].mean,
+                      "diff": str(r["diff"]), "mcnemar_p": r["p"], "diff_mean": r["diff"].mean,
                       "diff_low": r["diff"].low, "diff_high": r["diff"].high} for r in rows],
             "em": {name_a: json_safe(np.asarray(a.em).tolist()),
                    name_b: json_safe(np.asarray(b.em).tolist())},

@@ -12,9 +12,10 @@ Stages (each reuses what an earlier run of the same workdir left; see configs/r3
         model service; the policy exported to `<workdir>/policy`; then R3-RAG's evaluation
         (greedy, top-5 complete documents, 5 steps; ACC by the judge, EM and F1) of the
         cold-start and RL policies, into `<workdir>/results.{md,json}`.
-Model services (teacher, judges) come from their config sections: an OpenAI-compatible URL,
-an HF checkpoint or the cold-start policy in this process, the gold-passage rule judge, or the
-synthetic world's scripted teacher.  This module only wires.
+Model services (`teacher`, `judge`, `eval.judge`) come from their config sections
+(`ragjax.recipes.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
+policy in this process ("base"), the gold-passage rule judge, or the synthetic world's scripted
+teacher.  This module only wires.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import hashlib
 import json
 import math
 import os
-from typing import Optional
 
 from ragjax.recipes import components as parts
+from ragjax.recipes.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
 from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_trajectories,
                                      sft_step_samples)
 from ragjax.rl.sft import SFTConfig, run_sft
@@ -37,9 +38,6 @@ STAGES = ("data", "sft", "rl", "all")
 DATA_DIR = "cold_start_data"
 COLD_START_DIR = "cold_start_policy"
 COLD_START_META = "ragjax_cold_start.json"
-CHAT_KINDS = {"teacher": ("url", "checkpoint", "world"),
-              "judge": ("", "url", "checkpoint", "policy", "gold"),
-              "eval_judge": ("same", "", "url", "checkpoint", "policy", "gold")}
 # What the cold-start policy depends on (a cached one is reused only when all match).
 SFT_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
                 "cold_start", "teacher", "data", "retriever")
@@ -50,13 +48,8 @@ def validate(c):
   if c.stage not in STAGES:
     raise ValueError(f"stage must be one of {STAGES}, got {c.stage!r}")
   from_dict(ColdStartConfig, c.cold_start, "cold_start")
-  for name, kinds in CHAT_KINDS.items():
-    if c[name].kind not in kinds:
-      raise ValueError(f"{name}.kind must be one of {kinds}, got {c[name].kind!r}")
-    if c[name].kind == "url" and not c[name].url:
-      raise ValueError(f"{name}.kind='url' needs {name}.url")
-    if c[name].kind == "checkpoint" and not c[name].checkpoint:
-      raise ValueError(f"{name}.kind='checkpoint' needs {name}.checkpoint (an HF directory)")
+  if c.stage in ("data", "all"):
+    check_chat(c, "teacher", TEACHER_KINDS)
   kw = dict(run.rl.reward_kwargs.get("r3_rag", {}))
   if ("r3_rag" in run.rl.rewards and c.judge.kind == "" and
       (kw.get("process", True) or kw.get("answer_judge", True))):
@@ -78,57 +71,6 @@ def paths(c) -> dict:
           "policy": os.path.join(w, parts.POLICY_DIR)}
 
 
-# --- model services ---------------------------------------------------------------------------
-def make_chat(c, section: str, s: Optional[parts.Start] = None, setup=None):
-  """The `ChatModel` a config section names (None for kind "")."""
-  sec = c[section]
-  kind = sec.kind
-  if kind == "":
-    return None
-  if kind == "url":
-    from ragjax.services.http_client import OpenAIChatClient
-    return OpenAIChatClient(sec.url, sec.model or section, api_key_env=sec.api_key_env or None,
-                            max_concurrency=sec.max_concurrency, max_retries=sec.max_retries,
-                            timeout=sec.timeout)
-  sizes = dict(max_batch=sec.max_batch, max_prompt_tokens=sec.max_prompt_tokens,
-               max_new_tokens=sec.max_new_tokens, seed=c.seed)
-  from ragjax.services.local import LocalChatModel
-  if kind == "checkpoint":
-    return LocalChatModel.from_checkpoint(sec.checkpoint, name=section, **sizes)
-  if kind == "policy":
-    if s is None:
-      raise ValueError(f"{section}.kind='policy' is the cold-start policy, which this stage "
-                       f"does not load")
-    return LocalChatModel(s.cfg, s.params, s.tokenizer, name=section, mesh=s.mesh, **sizes)
-  setup = setup or s.setup
-  if kind == "world":
-    from ragjax.data.world_teacher import WorldTeacher
-    if setup.world is None:
-      raise ValueError("teacher.kind='world' is the synthetic world's teacher: needs "
-                       "data.source='world'")
-    records = [r for split in setup.splits.values() for r in split]
-    return WorldTeacher(records, **sec.world.to_dict())
-  if kind == "gold":
-    from ragjax.services.gold_judge import GoldJudge
-    records = [r for split in setup.splits.values() for r in split]
-    return GoldJudge(records, gold_passages(c, setup, records))
-  raise ValueError(f"{section}.kind={kind!r}")
-
-
-def gold_passages(c, setup, records) -> dict:
-  """{id: contents} of the records' supporting passages: the world's, or the index's store."""
-  if setup.world is not None:
-    return {p["id"]: p["contents"] for p in setup.world.passages}
-  if not c.retriever.index:
-    raise ValueError("judge.kind='gold' reads the gold passages from the world or from "
-                     "retriever.index's passage store")
-  from ragjax.retrieval.store import PassageStore
-  store = PassageStore(c.retriever.index)
-  want = {i for r in records for i in r.get("supporting_ids") or ()}
-  rows = [k for k, i in enumerate(store.ids()) if i in want]
-  return dict(zip(store.ids(rows), store.contents(rows)))
-
-
 def protocol_variant(c, **fields):
   """A copy of the config with protocol fields replaced (the SFT and evaluation layouts)."""
   c = c.copy_and_resolve_references()
@@ -148,7 +90,9 @@ def data_stage(c, setup) -> dict:
   p = paths(c)
   cfg = from_dict(ColdStartConfig, c.cold_start, "cold_start")
   teacher = make_chat(c, "teacher", setup=setup)
-  judge = make_chat(c, "judge", setup=setup) if c.judge.kind != "policy" else None
+  # the answer judge of rejection sampling (Acc_model); a "base" judge is the policy, which
+  # this stage does not load: exact matching alone then
+  judge = make_chat(c, "judge", setup=setup) if c.judge.kind != "base" else None
   summary = generate_cold_start(cold_start_questions(c, setup), teacher, setup.retriever,
                                 p["data"], cfg, judge=judge, progress=c.progress)
   parts.log(f"cold-start data: kept {summary['kept']} of {summary['questions']}, rejected "
@@ -251,8 +195,7 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
   evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
   from ragjax.rl.trainer import Trainer
   from ragjax.rl.config import config_fingerprint
-  s = parts.Start(setup, cfg, params, tok, mesh)
-  judge = make_chat(c, "judge", s)
+  judge = make_chat(c, "judge", policy=(cfg, params, tok), setup=setup, mesh=mesh)
   engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
   greedy = make_engine(eval_config(c), cfg, params, tok, setup.retriever, greedy=True,
                        mesh=mesh, hooks=[])
@@ -273,8 +216,10 @@ def evaluate_policies(c, s: parts.Start, systems, splits=("dev", "test")) -> lis
 def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
   from ragjax.eval.r3_rag import evaluate_r3
   from ragjax.retrieval.types import NullRetriever
-  judge = (make_chat(c, "judge", s) if c.eval_judge.kind == "same"
-           else make_chat(c, "eval_judge", s))
+  judged = eval_chat(c)      # eval.judge when it names a model, else the training judge
+  judge = (judged[0] if judged is not None else
+           make_chat(c, "judge", policy=(s.cfg, s.params, s.tokenizer), setup=s.setup,
+                     mesh=s.mesh))
   ec = eval_config(c)
   out = []
   for split in splits:

@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 
 import jax
 
-from ragjax.data.world import QTYPES
-from ragjax.data.world_traces import make_scripts
+from ragjax.data.world import ENTITY_QTYPES, QTYPES
+from ragjax.data.world_traces import TraceShares, make_scripts
 from ragjax.eval.systems import SystemResult, results_table, write_viewer
 from ragjax.recipes import components as parts
 from ragjax.rl.metrics_log import MetricsLog
@@ -43,7 +43,9 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  scripts = make_scripts(records, c.seed, c.traces.wasted_query_rate)
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items()
+                                    if k not in ("chunk", "refine")}, "traces")
+  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)
@@ -119,6 +121,9 @@ def start(c, timings: Optional[dict] = None) -> Start:
 def run(c) -> dict:
   t_start = time.perf_counter()
   run_cfg = parts.validate(c)
+  if jax.process_count() > 1:
+    raise ValueError("the embedded default runs on one process (one CPU machine); multi-host "
+                     "training is for the method recipes (e.g. configs/search_r1.py)")
   workdir = os.path.abspath(c.workdir)
   timings = {}
   s = start(c, timings)
@@ -178,7 +183,11 @@ def headline(results: Sequence[SystemResult]) -> dict:
   sft = by[("test", "cold-start (sft) + retrieval")]
   multi = [e for e, q in zip(rl.em, rl.qtypes) if q == "2hop"]
   em_rl, em_no = bootstrap_mean(rl.em), bootstrap_mean(no.em)
+  entity = lambda r: [e for e, q in zip(r.em, r.qtypes) if q in ENTITY_QTYPES]
+  ent_rl, ent_no = bootstrap_mean(entity(rl)), bootstrap_mean(entity(no))
   return {
+      "test_entity_em_with_retrieval": str(ent_rl),
+      "test_entity_em_without_retrieval": str(ent_no),
       "test_em_with_retrieval": str(em_rl),
       "test_em_without_retrieval": str(em_no),
       "retrieval_ratio": (em_rl.mean / em_no.mean) if em_no.mean > 0 else float("inf"),
@@ -191,7 +200,7 @@ def headline(results: Sequence[SystemResult]) -> dict:
 def write_outputs(c, workdir, cfg, params, tok, results, test, sft_hist, timings,
                   probe: Optional[dict] = None) -> dict:
   from ragjax.report.plots import plot_curves
-  table, _ = results_table(results, QTYPES)
+  table, _ = results_table(results, QTYPES, {"entity": ENTITY_QTYPES})
   head = headline(results)
   md = ["# ragjax embedded default: results", "",
         "Exact match with 95% bootstrap intervals; the test world's entities never appear in "

@@ -3,8 +3,8 @@
 The ConfigDict in `configs/*.py` is what users edit and override on the command line; these
 dataclasses are what the code reads (`ragjax.typed_config.from_dict`: an unknown or misspelt
 field is an error naming its full path).  Plug-in names (rewards, advantage estimators,
-behaviour policies, metrics) are checked against the registry when the config is built, so a
-typo fails before any work.
+behaviour policies, batch filters, metrics) are checked against the registry when the config
+is built, so a typo fails before any work.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from ragjax import registry
 from ragjax.rl import advantages as _advantages  # noqa: F401  (registers the estimators)
 from ragjax.rl import rewards as _rewards  # noqa: F401  (registers the built-in rewards)
+from ragjax.rl import rex_rag as _rex_rag  # noqa: F401  (REX-RAG's filter, behaviour, metric)
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -49,6 +50,8 @@ class RLConfig:
   reward_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   behaviour: str = ""                 # registered behaviour policy for the ratio ("" = pi_old)
   behaviour_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  batch_filter: str = ""              # registered row filter before advantages ("" = keep all)
+  batch_filter_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
   # Every policy turn is its own sample (R3-RAG; `ragjax.rollout.step_samples`): its turn's
   # reward on its last token, GAE within the turn.  Needs the critic (advantage "gae").
@@ -63,6 +66,8 @@ class RLConfig:
       raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")
     if self.behaviour:
       registry.check("behaviour", [self.behaviour], "rl.behaviour")
+    if self.batch_filter:
+      registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
     if self.loss_agg not in AGG_MODES:
       raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
@@ -82,10 +87,12 @@ class RLConfig:
       bad = [f"{name}={value!r}" for name, value, ok in (
           ("advantage", self.advantage, self.advantage == "gae"),
           ("train_on", tuple(self.train_on), tuple(self.train_on) == ("policy",)),
-          ("behaviour", self.behaviour, not self.behaviour)) if not ok]
+          ("behaviour", self.behaviour, not self.behaviour),
+          ("batch_filter", self.batch_filter, not self.batch_filter)) if not ok]
       if bad:
         raise ValueError(f"rl.step_samples trains a critic on each turn's own tokens: it needs "
-                         f"rl.advantage='gae', rl.train_on=('policy',) and no rl.behaviour; got "
+                         f"rl.advantage='gae', rl.train_on=('policy',), no rl.behaviour and no "
+                         f"rl.batch_filter; got "
                          f"{', '.join('rl.' + b for b in bad)}")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")

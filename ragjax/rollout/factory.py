@@ -20,8 +20,13 @@ from ragjax.sampling.sampler import Sampler
 from ragjax.typed_config import from_dict
 
 
-def protocol_from_config(c) -> Protocol:
+def protocol_from_config(c, evaluation: bool = False) -> Protocol:
+  """The config's protocol; for `evaluation` engines with `eval.top_k` set, retrieving that
+  many documents instead (AutoRefine's top-k-at-inference study trains at 3, evaluates 1..7)."""
   section = c.protocol.to_dict() if hasattr(c.protocol, "to_dict") else dict(c.protocol)
+  eval_k = c.eval.get("top_k", 0) if "eval" in c else 0
+  if evaluation and eval_k:
+    section["top_k"] = int(eval_k)
   return get_protocol(section.pop("name"), **section)
 
 
@@ -33,11 +38,39 @@ def sampler_config(c, protocol: Protocol, eos_ids, *, greedy: bool,
                    stop_strings=protocol.stop_sequences, eos_ids=tuple(eos_ids), **extra)
 
 
-def engine_config(c, pad_id: int) -> EngineConfig:
+def wave_rows(c, model_cfg, mesh_shape=None, cache_dtype: Optional[str] = None) -> int:
+  """Sampler rows per rollout wave: `rollout.wave_rows`, else as many as fit
+  `rollout.kv_budget_gb` per device (their KV cache plus their share of the prefill's
+  attention activations), else 0 (the whole step at once).  Waves hold whole groups and split
+  evenly over the mesh's batch axes.  `mesh_shape`: {axis: size} (a mesh's `.shape`)."""
+  import math
+  import numpy as np
+  from ragjax.models.config import as_dtype
+  from ragjax.parallel.memory import kv_row_bytes, layer_activation_bytes
+  from ragjax.parallel.shard import batch_axes
+  r = c.rollout
+  if r.wave_rows or not r.kv_budget_gb:
+    return int(r.wave_rows)
+  shape = dict(mesh_shape or {})
+  split = int(np.prod([shape.get(a, 1) for a in batch_axes()]))
+  tensor = shape.get("tensor", 1)
+  m = model_cfg
+  kv = kv_row_bytes(m.num_layers, c.sampler.max_cache_length, m.num_kv_heads, m.head_dim, tensor,
+                    np.dtype(as_dtype(cache_dtype or m.dtype)).itemsize)
+  prefill = layer_activation_bytes(1, max(c.sampler.prompt_buckets), m.hidden_size,
+                                   m.intermediate_size, m.num_heads, tensor,
+                                   np.dtype(as_dtype(m.dtype)).itemsize)
+  g = c.rl.group_size
+  per_device = int(r.kv_budget_gb * 1e9 // (kv + prefill / g))
+  unit = g * split // math.gcd(g, split)            # whole groups, even over the devices
+  return max(unit, per_device * split // unit * unit)
+
+
+def engine_config(c, pad_id: int, wave: int = 0) -> EngineConfig:
   r = c.rollout
   return EngineConfig(max_response_tokens=r.max_response_tokens or None,
                       spare_rows=r.spare_rows, widths=tuple(r.widths) or None,
-                      pad_id=pad_id, chat=r.chat)
+                      wave_rows=wave, pad_id=pad_id, chat=r.chat)
 
 
 def make_hooks(c) -> list:
@@ -48,14 +81,16 @@ def make_hooks(c) -> list:
 
 
 def make_engine(c, model_cfg, params, tokenizer, retriever, *, greedy: bool,
-                temperature: Optional[float] = None, mesh=None, hooks=None) -> RolloutEngine:
+                temperature: Optional[float] = None, mesh=None, hooks=None,
+                evaluation: bool = False) -> RolloutEngine:
   """A `RolloutEngine` over a fresh JAX `Sampler` of `params`; `hooks` default to the
-  config's (`rollout.hooks`); evaluation engines pass `hooks=[]`."""
-  protocol = protocol_from_config(c)
+  config's (`rollout.hooks`); evaluation engines pass `hooks=[]` and `evaluation=True`."""
+  protocol = protocol_from_config(c, evaluation)
   eos = tuple(model_cfg.eos_ids) or (tokenizer.eos_token_id,)
   sampler = Sampler(model_cfg, params, tokenizer,
                     sampler_config(c, protocol, eos, greedy=greedy, temperature=temperature),
                     mesh=mesh)
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-  return RolloutEngine(protocol, sampler, retriever, tokenizer, engine_config(c, pad_id),
+  wave = wave_rows(c, model_cfg, None if mesh is None else mesh.shape, sampler.cache_dtype)
+  return RolloutEngine(protocol, sampler, retriever, tokenizer, engine_config(c, pad_id, wave),
                        hooks=make_hooks(c) if hooks is None else hooks)

@@ -20,7 +20,9 @@ class Policy(Protocol):
   max_extend: Optional[int]         # most tokens one `extend` call takes (None: no limit)
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0) -> Any: ...
+              seed: int = 0, first_row: int = 0) -> Any: ...
+  # `first_row`: the index of the state's first row in the whole batch (rollout waves), so a
+  # row's sampling key depends on its place in the batch, not in its wave.
 
   def decode(self, state) -> tuple[Any, Any]: ...
 

@@ -55,7 +55,8 @@ class TeacherPolicy:
   def set_params(self, params) -> None:
     """A scripted policy has no weights; accepted so it can stand wherever a sampler does."""
 
-  def prefill(self, prompts, samples_per_prompt: int = 1, seed: int = 0) -> TeacherState:
+  def prefill(self, prompts, samples_per_prompt: int = 1, seed: int = 0,
+              first_row: int = 0) -> TeacherState:
     hist = [list(p) for p in prompts for _ in range(samples_per_prompt)]
     if len(hist) != len(self.scripts):
       raise ValueError(f"teacher has {len(self.scripts)} scripts for {len(hist)} rows")

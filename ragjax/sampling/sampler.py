@@ -15,8 +15,10 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 
 * `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
   it (cache copied).  Sample g of a prompt draws at `temperatures[g]` when the config gives a
-  ladder (R3-RAG's 0.1 / 0.4 / 0.7 / 1.0), else at `temperature`.  Row b's PRNG key is fold_in(PRNGKey(seed), b); each step folds in the
-  row's length, so a row's samples depend only on (seed, row, position).
+  ladder (R3-RAG's 0.1 / 0.4 / 0.7 / 1.0), else at `temperature`.  Row b's PRNG key is
+  fold_in(PRNGKey(seed), first_row + b); each step folds in the row's length, so a row's
+  samples depend only on (seed, row, position), also when a batch is rolled out in waves
+  (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
   turn in a long cache does not pay for the whole cache (one program per window).
@@ -43,7 +45,7 @@ from jax.sharding import Mesh
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings
-from ragjax.parallel.shard import shard_params
+from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import rows as rows_lib
@@ -92,9 +94,10 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, temperature, *, samples):
+  def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, temperature, samples=samples,
+        self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
+        samples=samples,
         cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
@@ -122,6 +125,11 @@ class Sampler:
     """Most tokens one `extend` call takes (the largest extend bucket)."""
     return int(self.config.extend_buckets[-1])
 
+  @property
+  def row_multiple(self) -> int:
+    """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
+    return 1 if self.mesh is None else batch_axis_size(self.mesh)
+
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
     if self._param_shardings is not None:
@@ -129,7 +137,7 @@ class Sampler:
     self.params = params
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0) -> SamplerState:
+              seed: int = 0, first_row: int = 0) -> SamplerState:
     if not prompts:
       raise ValueError("prefill needs at least one prompt")
     if samples_per_prompt < 1:
@@ -145,7 +153,8 @@ class Sampler:
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
     temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), self._rows(temps), samples=samples_per_prompt)
+                         jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
+                         samples=samples_per_prompt)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)

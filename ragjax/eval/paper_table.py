@@ -1,0 +1,247 @@
+"""The paper-layout table of a suite run, from its per-question predictions only.
+
+    summary = summarize(suite, preds, sizes, missing, published=row)
+    write_tables(out_dir, summary)     # table.md, table.csv, table.json
+    print(summary["markdown"])
+
+Datasets are columns (the suite's order), then the suite's group averages, the macro average
+(unweighted mean over the datasets present, as the papers' "Avg") and the sample-weighted
+average (all questions pooled), both labelled.  Rows: questions (with the paper's set size
+when the file holds fewer), each metric in percent, searches per question, the column's own
+paper metric when the suite mixes metrics, then the published row for the same method and
+model size and our difference from it in points.  Missing datasets stay as columns marked
+"missing" and are left out of every average; the notes under the table list them, the
+slices, and judge replies that could not be parsed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from ragjax.eval.suites import METRIC_TITLES, Suite
+from ragjax.report.bootstrap import bootstrap_mean
+
+MACRO, WEIGHTED = "Avg (macro)", "Avg (weighted by n)"
+
+
+def dataset_metrics(suite: Suite, spec) -> tuple:
+  want = set(suite.metrics) | {spec.metric}
+  return tuple(m for m in suite.all_metrics if m in want)
+
+
+def _mean(xs) -> Optional[float]:
+  return float(np.mean(xs)) if len(xs) else None
+
+
+def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
+              published: Optional[dict] = None, info: Optional[dict] = None) -> dict:
+  """Per-dataset means (percent) with a 95% bootstrap interval on the column's own metric,
+  group / macro / weighted averages, the published row and our difference from it."""
+  cols, scores = {}, {}
+  for spec in suite.datasets:
+    key = spec.key
+    if key in missing:
+      cols[key] = {"name": spec.name, "status": "missing", "file": missing[key],
+                   "paper_n": spec.paper_n, "metric": spec.metric}
+      continue
+    recs = preds.get(key, [])
+    ms = dataset_metrics(suite, spec)
+    per = {m: [r["scores"][m] for r in recs if m in r["scores"]] for m in ms}
+    scores[key] = per
+    est = bootstrap_mean(per[spec.metric]) if per.get(spec.metric) else None
+    cols[key] = {
+        "name": spec.name, "status": "ok" if len(recs) == sizes.get(key, len(recs)) else "partial",
+        "n": len(recs), "expected": sizes.get(key, len(recs)), "paper_n": spec.paper_n,
+        "metric": spec.metric,
+        "values": {m: 100 * v for m in ms if (v := _mean(per[m])) is not None},
+        "paper_metric": None if est is None else 100 * est.mean,
+        "ci95": None if est is None else [100 * est.low, 100 * est.high],
+        "searches": _mean([r["searches"] for r in recs]),
+        "no_answer": sum(r["answer"] is None for r in recs)}
+  present = [s.key for s in suite.datasets if s.key in scores and cols[s.key]["n"]]
+
+  def average(keys, metric=None) -> dict:
+    """macro and weighted mean of `metric` (None: each column's own) over `keys` present."""
+    vals, pooled = [], []
+    for k in keys:
+      if k not in present:
+        continue
+      m = metric or suite.dataset(k).metric
+      if scores[k].get(m):
+        vals.append(100 * float(np.mean(scores[k][m])))
+        pooled += scores[k][m]
+    return {"macro": _mean(vals), "weighted": None if not pooled else 100 * float(np.mean(pooled)),
+            "over": len(vals)}
+
+  avg_cols = [(t, keys) for t, keys in suite.groups] + [(MACRO, suite.keys)]
+  averages = {}
+  for title, keys in avg_cols:
+    averages[title] = {"paper_metric": average(keys),
+                       **{m: average(keys, m) for m in suite.all_metrics},
+                       "complete": all(k in present for k in keys), "datasets": list(keys)}
+  weighted = {"paper_metric": average(suite.keys)["weighted"],
+              **{m: average(suite.keys, m)["weighted"] for m in suite.all_metrics}}
+  searches_all = [r["searches"] for k in present for r in preds[k]]
+  out = {"suite": suite.name, "title": suite.title, "source": suite.source,
+         "columns": cols, "averages": averages, "weighted": weighted,
+         "searches_weighted": _mean(searches_all), "published": published,
+         "info": info or {}}
+  out["delta"] = _delta(suite, out)
+  out["markdown"] = render_markdown(suite, out)
+  out["csv"] = render_csv(suite, out)
+  return out
+
+
+def _pub_value(published: dict, key: str, metric: str) -> Optional[float]:
+  return (published.get("values", {}).get(key) or {}).get(metric)
+
+
+def _pub_average(published: dict, title: str, suite: Suite, keys) -> Optional[float]:
+  name = "Avg" if title == MACRO else title
+  cell = published.get("averages", {}).get(name) or {}
+  metrics = {suite.dataset(k).metric for k in keys}
+  return cell.get(metrics.pop()) if len(metrics) == 1 else None
+
+
+def _delta(suite: Suite, s: dict) -> dict:
+  pub = s["published"]
+  if not pub:
+    return {}
+  d = {}
+  for spec in suite.datasets:
+    ours, theirs = s["columns"][spec.key].get("paper_metric"), _pub_value(pub, spec.key,
+                                                                           spec.metric)
+    if ours is not None and theirs is not None:
+      d[spec.key] = ours - theirs
+  for title, a in s["averages"].items():
+    if not a["complete"]:          # an average over fewer datasets than the paper's
+      continue
+    ours, theirs = a["paper_metric"]["macro"], _pub_average(pub, title, suite, a["datasets"])
+    if ours is not None and theirs is not None:
+      d[title] = ours - theirs
+  return d
+
+
+def _f(x, digits=1) -> str:
+  return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _grid(suite: Suite, s: dict) -> tuple[list[str], list[list[str]]]:
+  """(header, rows) of the table as strings, shared by the markdown and CSV renderings."""
+  cols, avgs = s["columns"], s["averages"]
+  head = [""] + [cols[k]["name"] for k in suite.keys] + \
+      [t if avgs[t]["complete"] else f"{t} ({avgs[t]['paper_metric']['over']} of "
+       f"{len(avgs[t]['datasets'])})" for t in avgs] + [WEIGHTED]
+  rows = []
+  n_row = ["questions"]
+  for k in suite.keys:
+    c = cols[k]
+    if c["status"] == "missing":
+      n_row.append("missing")
+    else:
+      cell = str(c["n"]) + ("" if c["status"] == "ok" else f" of {c['expected']} (partial)")
+      if c["paper_n"] and c["expected"] < c["paper_n"]:
+        cell += f" (paper {c['paper_n']})"
+      n_row.append(cell)
+  total = sum(cols[k].get("n", 0) for k in suite.keys)
+  rows.append(n_row + [""] * len(avgs) + [str(total)])
+  mixed = len({d.metric for d in suite.datasets}) > 1
+  for m in suite.all_metrics:
+    row = [METRIC_TITLES[m]]
+    row += [_f(cols[k].get("values", {}).get(m)) for k in suite.keys]
+    row += [_f(avgs[t][m]["macro"]) for t in avgs] + [_f(s["weighted"][m])]
+    rows.append(row)
+  row = ["searches / question"] + [_f(cols[k].get("searches"), 2) for k in suite.keys]
+  rows.append(row + [""] * len(avgs) + [_f(s["searches_weighted"], 2)])
+  if mixed:
+    row = ["paper metric"] + [
+        _f(cols[k].get("paper_metric")) + f" ({METRIC_TITLES[cols[k]['metric']]})"
+        for k in suite.keys]
+    rows.append(row + [_f(avgs[t]["paper_metric"]["macro"]) for t in avgs]
+                + [_f(s["weighted"]["paper_metric"])])
+  pub = s["published"]
+  if pub:
+    label = f"published: {pub['method']} / {pub['model']}"
+    row = [label] + [_f(_pub_value(pub, k, suite.dataset(k).metric)) for k in suite.keys]
+    row += [_f(_pub_average(pub, t, suite, avgs[t]["datasets"])) for t in avgs] + [""]
+    rows.append(row)
+    d = s["delta"]
+    row = ["ours − published (points)"] + [_f(d.get(k), 1) for k in suite.keys]
+    rows.append(row + [_f(d.get(t), 1) for t in avgs] + [""])
+  return head, rows
+
+
+def _notes(suite: Suite, s: dict) -> list[str]:
+  cols, notes = s["columns"], []
+  metric_names = sorted({METRIC_TITLES[d.metric] for d in suite.datasets})
+  notes.append(f"Values are percent. Paper metric: {', '.join(metric_names)}. {MACRO}: "
+               f"unweighted mean over the datasets present (the papers' Avg is over all "
+               f"{len(suite.datasets)}); {WEIGHTED}: every question counted once.")
+  for k in suite.keys:
+    c = cols[k]
+    if c["status"] == "missing":
+      notes.append(f"{c['name']}: MISSING — {c['file']} is not on this machine; set "
+                   f"eval.suites.{suite.name}.datasets.{k}.file (not in any average).")
+    elif c["status"] == "partial":
+      notes.append(f"{c['name']}: only {c['n']} of {c['expected']} questions have "
+                   "predictions (a run that did not finish; run again to resume).")
+    elif c["paper_n"] and c["expected"] < c["paper_n"]:
+      notes.append(f"{c['name']}: {c['expected']} questions, the paper's set has "
+                   f"{c['paper_n']} (a sample or --limit: not like for like).")
+  notes += list(suite.notes)
+  info = s.get("info") or {}
+  if "acc" in suite.all_metrics:
+    if info.get("judge"):
+      notes.append(f"ACC judged by {info['judge']} ({info.get('judge_unparsed', 0)} of "
+                   f"{info.get('judge_calls', 0)} replies in this process unparsed, scored "
+                   "False); answers that are missing count as wrong without a call.")
+    else:
+      notes.append("ACC: no judge configured (eval.judge.url + eval.judge.model, or "
+                   "eval.judge.checkpoint), so it is not computed.")
+  if s["published"]:
+    notes.append(f"Published row: {s['published']['source']}. The difference is left out "
+                 "for averages missing a dataset.")
+  elif info.get("published_hint"):
+    notes.append(info["published_hint"])
+  return notes
+
+
+def render_markdown(suite: Suite, s: dict) -> str:
+  head, rows = _grid(suite, s)
+  lines = [f"### {s['title']} (suite `{suite.name}`)", ""]
+  for k, v in (s.get("info") or {}).items():
+    if k in ("checkpoint", "data_root", "protocol", "throughput"):
+      lines.append(f"- {k}: {v}")
+  lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  lines += ["| " + " | ".join(r) + " |" for r in rows]
+  lines += [""] + [f"- {n}" for n in _notes(suite, s)]
+  return "\n".join(lines)
+
+
+def render_csv(suite: Suite, s: dict) -> str:
+  head, rows = _grid(suite, s)
+  buf = io.StringIO()
+  w = csv.writer(buf)
+  w.writerow(head)
+  for r in rows:
+    w.writerow(["" if c == "–" else c for c in r])
+  return buf.getvalue()
+
+
+def write_tables(out_dir: str, summary: dict, stem: str = "table") -> dict:
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {ext: os.path.join(out_dir, f"{stem}.{ext}") for ext in ("md", "csv", "json")}
+  with open(paths["md"], "w", encoding="utf-8") as f:
+    f.write(summary["markdown"] + "\n")
+  with open(paths["csv"], "w", encoding="utf-8", newline="") as f:
+    f.write(summary["csv"])
+  with open(paths["json"], "w", encoding="utf-8") as f:
+    json.dump({k: v for k, v in summary.items() if k not in ("markdown", "csv")}, f, indent=1,
+              ensure_ascii=False)
+  return paths

@@ -1,0 +1,179 @@
+"""Benchmark suites read from a config's `eval.suites` section (configs/suites.py).
+
+    suite = get_suite(c.eval, "search_r1")
+    root = data_root(c.eval)                      # "" -> ../shared/data beside the repo
+    for ds in suite.datasets:
+      path = ds.path(root)                        # None when the file is not on this machine
+      records = read_dataset(ds, root, limit=0)
+
+A suite is data, not code: datasets (file, format, metadata filter, the paper's set size, the
+column's own metric), column order and groups, the metric set, the protocol / sampler
+settings the paper pinned, decoding and the judge template.  Every field is checked here, so
+a typo fails before a model is loaded, naming `eval.suites.<suite>.<field>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+from ragjax.data.prepare import DEFAULT_DATA_ROOT, REPO  # noqa: F401  (REPO: published.py)
+
+METRICS = ("em", "f1", "cover_em", "letter_em", "math_equiv", "acc")
+METRIC_TITLES = {"em": "EM", "f1": "F1", "cover_em": "cover-EM", "letter_em": "letter EM",
+                 "math_equiv": "math equiv.", "acc": "ACC (judge)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  key: str
+  name: str
+  file: str
+  format: str = ""                     # "" = from the extension
+  where: tuple = ()                    # ((metadata field, value), ...)
+  paper_n: int = 0
+  metric: str = "em"
+  protocol: tuple = ()                 # ((protocol field, value), ...) over the suite's
+
+  def path(self, root: str) -> Optional[str]:
+    """The file on this machine (absolute `file` or under `root`), or None if absent."""
+    p = self.file if os.path.isabs(self.file) else os.path.join(root, self.file)
+    return p if os.path.isfile(p) else None
+
+  def wanted(self, root: str) -> str:
+    return self.file if os.path.isabs(self.file) else os.path.join(root, self.file)
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+  name: str
+  title: str
+  source: str
+  paper_table: str
+  datasets: tuple                      # DatasetSpec, in column order
+  groups: tuple                        # ((group title, (keys...)), ...)
+  metrics: tuple
+  protocol: tuple                      # ((field, value), ...)
+  sampler: tuple
+  greedy: bool
+  temperature: float
+  top_p: float
+  judge_template: str
+  notes: tuple = ()
+
+  @property
+  def keys(self) -> tuple:
+    return tuple(d.key for d in self.datasets)
+
+  def dataset(self, key: str) -> DatasetSpec:
+    for d in self.datasets:
+      if d.key == key:
+        return d
+    raise KeyError(f"suite {self.name!r} has no dataset {key!r}; it has {list(self.keys)}")
+
+  @property
+  def all_metrics(self) -> tuple:
+    """The suite's metrics plus each column's own, in METRICS order."""
+    want = set(self.metrics) | {d.metric for d in self.datasets}
+    return tuple(m for m in METRICS if m in want)
+
+  def settings(self) -> dict:
+    """What decides the predictions besides the policy and the data (run.json)."""
+    return {"protocol": dict(self.protocol), "sampler": dict(self.sampler),
+            "greedy": self.greedy, "temperature": self.temperature, "top_p": self.top_p,
+            "datasets": {d.key: {"protocol": dict(d.protocol), "where": dict(d.where)}
+                         for d in self.datasets}}
+
+
+def _plain(x):
+  return x.to_dict() if hasattr(x, "to_dict") else x
+
+
+def _items(x, where: str) -> tuple:
+  x = _plain(x) or {}
+  if not isinstance(x, dict):
+    raise ValueError(f"{where}: expected a mapping, got {type(x).__name__}")
+  return tuple(sorted(x.items()))
+
+
+_SUITE_FIELDS = {"title", "source", "paper_table", "datasets", "columns", "groups", "metrics",
+                 "protocol", "sampler", "greedy", "temperature", "top_p", "judge_template",
+                 "notes"}
+_DATASET_FIELDS = {"name", "file", "format", "where", "paper_n", "metric", "protocol"}
+
+
+def get_suite(eval_section, name: str) -> Suite:
+  """The named suite of a config's `eval` section, validated."""
+  suites = _plain(eval_section["suites"] if isinstance(eval_section, dict)
+                  else eval_section.suites)
+  if name not in suites:
+    raise ValueError(f"unknown suite {name!r}; the config defines {sorted(suites)} "
+                     "(eval.suites, configs/suites.py)")
+  s, path = suites[name], f"eval.suites.{name}"
+  unknown = sorted(set(s) - _SUITE_FIELDS)
+  missing = sorted({"datasets", "columns", "metrics"} - set(s))
+  if unknown or missing:
+    raise ValueError(f"{path}: unknown field(s) {unknown}, missing {missing}")
+  columns = tuple(s["columns"])
+  datasets = s["datasets"]
+  if sorted(columns) != sorted(datasets) or len(set(columns)) != len(columns):
+    raise ValueError(f"{path}.columns {list(columns)} must list each of datasets "
+                     f"{sorted(datasets)} once")
+  from ragjax.data.readers import READERS
+  specs = []
+  for key in columns:
+    d, dpath = datasets[key], f"{path}.datasets.{key}"
+    bad = sorted(set(d) - _DATASET_FIELDS)
+    if bad or "file" not in d:
+      raise ValueError(f"{dpath}: unknown field(s) {bad}" if bad else f"{dpath}: no file")
+    spec = DatasetSpec(key=key, name=d.get("name") or key, file=d["file"],
+                       format=d.get("format") or "", where=_items(d.get("where"), dpath),
+                       paper_n=int(d.get("paper_n") or 0), metric=d.get("metric") or "em",
+                       protocol=_items(d.get("protocol"), f"{dpath}.protocol"))
+    if spec.format and spec.format not in READERS:
+      raise ValueError(f"{dpath}.format={spec.format!r}; known: {sorted(READERS)}")
+    if spec.metric not in METRICS:
+      raise ValueError(f"{dpath}.metric={spec.metric!r}; known: {list(METRICS)}")
+    specs.append(spec)
+  metrics = tuple(s["metrics"])
+  for m in metrics:
+    if m not in METRICS:
+      raise ValueError(f"{path}.metrics: unknown metric {m!r}; known: {list(METRICS)}")
+  groups = []
+  for title, keys in (_plain(s.get("groups")) or {}).items():
+    missing = [k for k in keys if k not in datasets]
+    if missing:
+      raise ValueError(f"{path}.groups.{title}: no dataset(s) {missing}")
+    groups.append((title, tuple(keys)))
+  order = {k: i for i, k in enumerate(columns)}
+  groups.sort(key=lambda g: min(order[k] for k in g[1]))
+  judge_template = s.get("judge_template") or ""
+  if "acc" in metrics or any(d.metric == "acc" for d in specs):
+    if not judge_template:
+      raise ValueError(f"{path}: metric 'acc' needs judge_template (e.g. 'r3_answer')")
+  return Suite(name=name, title=s.get("title") or name, source=s.get("source") or "",
+               paper_table=s.get("paper_table") or "", datasets=tuple(specs),
+               groups=tuple(groups), metrics=metrics, protocol=_items(s.get("protocol"), path),
+               sampler=_items(s.get("sampler"), f"{path}.sampler"),
+               greedy=bool(s.get("greedy", True)), temperature=float(s.get("temperature", 0.0)),
+               top_p=float(s.get("top_p", 1.0)), judge_template=judge_template,
+               notes=tuple(s.get("notes") or ()))
+
+
+def data_root(eval_section, override: Optional[str] = None) -> str:
+  root = override or (eval_section.get("data_root") if isinstance(eval_section, dict)
+                      else eval_section.data_root) or DEFAULT_DATA_ROOT
+  return os.path.abspath(os.path.expanduser(root))
+
+
+def read_dataset(spec: DatasetSpec, root: str, limit: int = 0) -> list[dict]:
+  """The dataset's records (plain dicts), filtered by `where`, the first `limit` if > 0."""
+  from ragjax.data.readers import read_records
+  path = spec.path(root)
+  if path is None:
+    raise FileNotFoundError(f"{spec.key}: {spec.wanted(root)} not found")
+  out = read_records(path, spec.format or None, spec.where, limit)
+  if not out:
+    raise ValueError(f"{spec.key}: {path} has no question matching {dict(spec.where)}")
+  return out

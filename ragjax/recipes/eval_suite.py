@@ -1,0 +1,139 @@
+"""`python -m ragjax.evaluate --suite NAME`: a checkpoint over a benchmark suite, to the paper's
+table; and `--compare`: two runs' predictions, paired.
+
+Wires the parts: the suite from the config (`ragjax.eval.suites`), the retriever (`--index` /
+`--url` or the config's), the policy checkpoint, the judge model for `acc` (`eval.judge`), the
+run (`ragjax.eval.harness`, resumable), the table (`ragjax.eval.paper_table`) beside the
+published row (`ragjax.eval.published`), and the paired comparison (`ragjax.eval.paired`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from ragjax.recipes.chat_services import eval_chat
+from ragjax.recipes.components import log, open_retriever
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteOptions:
+  suite: str
+  checkpoint: Optional[str] = None     # None: only tabulate / compare what is on disk
+  out: Optional[str] = None            # default <workdir>/eval/<suite>
+  data_root: Optional[str] = None
+  index: Optional[str] = None
+  url: Optional[str] = None
+  limit: int = 0
+  compare: Optional[str] = None        # another run's output directory
+
+
+def out_dir(c, opts: SuiteOptions) -> str:
+  return os.path.abspath(opts.out or os.path.join(c.workdir, "eval", opts.suite))
+
+
+def make_judge(c, suite):
+  """The `acc` judge (`chat_services.eval_chat`: `eval.judge`); None when the suite has no
+  judge template or no judge is configured."""
+  judged = eval_chat(c) if suite.judge_template else None
+  if judged is None:
+    return None
+  from ragjax.eval.judging import AnswerJudge
+  chat, name = judged
+  return AnswerJudge(chat, suite.judge_template, name=name)
+
+
+def _published(c, suite):
+  from ragjax.eval.published import available_rows, published_row
+  model = c.eval.model or c.model.preset
+  row = published_row(suite.paper_table, c.eval.method, model)
+  hint = None
+  if row is None and suite.paper_table:
+    hint = (f"No published row for method {c.eval.method!r} / model {model!r} in "
+            f"configs/paper_results.json [{suite.paper_table}] (set eval.method / eval.model); "
+            f"rows there: {', '.join(available_rows(suite.paper_table))}.")
+  return row, hint
+
+
+def tabulate(c, suite, directory: str, *, sizes=None, missing=None, info=None) -> dict:
+  """The table of the predictions in `directory` (sizes / missing default to what is there
+  and to files absent under the data root)."""
+  from ragjax.eval.paper_table import summarize, write_tables
+  from ragjax.eval.predictions import read_predictions
+  preds = read_predictions(directory, suite.keys)
+  if missing is None:
+    missing = {k: "(no predictions)" for k in suite.keys if k not in preds}
+  sizes = sizes or {k: len(v) for k, v in preds.items()}
+  row, hint = _published(c, suite)
+  info = dict(info or {})
+  if hint:
+    info["published_hint"] = hint
+  summary = summarize(suite, preds, sizes, missing, published=row, info=info)
+  summary["paths"] = write_tables(directory, summary)
+  return summary
+
+
+def evaluate_suite(c, opts: SuiteOptions) -> str:
+  """Runs (or resumes) the suite, writes table.{md,csv,json}; returns the markdown (and the
+  comparison with `opts.compare` when given)."""
+  from ragjax.eval.suites import get_suite
+  suite = get_suite(c.eval, opts.suite)
+  directory = out_dir(c, opts)
+  text = ""
+  if opts.checkpoint:
+    text = _run(c, suite, opts, directory)
+  elif not opts.compare:
+    raise ValueError("--suite needs --checkpoint (to run) or --compare (to compare runs)")
+  elif os.path.exists(os.path.join(directory, "table.md")):
+    with open(os.path.join(directory, "table.md"), encoding="utf-8") as f:
+      text = f.read().rstrip("\n")
+  if opts.compare:
+    text += "\n\n" + compare(c, suite, directory, os.path.abspath(opts.compare))
+  return text
+
+
+def _run(c, suite, opts: SuiteOptions, directory: str) -> str:
+  from ragjax.eval.harness import run_suite
+  from ragjax.eval.suites import data_root
+  from ragjax.models.hf_io import load_decoder, load_tokenizer
+  root = data_root(c.eval, opts.data_root)
+  c = c.copy_and_resolve_references()
+  if opts.index or opts.url:
+    c.retriever.index, c.retriever.url = opts.index or "", opts.url or ""
+  if not (c.retriever.index or c.retriever.url):
+    raise ValueError("--suite needs a retriever: --index DIR (python -m ragjax.retrieval.build) "
+                     "or --url of a Search-R1 /retrieve server")
+  retriever = open_retriever(c, os.path.abspath(c.workdir))
+  if hasattr(retriever, "health"):
+    retriever.health()              # a dead server fails here, not as an all-zero table
+  judge = make_judge(c, suite)
+  cfg, params = load_decoder(opts.checkpoint)
+  tok = load_tokenizer(opts.checkpoint)
+  log(f"suite {suite.name}: {opts.checkpoint} -> {directory} (data root {root})")
+  run = run_suite(c, suite, root, directory, policy=(cfg, params, tok), retriever=retriever,
+                  checkpoint=opts.checkpoint, judge=judge, limit=opts.limit, log=log)
+  info = {"checkpoint": os.path.abspath(opts.checkpoint), "data_root": root,
+          "protocol": json.dumps({**c.protocol.to_dict(), **dict(suite.protocol)}),
+          "throughput": f"{run.questions_per_second:.2f} questions/s over "
+                        f"{run.new_questions} questions run by this process",
+          "questions_per_second": run.questions_per_second, "new_questions": run.new_questions}
+  if judge is not None:
+    info.update(judge=judge.name, judge_calls=judge.calls, judge_unparsed=judge.unparsed)
+  summary = tabulate(c, suite, directory, sizes=run.sizes, missing=run.missing, info=info)
+  log(f"tables: {', '.join(summary['paths'].values())}")
+  return summary["markdown"]
+
+
+def compare(c, suite, dir_a: str, dir_b: str) -> str:
+  """Paired comparison of two output directories; writes compare.{md,json} into `dir_a`."""
+  from ragjax.eval.paired import compare_runs
+  from ragjax.eval.predictions import read_predictions
+  rows, md = compare_runs(suite, read_predictions(dir_a, suite.keys),
+                          read_predictions(dir_b, suite.keys), name_a=dir_a, name_b=dir_b)
+  with open(os.path.join(dir_a, "compare.md"), "w", encoding="utf-8") as f:
+    f.write(md + "\n")
+  with open(os.path.join(dir_a, "compare.json"), "w", encoding="utf-8") as f:
+    json.dump({"a": dir_a, "b": dir_b, "rows": rows}, f, indent=1)
+  return md

@@ -1,0 +1,297 @@
+"""The harness's parts on hand-computed examples: McNemar and the paired / stratified bootstrap,
+the paper-layout table (macro, weighted, groups, missing and partial columns, the published row
+and differences), the predictions store after a torn write, suite validation, the published
+rows against the spec's tables, the UR² metrics and readers, and `ragjax.data.prepare`'s
+Search-R1 training mixture."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECS = os.path.join(os.path.dirname(SHARED_DATA), "research")
+sys.path.insert(0, os.path.join(ROOT, "configs"))
+
+
+def _config():
+  import search_r1
+  return search_r1.get_config("tiny")
+
+
+# --- paired tests -----------------------------------------------------------------------------
+def test_mcnemar_on_hand_computed_tables():
+  from ragjax.eval.paired import mcnemar
+  # 10 questions A right / B wrong, 2 the other way, 5 both right, 3 both wrong
+  a = [1] * 10 + [0] * 2 + [1] * 5 + [0] * 3
+  b = [0] * 10 + [1] * 2 + [1] * 5 + [0] * 3
+  r = mcnemar(a, b)
+  # exact: 2 * P(X <= 2), X ~ Bin(12, 1/2) = 2 * (1 + 12 + 66) / 4096
+  assert (r["b"], r["c"]) == (10, 2) and r["method"] == "exact binomial"
+  assert r["p"] == pytest.approx(158 / 4096, rel=1e-12)
+  # 30 vs 10 discordant: chi2 = (|30 - 10| - 1)^2 / 40 = 9.025, p = erfc(sqrt(9.025 / 2))
+  a = [1] * 30 + [0] * 10 + [1] * 50
+  b = [0] * 30 + [1] * 10 + [1] * 50
+  r = mcnemar(a, b)
+  assert r["chi2"] == pytest.approx(9.025) and r["p"] == pytest.approx(
+      math.erfc(math.sqrt(9.025 / 2)), rel=1e-9)
+  assert mcnemar([1, 0], [1, 0])["p"] == 1.0
+
+
+def test_paired_bootstraps():
+  from ragjax.eval.paired import stratified_macro_diff
+  from ragjax.report.bootstrap import bootstrap_diff
+  assert bootstrap_diff([1, 1, 0, 1], [0, 1, 0, 0]).mean == pytest.approx(0.5)
+  same = bootstrap_diff([0.3] * 50, [0.1] * 50)
+  assert (same.mean, same.low, same.high) == pytest.approx((0.2, 0.2, 0.2))
+  # two datasets, 40 and 10 questions: the macro difference is the mean of their differences
+  rng = np.random.default_rng(0)
+  a1, b1 = rng.integers(0, 2, 400), rng.integers(0, 2, 400)
+  a2, b2 = np.ones(10), np.zeros(10)
+  m = stratified_macro_diff([(a1, b1), (a2, b2)], resamples=4000)
+  d1 = (a1 - b1).mean()
+  assert m.mean == pytest.approx((d1 + 1.0) / 2) and m.n == 410
+  # dataset 2's difference is constant, so the interval is dataset 1's halved: normal approx.
+  se = (a1 - b1).std() / math.sqrt(400) / 2
+  assert m.low == pytest.approx(m.mean - 1.96 * se, abs=0.01)
+  assert m.high == pytest.approx(m.mean + 1.96 * se, abs=0.01)
+
+
+# --- the table --------------------------------------------------------------------------------
+def _suite(**over):
+  from ragjax.eval.suites import get_suite
+  s = dict(
+      title="t", columns=("a", "b", "c", "d"), groups={"G": ("a", "b")},
+      datasets=dict(a=dict(name="A", file="a.jsonl", paper_n=10),
+                    b=dict(name="B", file="b.jsonl"), c=dict(name="C", file="c.jsonl"),
+                    d=dict(name="D", file="d.jsonl", metric="letter_em")),
+      metrics=("em", "f1"), paper_table="t")
+  s.update(over)
+  return get_suite({"suites": {"s": s}}, "s")
+
+
+def _preds(key, ems, f1s=None, searches=1, extra=None):
+  out = []
+  for i, em in enumerate(ems):
+    sc = {"em": em, "f1": (f1s or ems)[i], **(extra[i] if extra else {})}
+    out.append({"index": i, "id": f"{key}{i}", "scores": sc, "searches": searches,
+                "answer": "x"})
+  return out
+
+
+def test_summary_averages_missing_partial_and_published():
+  from ragjax.eval.paper_table import summarize
+  suite = _suite()
+  preds = {"a": _preds("a", [1, 0, 0, 0], [1, 0.5, 0, 0]), "b": _preds("b", [1, 1], searches=2),
+           "d": _preds("d", [0, 0, 1], extra=[{"letter_em": x} for x in (1, 0, 1)])}
+  published = {"method": "M", "model": "m", "source": "spec §x",
+               "values": {"a": {"em": 20.0}, "b": {"em": 50.0}, "d": {"letter_em": 60.0}},
+               "averages": {"G": {"em": 40.0}, "Avg": {"em": 10.0}}}
+  s = summarize(suite, preds, {"a": 4, "b": 3, "d": 3}, {"c": "/x/c.jsonl"}, published)
+  cols = s["columns"]
+  assert cols["a"]["values"] == {"em": 25.0, "f1": 37.5}
+  assert cols["b"]["status"] == "partial" and cols["c"]["status"] == "missing"
+  assert cols["d"]["paper_metric"] == pytest.approx(200 / 3)     # letter EM, its own metric
+  g = s["averages"]["G"]
+  assert g["em"]["macro"] == pytest.approx((25 + 100) / 2)
+  assert g["em"]["weighted"] == pytest.approx(100 * 3 / 6) and g["complete"]
+  avg = s["averages"]["Avg (macro)"]
+  assert avg["paper_metric"]["macro"] == pytest.approx((25 + 100 + 200 / 3) / 3)
+  assert not avg["complete"] and avg["paper_metric"]["over"] == 3
+  assert s["weighted"]["paper_metric"] == pytest.approx(100 * (1 + 2 + 2) / 9)
+  assert s["searches_weighted"] == pytest.approx((4 + 4 + 3) / 9)
+  assert s["delta"] == pytest.approx({"a": 5.0, "b": 50.0, "d": 200 / 3 - 60, "G": 22.5})
+  md = s["markdown"]
+  assert "| questions | 4 (paper 10) | 2 of 3 (partial) | missing | 3 |" in md
+  assert "| paper metric | 25.0 (EM) | 100.0 (EM) | – (EM) | 66.7 (letter EM) |" in md
+  assert "C: MISSING — /x/c.jsonl" in md and "B: only 2 of 3" in md
+  assert "| published: M / m | 20.0 | 50.0 | – | 60.0 | 40.0 | – |" in md
+  lines = s["csv"].splitlines()
+  assert lines[0] == ",A,B,C,D,G,Avg (macro) (3 of 4),Avg (weighted by n)"
+  assert lines[2] == "EM,25.0,100.0,,33.3,62.5,52.8,44.4"
+
+
+def test_suite_validation_names_the_field():
+  from ragjax.eval.suites import get_suite
+  with pytest.raises(ValueError, match=r"eval.suites.s.datasets.a: unknown field\(s\) \['fiel'\]"):
+    _suite(datasets=dict(a=dict(file="x", fiel=1), b=dict(file="y"), c=dict(file="z"),
+                         d=dict(file="w")))
+  with pytest.raises(ValueError, match="columns"):
+    _suite(columns=("a", "b"))
+  with pytest.raises(ValueError, match=r"metric 'acc' needs judge_template"):
+    _suite(metrics=("acc",))
+  with pytest.raises(ValueError, match="unknown suite 'nope'"):
+    get_suite(_config().eval, "nope")
+  c = _config()
+  for name in c.eval.suites:
+    s = get_suite(c.eval, name)
+    assert s.datasets and s.source.startswith("seeds_")
+  c.eval.suites.search_r1.datasets.nq.file = "/mine/nq.jsonl"     # suites own their datasets
+  assert get_suite(c.eval, "autorefine").dataset("nq").file != "/mine/nq.jsonl"
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data absent")
+def test_every_suite_file_is_on_this_machine_but_triviaqa():
+  from ragjax.eval.suites import DEFAULT_DATA_ROOT, get_suite, read_dataset
+  c = _config()
+  assert os.path.samefile(DEFAULT_DATA_ROOT, SHARED_DATA)
+  for name in c.eval.suites:
+    suite = get_suite(c.eval, name)
+    for d in suite.datasets:
+      if d.key == "triviaqa":
+        assert d.path(SHARED_DATA) is None
+        continue
+      assert d.path(SHARED_DATA), (name, d.key)
+      if name == "ur2" or d.key == "nq":
+        recs = read_dataset(d, SHARED_DATA)
+        assert len(recs) == d.paper_n, (name, d.key)   # UR² and NQ: the paper's full sets
+        assert all(r["golden_answers"] for r in recs)
+
+
+def test_predictions_store_cuts_a_torn_write(tmp_path):
+  from ragjax.eval.predictions import PredictionError, PredictionStore, check_matches
+  store = PredictionStore(str(tmp_path))
+  store.append("nq", [{"index": 0, "id": "q0"}, {"index": 1, "id": "q1"}])
+  with open(store.path("nq"), "a") as f:
+    f.write('{"index": 2, "id": "q')                       # killed mid-write
+  assert sorted(store.load("nq")) == [0, 1]
+  assert open(store.path("nq")).read().endswith('"q1"}\n')  # the torn tail is gone
+  store.append("nq", [{"index": 2, "id": "q2"}])
+  done = store.load("nq")
+  assert sorted(done) == [0, 1, 2]
+  with pytest.raises(PredictionError, match="stored prediction 1 is question 'q1'"):
+    check_matches("nq", done, [{"id": "q0"}, {"id": "other"}, {"id": "q2"}], "f")
+  with open(store.path("nq"), "a") as f:
+    f.write("garbage\n" + '{"index": 3, "id": "q3"}\n')
+  with pytest.raises(PredictionError, match="line 4: not JSON"):
+    store.load("nq")
+
+
+# --- published rows against the spec's tables --------------------------------------------------
+def _spec_table(path, header_start):
+  """Rows (label first) of the markdown table whose header line starts with `header_start`."""
+  lines = open(path, encoding="utf-8").read().splitlines()
+  start = next(i for i, l in enumerate(lines) if l.startswith(header_start))
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    rows.append([c.strip().strip("*").strip() for c in line.strip("|").split("|")])
+  return rows
+
+
+def _spec_rows(path, header_start):
+  return {r[0]: r[1:] for r in _spec_table(path, header_start)}
+
+
+@pytest.mark.skipif(not os.path.isdir(SPECS), reason="specs absent")
+def test_published_rows_match_the_spec_tables():
+  from ragjax.eval.published import load_published
+  pub = load_published()
+  spec = os.path.join(SPECS, "seeds_rex_autorefine_r3.md")
+  keys = ["nq", "triviaqa", "popqa", "hotpotqa", "twowiki", "musique", "bamboogle"]
+  checked = 0
+  for row in pub["search_r1_7"]["rows"]:
+    if row["method"].startswith("AutoRefine"):
+      cells = _spec_rows(spec, "| Method | NQ | TriviaQA")[row["method"]]
+      cells = [float(c) * 100 for c in cells]
+    else:
+      size = {"qwen2.5-3b": "| Qwen2.5-3B |", "qwen2.5-7b": "| Qwen2.5-7B |"}[row["model"]]
+      cells = [float(c) for c in _spec_rows(spec, size)[row["method"]]]
+    assert [row["values"][k]["em"] for k in keys] == pytest.approx(cells[:7]), row["method"]
+    assert row["averages"]["Avg"]["em"] == pytest.approx(cells[7])
+    checked += 1
+  for row in pub["r3_rag"]["rows"]:
+    head = {"llama-3.1-8b": "| Llama-3.1-8B | Retr.", "qwen2.5-7b": "| Qwen2.5-7B | Retr."}
+    name, retr = re.match(r"(.*) \((.*)\)", row["method"]).groups()
+    cells = next(r for r in _spec_table(spec, head[row["model"]])
+                 if r[0] == name and r[1] == retr)
+    for k, cell in zip(["hotpotqa", "twowiki", "musique"], cells[2:5]):
+      acc, f1, em = (float(x) for x in cell.split("/"))
+      assert row["values"][k] == {"acc": acc, "f1": f1, "em": em}, (row["method"], k)
+    assert row["averages"]["Avg"]["acc"] == float(cells[5])
+    checked += 1
+  ur2 = _spec_rows(os.path.join(SPECS, "seeds_ur2_rezero.md"), "| Model / method | Hist")
+  names = {("UR2", "qwen2.5-7b"): "Qwen-7B UR²", ("UR2", "qwen2.5-3b"): "Qwen-3B UR²",
+           ("UR2", "llama-3.1-8b"): "LLaMA-8B UR²", ("Vanilla RL", "qwen2.5-7b"):
+           "Qwen-7B Vanilla RL", ("Vanilla RL", "qwen2.5-3b"): "Qwen-3B Vanilla RL"}
+  order = ["history", "philosophy", "economics", "law", None, "medqa", "mmlupro_med", None,
+           "math500", "minerva"]
+  for row in pub["ur2"]["rows"]:
+    if (row["method"], row["model"]) not in names:
+      continue
+    cells = ur2[names[(row["method"], row["model"])]]
+    for k, cell in zip(order, cells):
+      if k:
+        assert list(row["values"][k].values()) == [float(cell)], (row["method"], k)
+    checked += 1
+  assert checked == 8 + 8 + 5
+
+
+# --- UR² metrics and readers ------------------------------------------------------------------
+def test_ur2_metrics():
+  from ragjax.eval.scoring import score_answer
+  from ragjax.metrics import letter_match, math_equal
+  assert math_equal("\\frac{1}{2}", ["0.5"]) == 1.0
+  assert math_equal("(3,\\pi/2)", ["\\left( 3, \\frac{\\pi}{2} \\right)"]) == 1.0
+  assert math_equal("3", ["4"]) == 0.0 and math_equal(None, ["4"]) == 0.0
+  assert math_equal("x^2+2x+1", ["(x+1)^2"]) == 1.0
+  assert letter_match(" b ", ["B"]) == 1.0 and letter_match("BC", ["B"]) == 0.0
+  assert score_answer("B", ["B"], ("em", "letter_em")) == {"em": 1.0, "letter_em": 1.0}
+  assert score_answer(None, ["B"], ("f1", "math_equiv")) == {"f1": 0.0, "math_equiv": 0.0}
+
+
+def test_plain_qa_reader(tmp_path):
+  from ragjax.data.readers import read_examples
+  from ragjax.data.schema import DataError
+  p = tmp_path / "qa.jsonl"
+  p.write_text('{"idx": 7, "question": "Who?", "answer": "Ann"}\n'
+               '{"question": "When?", "answer": ["1999", "in 1999"]}\n')
+  ex = read_examples(str(p), "qa")
+  assert [(e.id, e.golden_answers) for e in ex] == [("qa_7", ("Ann",)),
+                                                     ("qa_1", ("1999", "in 1999"))]
+  c = tmp_path / "b.csv"
+  c.write_text("Question,Answer\nWho won?,Bo\n")
+  assert read_examples(str(c), "qa")[0].golden_answers == ("Bo",)
+  p.write_text('{"question": "Who?"}\n')
+  with pytest.raises(DataError, match=r"qa.jsonl line 1: field 'answer': missing"):
+    read_examples(str(p), "qa")
+
+
+# --- data prep --------------------------------------------------------------------------------
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data absent")
+def test_searchr1_training_mixture(tmp_path):
+  nq = tmp_path / "nq_train.jsonl"
+  with open(os.path.join(SHARED_DATA, "flashrag_format", "nq_test_sample1000.jsonl")) as f:
+    nq.write_text("".join(f.readlines()[:30]))
+  hq = os.path.join(SHARED_DATA, "hotpotqa", "rpt_hf_validation_sample_train300.jsonl")
+  env = dict(os.environ, PYTHONPATH=ROOT)
+
+  def run(out):
+    p = subprocess.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
+                        str(nq), "--hotpotqa", hq + ":hotpotqa", "--out", str(out)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+  p = run(tmp_path / "a")
+  run(tmp_path / "b")
+  a = (tmp_path / "a" / "train.jsonl").read_text()
+  assert a == (tmp_path / "b" / "train.jsonl").read_text()        # seeded shuffle
+  recs = [json.loads(l) for l in a.splitlines()]
+  sources = [r["metadata"]["data_source"] for r in recs]
+  assert sources.count("nq") == 30 and sources.count("hotpotqa") == 300
+  assert sources[:30] != ["nq"] * 30                              # shuffled
+  assert "--config.data.train_files" in p.stdout
+  from ragjax.data.readers import read_examples
+  assert len(read_examples(str(tmp_path / "a" / "train.jsonl"))) == 330
+  dup = subprocess.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
+                        str(nq), str(nq), "--out", str(tmp_path / "c")], env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert dup.returncode == 2 and "appears twice" in dup.stderr
