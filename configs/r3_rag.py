@@ -142,7 +142,7 @@ def get_config(arg: str = "tiny"):
                              max_questions=24))
     c.r3.update(dict(sft_epochs=0, eval_top_k=3, eval_max_turns=3, eval_doc_chars=0))
     # enough SFT for the tiny policy to write R3-RAG steps (so RL sees searches and answers)
-    c.sft.update(dict(steps=100, batch_size=8, lr=1e-2, warmup_steps=10, log_every=10))
+    c.sft.update(dict(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, log_every=10))
     c.rl.update(dict(group_size=4, mini_batch_size=8, micro_batch_size=4))
     c.optim.update(dict(lr=1e-3, total_steps=20))
     c.critic_optim.update(dict(lr=1e-3, total_steps=20))
