@@ -123,6 +123,7 @@ def get_config(arg: str = "tiny"):
                         save_every=16, max_to_keep=2, keep_best_metric="dev/em",
                         keep_best=False))
   c.eval.update(dict(batch_size=64, max_questions=0))
+  c.eval.method = "R3-RAG (E5)"   # its row in configs/paper_results.json (--suite r3_rag)
   c.data.source = "world" if small else "files"
 
   if tiny:   # the synthetic world, BM25, a tiny policy, short steps; every stage in seconds
