@@ -97,7 +97,8 @@ def get_config() -> ConfigDict:
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
-                          weight_decay=0.01, gather=True, context_weight=0.0, log_every=10))
+                          weight_decay=0.01, gather=True, context_weight=0.0, log_every=10,
+                          save_every=100))
 
   c.rl = ConfigDict(dict(
       advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2, dual_clip=None,

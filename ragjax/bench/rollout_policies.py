@@ -51,8 +51,9 @@ class TimedPolicy:
     self.seconds[kind] += time.perf_counter() - t0
     return out
 
-  def prefill(self, prompts, samples_per_prompt=1, seed=0):
-    state = self._run("prefill", self.sampler.prefill, prompts, samples_per_prompt, seed)
+  def prefill(self, prompts, samples_per_prompt=1, seed=0, first_row=0):
+    state = self._run("prefill", self.sampler.prefill, prompts, samples_per_prompt, seed,
+                      first_row=first_row)
     width = max(pick_bucket(self.sampler.config.prompt_buckets, len(p), "prompt") for p in prompts)
     self.positions["prefill"] += len(prompts) * width
     self.tokens["prefill"] += sum(len(p) for p in prompts)
@@ -115,7 +116,9 @@ class RePrefillPolicy:
     self.seed = seed
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0) -> Histories:
+              seed: int = 0, first_row: int = 0) -> Histories:
+    """Greedy loops only (the benchmark's): every turn re-prefills, so `first_row` (the
+    sampling keys' offset) changes nothing."""
     self.seed = seed
     rows = [list(p) for p in prompts for _ in range(samples_per_prompt)]
     return Histories(rows, [False] * len(rows), self.cache_length)

@@ -337,6 +337,7 @@ class Trainer:
       stats["step_samples"] = int((samples.row >= 0).sum())
     if self.batch_filter is not None:
       stats["trajectories_generated"] = generated
+    stats.update({f"rollout/{k}": float(v) for k, v in batch.stats.items()})   # engine/hook counters
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():

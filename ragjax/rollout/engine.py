@@ -230,7 +230,7 @@ class RolloutEngine:
     self._prompts, self._inputs = list(prompts), list(inputs)
     # restart contexts are all rendered one way, so consecutive ones share the longest prefix
     render = self.renderer.context_ids if self.restart else self.renderer.prompt_ids
-    prompt_ids = [render(x) for x in inputs]
+    prompt_ids = [self._fit_prompt(render(x), x) for x in inputs]
     extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed, first_row=first_row)
@@ -464,6 +464,20 @@ class RolloutEngine:
       row.seen_docs.extend(hit_id(h) for h in hits)
       out[r] = hits
     return out
+
+  def _fit_prompt(self, ids: list, inp) -> list:
+    """A prompt longer than the policy takes (`max_prompt_len`) loses its middle: the head
+    (instructions) and the tail (the question's end, the generation prompt) stay, as
+    long-context evaluations cut, and the cut is counted in the step's stats
+    (`prompts_truncated`), so one over-long question never aborts a batch."""
+    limit = getattr(self.policy, "max_prompt_len", None)
+    if not limit or len(ids) <= limit:
+      return ids
+    self._stats["prompts_truncated"] = self._stats.get("prompts_truncated", 0) + 1
+    warnings.warn(f"prompt of {len(ids)} tokens is longer than the policy's {limit}: its middle "
+                  f"is cut ({str(getattr(inp, 'question', ''))[:60]!r})", stacklevel=3)
+    head = limit // 2
+    return list(ids[:head]) + list(ids[len(ids) - (limit - head):])
 
   def _retrieval_contexts(self, rows) -> Optional[dict]:
     """{keyword: per-query list} from the protocol's `retrieval_context`, when the retriever

@@ -126,6 +126,11 @@ class Sampler:
     return int(self.config.extend_buckets[-1])
 
   @property
+  def max_prompt_len(self) -> int:
+    """Longest prompt `prefill` takes (the largest prompt bucket)."""
+    return int(self.config.prompt_buckets[-1])
+
+  @property
   def row_multiple(self) -> int:
     """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
     return 1 if self.mesh is None else batch_axis_size(self.mesh)
