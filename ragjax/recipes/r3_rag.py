@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 
 from ragjax.recipes import components as parts
 from ragjax.recipes.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
@@ -38,6 +39,7 @@ STAGES = ("data", "sft", "rl", "all")
 DATA_DIR = "cold_start_data"
 COLD_START_DIR = "cold_start_policy"
 COLD_START_META = "ragjax_cold_start.json"
+SFT_DIR = "sft_ckpt"            # SFT checkpoints every sft.save_every steps, until exported
 # What the cold-start policy depends on (a cached one is reused only when all match).
 SFT_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
                 "cold_start", "teacher", "data", "retriever")
@@ -141,10 +143,13 @@ def sft_stage(c, setup) -> dict:
   os.makedirs(p["workdir"], exist_ok=True)
   params, history = run_sft(cfg, params, rows_t, rows_l, sft, c.rollout.widths, seed=c.seed,
                             mesh=mesh, log_path=os.path.join(p["workdir"], "sft_metrics.jsonl"),
-                            progress=c.progress)
+                            progress=c.progress, ckpt_dir=os.path.join(p["workdir"], SFT_DIR),
+                            fingerprint=fingerprint)
   parts.export_policy(p["cold_start"], cfg, params, tok)
   summary = {**stats, "steps": sft.steps, "final": history[-1] if history else {}}
   write_json_atomic(meta_path, {"fingerprint": fingerprint, "summary": summary})
+  # the exported policy supersedes the SFT checkpoints (a killed SFT resumed from them)
+  shutil.rmtree(os.path.join(p["workdir"], SFT_DIR), ignore_errors=True)
   return summary
 
 
