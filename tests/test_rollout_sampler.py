@@ -65,6 +65,7 @@ class Keep:
     self.s = sampler
     self.eos_ids, self.config = sampler.eos_ids, sampler.config
     self.stop_strings, self.max_extend = sampler.stop_strings, sampler.max_extend
+    self.row_multiple, self.max_prompt_len = sampler.row_multiple, sampler.max_prompt_len
 
   def __getattr__(self, name):
     fn = getattr(self.s, name)
