@@ -161,8 +161,7 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
           directory=scann_dir, chunk_rows=max(chunk_rows, 32768), progress=progress)
     meta["scann"] = scann_config.to_json()
     meta["scann_num_leaves"] = index.num_leaves
-  meta.pop("encoded_chunks")
-  write_meta(out_dir, meta)
+  write_meta(out_dir, {k: v for k, v in meta.items() if k != "encoded_chunks"})
   return meta
 
 
