@@ -9,7 +9,7 @@ import pytest
 
 from _retrieval_helpers import clustered_vectors
 from ragjax.retrieval.exact import ExactIndex, search_chunks
-from ragjax.retrieval.reorder import ReorderVectors, ReorderWriter
+from ragjax.retrieval.reorder import ReorderVectors, ReorderWriter, from_bfloat16_bits, to_bfloat16_bits
 from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
 
 
@@ -51,6 +51,14 @@ def test_reorder_file_round_trip_and_rescore_is_exact(tmp_path, data):
   assert r[0, 2:].tolist() == [-1, -1] and np.isinf(s[0, 2:]).all()
 
 
+def test_bfloat16_bits_by_hand():
+  # 1.0 = 0x3F800000 -> 0x3F80; 1 + 2^-8 is a tie between 0x3F80 and 0x3F81: rounds to even;
+  # 1 + 3 * 2^-9 rounds up to 0x3F81; -2.5 = 0xC0200000 -> 0xC020.
+  x = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -9, -2.5], np.float32)
+  assert to_bfloat16_bits(x).tolist() == [0x3F80, 0x3F80, 0x3F81, 0xC020]
+  assert from_bfloat16_bits(np.array([0x3F81], np.uint16)).tolist() == [1 + 2 ** -7]
+
+
 def test_reorder_file_refuses_short_writes_and_truncation(tmp_path):
   path = str(tmp_path / "r.npy")
   with pytest.raises(ValueError, match="3 of 5 rows written"):
@@ -84,14 +92,16 @@ def test_streaming_build_reads_bounded_chunks_and_matches_the_in_memory_build(tm
   np.testing.assert_array_equal(scores, scores2)
   ref, ref_scores = ExactIndex(db).search(q, 10)
   assert _recall(rows, ref) >= 0.95
-  np.testing.assert_allclose(scores[:, 0], ref_scores[:, 0], atol=2e-3)   # float16 re-scoring
+  np.testing.assert_allclose(scores[:, 0], ref_scores[:, 0], atol=2e-3)   # bfloat16 re-scoring
   # Row i of the corpus is datapoint i (the sample was trained on, then re-added in order).
   own, _ = streamed.search(db[[0, 777, 4999]], 1, leaves_to_search=25)
   assert own[:, 0].tolist() == [0, 777, 4999]
-  # Saved: codes + partitioner for ScaNN, the float16 rows beside them; loads identically.
+  # Saved: codes + partitioner for ScaNN, the bfloat16 rows beside them; loads identically.
   files = sorted(os.listdir(tmp_path / "s"))
   assert "reorder.npy" in files and not any(f.endswith(".pkl") for f in files)
-  assert np.array_equal(np.load(tmp_path / "s" / "reorder.npy"), db.astype(np.float16))
+  stored = np.load(tmp_path / "s" / "reorder.npy", allow_pickle=False)
+  assert stored.dtype == np.uint16 and np.array_equal(stored, to_bfloat16_bits(db))
+  np.testing.assert_allclose(from_bfloat16_bits(stored), db, rtol=2 ** -8, atol=0)
   loaded = ScannIndex.load(str(tmp_path / "s"))
   np.testing.assert_array_equal(loaded.search(q, 10)[0], rows)
   assert loaded.reorder_vectors.path.endswith("reorder.npy")
@@ -105,7 +115,7 @@ def test_set_search_changes_the_defaults_and_checks_them(data):
   np.testing.assert_array_equal(index.search(q, 10)[0], few)
   with pytest.raises(ValueError, match="leaves_to_search must be in 1..25"):
     index.set_search(leaves_to_search=26)
-  with pytest.raises(ValueError, match="reorder_dtype must be one of float16, float32, none"):
+  with pytest.raises(ValueError, match="reorder_dtype must be one of bfloat16, float32, none"):
     ScannConfig(reorder_dtype="int8")
   ScannConfig(reorder_store="ram", reorder_dtype="int8")
 

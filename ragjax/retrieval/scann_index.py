@@ -2,7 +2,7 @@
 
 Memory.  ScaNN keeps the partitioner (the leaf centroids) and the 4-bit AH codes in RAM: about
 dim / 4 + 4 bytes a vector.  The vectors that re-score each query's top-R AH candidates stay on
-disk (`reorder_store="disk"`, the default: float16 rows of `reorder.npy`, memory-mapped and read
+disk (`reorder_store="disk"`, the default: bfloat16 rows of `reorder.npy`, memory-mapped and read
 only at the candidates; see `ragjax.retrieval.reorder`), so a 21M x 768 index needs ~4 GB of RAM
 instead of 21 GB with ScaNN's in-memory int8 copy (`reorder_store="ram"`, still available).
 
@@ -30,11 +30,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ragjax.retrieval.reorder import FILENAME as REORDER_FILE, ReorderVectors, ReorderWriter
+from ragjax.retrieval.reorder import FILENAME as REORDER_FILE, ReorderVectors, ReorderWriter, encode_rows
 
 _CONFIG_FILE = "ragjax_scann.json"
 _RAM_DTYPES = ("int8", "bfloat16", "float32", "none")
-_DISK_DTYPES = ("float16", "float32", "none")
+_DISK_DTYPES = ("bfloat16", "float32", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ScannConfig:
   dims_per_block: int = 2                 # AH: 4-bit code per block of this many dims
   anisotropic_threshold: float = 0.2
   reorder: int = 200                      # candidates re-scored before the final top-k
-  reorder_dtype: str = "float16"          # disk: float16 | float32 | none; ram: int8 | bfloat16 | float32 | none
+  reorder_dtype: str = "bfloat16"         # disk: bfloat16 | float32 | none; ram: int8 | bfloat16 | float32 | none
   reorder_store: str = "disk"             # "disk": memory-mapped file; "ram": ScaNN's in-memory copy
   spherical: bool = True                  # unit-norm embeddings
   training_threads: int = 0               # 0 = all cores
@@ -276,7 +276,7 @@ class ScannIndex:
       if self.reorder_vectors.path is None or os.path.abspath(self.reorder_vectors.path) != os.path.abspath(path):
         with ReorderWriter(path, self.n, self.dim, self.reorder_vectors.dtype) as w:
           for a in range(0, self.n, 65536):
-            w.append(self.reorder_vectors.rows[a:a + 65536])
+            w.append(self.reorder_vectors.widen(self.reorder_vectors.rows[a:a + 65536]))
     with open(os.path.join(directory, _CONFIG_FILE), "w") as f:
       json.dump({"config": self.config.to_json(), "n": self.n, "dim": self.dim,
                  "num_leaves": self.num_leaves}, f, indent=1)
@@ -329,10 +329,11 @@ class _ArraySink:
   """In-memory stand-in for `ReorderWriter` (an index built without a directory)."""
 
   def __init__(self, n: int, dim: int, dtype: str):
-    self.rows, self.filled, self.path = np.empty((n, dim), dtype), 0, None
+    self.dtype, self.filled, self.path = dtype, 0, None
+    self.rows = np.empty((n, dim), np.uint16 if dtype == "bfloat16" else np.float32)
 
   def append(self, block: np.ndarray) -> None:
-    self.rows[self.filled:self.filled + len(block)] = block
+    self.rows[self.filled:self.filled + len(block)] = encode_rows(block, self.dtype)
     self.filled += len(block)
 
   def close(self) -> None:

@@ -108,31 +108,42 @@ def sweep(index, queries: np.ndarray, truth: np.ndarray, k: int, target: float,
           z: float = Z_95, max_reorder: int = 1600) -> tuple[list[dict], list[dict]]:
   """Recall of each (leaves, depth) tried on `queries`; returns (all rows, feasible frontier).
 
-  For each leaves count the depths are tried in increasing order up to the first whose lower
-  bound meets `target` (deeper is only slower), or until recall stops rising (the probed leaves
-  hold no better candidates).  Larger leaf counts stop once one search at the
-  smallest depth takes 3x the fastest feasible setting's time (they can only be slower)."""
+  Leaves counts go up the grid; at each, depths go up to the first whose lower bound meets
+  `target` (deeper is only slower), or until recall stops rising (the probed leaves hold no
+  better candidates).  Once (L, R) meets it, more leaves are only worth trying at depths below
+  R.  The sweep ends when no such depth is left, when two more leaf counts in a row add no
+  recall, or when the least depth at this many leaves already takes 3x the fastest feasible
+  setting's time."""
   table, frontier = [], []
-  best_s = math.inf
+  best_s, cap, stale = math.inf, max_reorder, 0
+  seen: dict[tuple[int, int], float] = {}
+  previous_leaves = None
   for leaves in leaves_grid(index.num_leaves):
-    previous = -1.0
-    for depth in reorder_grid(k, index.n, max_reorder):
+    depths = [d for d in reorder_grid(k, index.n, max_reorder) if d <= cap]
+    if not depths:
+      break
+    last = -1.0
+    for depth in depths:
       rows, secs = _timed_search(index, queries, k, leaves, depth)
       rec = per_query_recall(rows, truth)
       row = {"leaves_to_search": leaves, "reorder": depth, "recall": round(float(rec.mean()), 4),
              "lower_bound": round(lower_bound(rec, z), 4), "seconds": secs}
       table.append(row)
+      seen[(leaves, depth)] = row["recall"]
       if row["lower_bound"] >= target:
         frontier.append(row)
-        best_s = min(best_s, secs)
+        best_s, cap = min(best_s, secs), depth - 1
         break
-      if depth == k and secs > 3 * best_s:
+      if depth == depths[0] and secs > 3 * best_s:
         return table, frontier
-      if row["recall"] - previous < 0.001:      # these leaves hold no better candidates
+      if row["recall"] - last < 0.001:
         break
-      previous = row["recall"]
-    if frontier and frontier[-1]["leaves_to_search"] == leaves and frontier[-1]["reorder"] == k:
-      break                                   # more leaves at the least depth: only slower
+      last = row["recall"]
+    before = seen.get((previous_leaves, depth))
+    stale = stale + 1 if before is not None and row["recall"] - before < 0.001 else 0
+    if stale >= 2:
+      break
+    previous_leaves = leaves
   return table, frontier
 
 
