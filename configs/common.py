@@ -8,18 +8,23 @@ Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an un
 an error naming it):
   recipe, seed, workdir, progress      which `ragjax.recipes.<recipe>` runs, and where
   hardware    the accelerators the paper used, the default `--dry_run --target`
-  model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat
+  model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat; lora (adapters)
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
-  data        source "world" (the synthetic world below) or "files" (train/dev question files)
+  data        source "world" (the synthetic world below) or "files" (train/dev question files);
+              data stages over the training records (curricula)
   world, tokenizer                     the synthetic world and its tokenizer (source "world")
-  retriever   an index directory, a Search-R1 /retrieve URL, or (world) an index built here
+  retriever   an index directory, a Search-R1 /retrieve URL, or (world) an index built here;
+              noise (a noisy-retrieval wrapper: paraphrase / replace / shuffle / drop_gold)
   protocol    the search protocol (`name`) and its fields (top_k, max_turns, ...)
   sampler     static shapes and sampling of the JAX sampler
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  eval        evaluation batch size and question cap; benchmark suites (configs/suites.py),
-              their data root, the judge model, the published row to compare with
+  judge       a model service rewards call during training (ReZero's correctness): none, the
+              frozen base policy in this process, an HF checkpoint, or an OpenAI-compatible URL
+  eval        evaluation batch size and question cap; retrieval depth at evaluation; benchmark
+              suites (configs/suites.py), their data root, the judge model behind `acc`, the
+              published row to compare with
 """
 
 import os
@@ -46,20 +51,35 @@ def get_config() -> ConfigDict:
       preset="", checkpoint="", dtype="float32", param_dtype="float32", scan_layers=False,
       remat=False, hidden_size=0, intermediate_size=0, num_layers=0, num_heads=0,
       num_kv_heads=0, head_dim=0, rope_theta=10000.0))
+  # LoRA (ragjax.models.lora): rank 0 = full fine-tuning; rank > 0 trains and checkpoints only
+  # adapters on `targets`, the reference policy is the base (adapters disabled), and the
+  # exported policy is merged.
+  c.model.lora = ConfigDict(dict(
+      rank=0, alpha=16.0, seed=0,
+      targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")))
   c.mesh = ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
-  c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=()))
+  # stages: {registered data stage: kwargs}, applied in order to the training records before
+  # the trainer walks them (UR²'s curriculum: {"ur2_curriculum": {...}}).
+  c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=(),
+                           stages={}))
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
       num_places=25, num_orgs=20, num_works=40, retry_groups=20, min_passage_words=24,
       name_lexicon=0))
-  c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False))
+  # extra_tags: a protocol's tags as one token each (the Search-R1 tags always are)
+  c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False,
+                                extra_tags=()))
   # index: a directory from `python -m ragjax.retrieval.build`; url: a Search-R1 /retrieve
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
   # timeout: seconds per request; deadline: seconds a call may spend retrying a down server
   # before the step is retried from its start (trainer.step_retries times).
   c.retriever = ConfigDict(dict(index="", url="", backend="scann", encoder_dir="",
                                 cache_size=4096, timeout=30.0, deadline=120.0))
+  # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
+  # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
+  # probability p); seeded, a deterministic function of (seed, query).
+  c.retriever.noise = ConfigDict(dict(kind="", p=0.0, seed=0, paraphrases=3, depth=10))
 
   c.protocol = ConfigDict(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
   c.sampler = ConfigDict(dict(
@@ -84,7 +104,8 @@ def get_config() -> ConfigDict:
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
       use_sampler_logprobs=False, gather=False, temperature=1.0, logprob_chunk=8192,
       ppo_epochs=1, mini_batch_size=0, micro_batch_size=0, rewards={"search_r1_em": 1.0},
-      reward_kwargs={}, behaviour="", behaviour_kwargs={}, metrics=()))
+      reward_kwargs={}, behaviour="", behaviour_kwargs={}, batch_filter="",
+      batch_filter_kwargs={}, metrics=()))
   c.rl.dual_clip = config_dict.placeholder(float)
   c.optim = ConfigDict(dict(lr=1e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                             min_lr_ratio=0.0, total_steps=1000, b1=0.9, b2=0.999, eps=1e-8,
@@ -94,13 +115,45 @@ def get_config() -> ConfigDict:
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
       max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
       step_retries=3))
+  # judge.model (the training-time judge rewards call; eval.judge is the evaluation's): "" =
+  # none; "base" = the frozen base policy in this process (the policy without LoRA); an HF
+  # checkpoint directory; or an OpenAI-compatible base URL (with judge.name).
+  c.judge = ConfigDict(dict(model="", name="judge", max_batch=16, max_prompt_tokens=1024,
+                            max_new_tokens=32))
   # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
   # method: the row of configs/paper_results.json this config reproduces (with the model
   # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
-  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed).
+  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed);
+  # top_k: retrieval depth for evaluation engines (0 = protocol.top_k, the training depth).
   c.eval = ConfigDict(dict(
-      batch_size=64, max_questions=0, data_root="", method="", model="",
+      batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
       judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
                             max_prompt_tokens=4096)),
       suites=ConfigDict(suites.SUITES)))
   return c
+
+
+def config_arg(arg: str, known, default: str = "tiny") -> str:
+  """The lower-cased config argument (`--config=FILE:ARG`), or an error listing `known`."""
+  arg = (arg or default).lower()
+  if arg not in known:
+    raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(known)}")
+  return arg
+
+
+def tiny_world(c) -> None:
+  """The synthetic world at test size, indexed with BM25 (no weights or corpus to download)."""
+  c.data.source = "world"
+  c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
+                      num_people=30, num_places=10, num_orgs=8, num_works=12, retry_groups=6))
+  c.tokenizer.vocab_size = 1024
+  c.retriever.backend = "bm25"
+
+
+def tiny_rollout(c) -> None:
+  """Short turns and observations for the tiny Search-R1-style configs on `tiny_world`."""
+  c.protocol.update(dict(top_k=2, max_turns=2, obs_max_tokens=64))
+  c.sampler.update(dict(max_cache_length=768, max_new_tokens=32,
+                        prompt_buckets=(64, 128, 256, 384, 512)))
+  c.rollout.widths = tuple(range(64, 769, 64))
+  c.eval.batch_size = 16

@@ -74,14 +74,6 @@ def get_config(arg: str = "tiny"):
   # (configs/paper_results.json; the size is model.preset).
   c.eval.method = "" if tiny else "Search-R1-base"
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
-    c.world.update(dict(seed=0, train_worlds=1, num_train=64, num_dev=16, num_test=16,
-                        num_people=30, num_places=10, num_orgs=8, num_works=12,
-                        retry_groups=6))
-    c.tokenizer.vocab_size = 1024
-    c.retriever.backend = "bm25"
-    c.protocol.update(dict(top_k=2, max_turns=2, obs_max_tokens=64))
-    c.sampler.update(dict(max_cache_length=768, max_new_tokens=32,
-                          prompt_buckets=(64, 128, 256, 384, 512)))
-    c.rollout.widths = tuple(range(64, 769, 64))
-    c.eval.batch_size = 16
+    common.tiny_world(c)
+    common.tiny_rollout(c)
   return c

@@ -33,6 +33,9 @@ config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml
                                 lock_config=True)
 flags.DEFINE_string("checkpoint", None, "HF policy directory (with tokenizer)")
 flags.DEFINE_string("split", "test", "split of the config's data: train | dev | test")
+flags.DEFINE_enum("metric", "em", ["em", "f1", "cover_em", "letter_em", "math_equiv", "task"],
+                  "answer metric; task: each record's task's (UR²: MCQ letter EM, math "
+                  "equivalence, QA F1)")
 flags.DEFINE_string("data", None, "a question file instead of the config's split")
 flags.DEFINE_enum("format", None, sorted(READERS),
                   "format of --data (default: from its extension)")
@@ -86,7 +89,7 @@ def main(argv):
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
-        temperature=f.temperature), qtypes, groups))
+        temperature=f.temperature, metric=f.metric), qtypes, groups))
 
 
 if __name__ == "__main__":

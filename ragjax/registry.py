@@ -13,8 +13,21 @@ Categories:
   reward        fn(ctx: RewardContext, **kwargs) -> float | list[float]  (per step)
   advantage     outcome advantage estimator fn(rewards, group_ids, loss_mask, eps) -> [B, T]
   rollout_hook  factory(**kwargs) -> hook(views, editor) run after every parsed turn
-  behaviour     factory(**kwargs) -> fn(batch, old_logprobs, state) -> ratio denominators
-  metric        fn(rows, examples) -> {name: float} logged every step
+  batch_filter  factory(tokenizer, **kwargs) -> fn(ctx: StepContext, state) -> rows to keep;
+                runs after rewards and old log-probs, before advantages (REX-RAG's
+                trajectory filter)
+  behaviour     factory(tokenizer, **kwargs) -> fn(batch, old_logprobs, state) -> [B, T] log
+                ratio denominators (in place of log pi_old; REX-RAG's mixture mu)
+  metric        fn(rows, examples) -> {name: float} logged every step; a metric with a `ctx`
+                parameter is called fn(rows, examples, ctx=StepContext) and also sees the
+                step's arrays, behaviour log-probs and method state
+  data_stage    fn(records, *, seed, **kwargs) -> records: the training list the trainer's
+                data cursor walks (UR²'s difficulty curriculum and task mixing); deterministic
+                in (records, seed, kwargs), so the cursor position resumes it exactly
+
+`state` is the trainer's method state: a JSON dict saved in every checkpoint, so what a
+method carries from step to step (REX-RAG's keep-ratio history) resumes exactly.  `tokenizer`
+is the policy's (the engine's).
 
 This module imports nothing from ragjax: the packages that define built-ins register them when
 imported (`ragjax.rl.rewards`, `ragjax.rl.advantages`, `ragjax.rollout.rex_rag`, ...).  User
@@ -28,7 +41,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 import gin
 
-CATEGORIES = ("reward", "advantage", "rollout_hook", "behaviour", "metric")
+CATEGORIES = ("reward", "advantage", "rollout_hook", "batch_filter", "behaviour",
+              "metric", "data_stage")
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
 

@@ -1,5 +1,8 @@
 """Shared fixtures for the RL tests: a tiny policy and a batch with retrieved blocks."""
 
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,3 +47,12 @@ def random_rl_batch(cfg, params, b=8, t=16, seed=0, with_ref=True):
   ref = np.asarray(old) + rng.normal(0, 0.1, (b, t)).astype(np.float32) if with_ref else None
   adv = rng.normal(0, 1, (b,)).astype(np.float32)
   return make_train_batch(tokens, labels, adv, old, ref_logprobs=ref)
+
+
+def logged_metrics(workdir):
+  """The RL metrics log of a run in `workdir`, without the wall-clock entries (what two runs
+  of the same config must agree on)."""
+  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
+    rows = [json.loads(l) for l in f if l.strip()]
+  return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"}
+          for r in rows]

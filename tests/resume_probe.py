@@ -13,8 +13,6 @@ blocks, so a test can kill it with SIGKILL at a known point.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 import os
 import sys
 import time
@@ -33,6 +31,7 @@ import _rollout_helpers as h  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.presets import get_preset  # noqa: E402
 from ragjax.recipes import components  # noqa: E402
+from ragjax.recipes.config_files import apply_overrides, load_config  # noqa: E402
 from ragjax.rl.rewards import register_reward  # noqa: E402
 
 
@@ -41,30 +40,6 @@ def probe_vowels(ctx):
   """A dense reward (share of vowels in the sampled text) so every group has signal."""
   text = ctx.row.policy_text.lower()
   return sum(ch in "aeiou" for ch in text) / max(len(text), 1)
-
-
-def load_config(spec: str):
-  """`configs/<file>.py[:arg]` from the repository, as the train command loads it."""
-  file, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("probe_config", os.path.join(ROOT, file))
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
-def apply_overrides(c, overrides):
-  for ov in overrides:
-    key, value = ov.split("=", 1)
-    try:
-      value = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      pass
-    node = c
-    *path, leaf = key.split(".")
-    for p in path:
-      node = node[p]
-    node[leaf] = value
-  return c
 
 
 def probe_config(workdir: str, steps: int, overrides=()):

@@ -4,15 +4,14 @@ sharded (`--config.mesh.fsdp=2` over 8 fake devices) as unsharded; resume with a
 count, refusal of a changed learning rate naming the field; `python -m ragjax.evaluate` on the
 exported policy."""
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
+from _recipe_helpers import (ROOT, TESTS, finish as _finish, read_metrics as _metrics, train,
+                             train_env)
 # A dense user reward bound with gin next to the paper's EM (a random tiny policy never
 # answers right, so EM alone gives zero gradients and nothing to compare).
 TINY = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
@@ -21,28 +20,8 @@ TINY = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
         "--config.trainer.eval_prompts=4", "--config.trainer.save_every=1"]
 
 
-def _env(devices: int) -> dict:
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-  return env
-
-
 def _train(workdir, *args, devices=1, config="configs/search_r1.py:tiny", check=True):
-  cmd = [sys.executable, "-m", "ragjax.train", f"--config={config}",
-         f"--config.workdir={workdir}", *TINY, *args]
-  return subprocess.Popen(cmd, cwd=ROOT, env=_env(devices), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc, timeout=900):
-  out, err = proc.communicate(timeout=timeout)
-  assert proc.returncode == 0, err[-4000:]
-  return out, err
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
-    return [json.loads(l) for l in f if l.strip()]
+  return train([f"--config={config}", f"--config.workdir={workdir}", *TINY, *args], devices)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +80,7 @@ def test_evaluate_takes_the_same_config(runs):
   proc = subprocess.run([sys.executable, "-m", "ragjax.evaluate",
                          "--config=configs/search_r1.py:tiny", f"--config.workdir={plain}",
                          f"--checkpoint={os.path.join(plain, 'policy')}", "--limit=4"],
-                        cwd=ROOT, env=_env(1), capture_output=True, text=True, timeout=600)
+                        cwd=ROOT, env=train_env(1), capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [l for l in proc.stdout.splitlines() if l.startswith("| test |")]
   assert [r.split(" | ")[1] for r in rows] == ["policy + retrieval", "policy, no retrieval"]

@@ -61,6 +61,18 @@ def test_reinforce_pp_baseline_hand_numbers():
   assert a[mask == 0].tolist() == [0.0] * int((mask == 0).sum())
 
 
+def test_reinforce_pp_baseline_floors_the_variance_like_openrlhf():
+  """OpenRLHF clamps the variance at 1e-8 (`clamp(min=1e-8).rsqrt()`), it does not add it:
+  with group rewards [1, 1 + 1e-4] and one token each, centred values are -/+5e-5, variance
+  2.5e-9 < 1e-8, so the whitened values are -/+5e-5 / 1e-4 = -/+0.5 (adding eps would give
+  -/+0.4472)."""
+  mask = np.ones((2, 1), np.float32)
+  a = reinforce_pp_baseline_advantages([1.0, 1.0 + 1e-4], ["g", "g"], mask)
+  np.testing.assert_allclose(a[:, 0], [-0.5, 0.5], rtol=1e-4)
+  # all rewards equal in every group: all zero, never NaN
+  assert not reinforce_pp_baseline_advantages([2, 2, 0, 0], [0, 0, 1, 1], np.ones((4, 3))).any()
+
+
 def test_outcome_dispatch_broadcasts_on_mask_and_rejects_unknown():
   mask = np.array([[0, 1, 1], [0, 0, 1]], np.float32)
   a = outcome_advantages("drgrpo", [1.0, 0.0], [0, 0], mask)

@@ -99,9 +99,16 @@ def test_retrieved_tokens_get_exactly_zero_gradient(agg, kl):
   assert np.count_nonzero(np.asarray(g_lp)[trained]) == trained.sum()
 
 
-def test_loss_mask_from_labels_refuses_training_on_retrieved():
-  with pytest.raises(ValueError, match="retrieved tokens are observations"):
+def test_loss_mask_trains_on_retrieved_only_when_asked_and_never_on_the_prompt():
+  from ragjax.rollout.labels import Source
+  labels = np.array([[Source.PROMPT, Source.POLICY, Source.RETRIEVED, Source.POLICY, Source.PAD]])
+  default = make_train_batch(np.zeros((1, 5)), labels, np.ones(1), np.zeros((1, 5)))
+  np.testing.assert_array_equal(np.asarray(default.loss_mask), [[0, 1, 0, 1, 0]])
+  ablation = make_train_batch(np.zeros((1, 5)), labels, np.ones(1), np.zeros((1, 5)),
+                              train_on=("policy", "retrieved"))
+  np.testing.assert_array_equal(np.asarray(ablation.loss_mask), [[0, 1, 1, 1, 0]])
+  with pytest.raises(ValueError, match="cannot train on 'prompt'"):
     make_train_batch(np.zeros((1, 3)), np.ones((1, 3)), np.zeros(1), np.zeros((1, 3)),
-                     train_on=("policy", "retrieved"))
+                     train_on=("policy", "prompt"))
   with pytest.raises(ValueError, match=r"advantages must be \[B\]=1"):
     make_train_batch(np.zeros((1, 3)), np.ones((1, 3)), np.zeros(4), np.zeros((1, 3)))

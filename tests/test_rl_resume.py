@@ -2,7 +2,6 @@
 under another config (naming each differing field; fields that do not change the run may
 differ)."""
 
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from ragjax.rl.checkpoint import ConfigMismatchError
+from _rl_helpers import logged_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
@@ -26,13 +26,6 @@ def _probe(workdir, *extra, cache=None):
   return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "resume_probe.py"),
                            "--workdir", workdir, "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
-    rows = [json.loads(l) for l in f if l.strip()]
-  return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "tokens_per_s"}
-          for r in rows]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +57,7 @@ def test_resume_after_sigkill_gives_identical_params_and_metrics(runs):
   assert sorted(a.files) == sorted(b.files) and len(a.files) > 5
   worst = max(float(np.abs(a[k] - b[k]).max()) for k in a.files)
   assert worst <= 1e-6, f"resumed params differ by {worst}"
-  ma, mb = _metrics(full), _metrics(killed)
+  ma, mb = logged_metrics(full), logged_metrics(killed)
   assert [m["step"] for m in ma] == list(range(1, STEPS + 1)) == [m["step"] for m in mb]
   for x, y in zip(ma, mb):
     assert x.keys() == y.keys()

@@ -38,8 +38,13 @@ def test_ppo_loop_logs_keeps_best_and_updates_critic(tmp_path):
   assert [h["step"] for h in hist] == [1, 2]
   for key in ("reward", "em", "f1", "response_length", "searches_per_traj", "entropy", "kl",
               "clip_frac", "critic/value_loss", "time/rollout_s", "time/retrieval_s",
-              "time/update_s", "tokens_per_s"):
+              "time/update_s", "time/logprob_s", "tokens_per_s"):
     assert key in hist[-1] and math.isfinite(hist[-1][key]), key
+  # PPO scores the batch (old log-probs, critic values): a timed forward; positions count
+  # the padded batch the update runs on, trained tokens its loss mask.
+  assert hist[-1]["time/logprob_s"] > 0
+  assert hist[-1]["positions"] % 8 == 0 and hist[-1]["positions"] >= hist[-1]["tokens"]
+  assert 0 < hist[-1]["trained_tokens"] <= 8 * 12
   # 2 prompts x 4 samples, 2 turns of at most 6 policy tokens each through the real engine
   assert hist[-1]["trajectories"] == 8 and 0 < hist[-1]["response_length"] <= 12
   head = np.asarray(trainer.critic.params["value_head"]["kernel"])

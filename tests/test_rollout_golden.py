@@ -310,6 +310,67 @@ def test_ur2_queries_documents_fallback_and_endings():
   check_logprobs_and_history(batch, pol)
 
 
+class ContextRetriever(h.CountingRetriever):
+  """A real BM25 index behind `search_with_context`, recording what the engine passed."""
+
+  def __init__(self, inner):
+    super().__init__(inner)
+    self.contexts = []
+
+  def search_with_context(self, queries, k, **contexts):
+    self.contexts.append(contexts)
+    return self.search(queries, k)
+
+
+def test_ur2_per_example_task_prompt_and_retrieval_context():
+  """Each record's own task and retrieval flag pick its prompt; a context-taking retriever gets
+  each query's task and the response before its last `<|begin_of_query|>`."""
+  proto = get_protocol("ur2", max_turns=2)
+  tok = h.tokenizer(True)
+  q = lambda s: f"<|begin_of_query|> {s} <|end_of_query|>"
+  prompts = [{"id": "m", "question": "1+1", "golden_answers": ["2"], "task": "math",
+              "retrieval": False},
+             {"id": "c", "question": "Capital?", "golden_answers": ["A"],
+              "options": ["Quillport", "Zorb"],
+              "metadata": {"task": "mcq", "retrieval": True}},
+             {"id": "a", "question": Q, "golden_answers": ["Quillport"]}]
+  scripts = {0: ["\\boxed{2}" + EOS],
+             1: ["Check. " + q("Tessaly River"), "More. " + q("Amber Sea"),
+                 "the correct answer is: A" + EOS],
+             2: [q("Mirela Dunst"), "\\boxed{Quillport}" + EOS]}
+  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
+  ret = ContextRetriever(h.bm25_retriever())
+  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig())
+  batch = eng.run(prompts)
+  text = lambda i: tok.decode(batch.traj.tokens[i, :batch.traj.prompt_lengths[i]])
+  assert ur2_lib.MATH_COT in text(0) and "Question: 1+1" in text(0)
+  assert ur2_lib.MCQ_RETRIEVAL in text(1) and "Options:\nA. Quillport\nB. Zorb" in text(1)
+  assert ur2_lib.QA_RETRIEVAL in text(2)
+  assert batch.meta.answers == ["2", "A", "Quillport"]
+  assert [c[0] for c in ret.calls] == [["Tessaly River", "Mirela Dunst"], ["Amber Sea"]]
+  first, second = ret.contexts
+  assert first["tasks"] == ["mcq", "qa"] and first["prev_reasoning"] == ["Check. ", ""]
+  docs = "\n\n<|begin_of_documents|>\n\"Tessaly River\"\nThe Tessaly River flows through " \
+         "Quillport into the Amber Sea.\n<|end_of_documents|>\n\n"
+  assert second == {"tasks": ["mcq"],
+                    "prev_reasoning": ["Check. " + q("Tessaly River") + docs + "More. "]}
+  # a plain retriever gets plain searches
+  plain = h.CountingRetriever(h.bm25_retriever())
+  RolloutEngine(proto, h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences), plain,
+                tok, EngineConfig()).run(prompts)
+  assert [c[0] for c in plain.calls] == [c[0] for c in ret.calls]
+
+
+def test_per_example_fields_are_checked():
+  from ragjax.rollout.protocols.base import as_prompt_input
+  assert as_prompt_input({"question": "q", "metadata": {"task": "math"}}).task == "math"
+  assert as_prompt_input({"question": "q", "task": "qa", "metadata": {"task": "math"}}).task == "qa"
+  with pytest.raises(ValueError, match="'retrieval' must be true or false"):
+    as_prompt_input({"id": "x1", "question": "q", "retrieval": "yes"})
+  with pytest.raises(ValueError, match="task must be 'qa', 'math' or 'mcq'"):
+    get_protocol("ur2").system_message(as_prompt_input({"question": "q", "task": "poetry"}))
+
+
 # ---------------------------------------------------------------- ReZero -------------------
 
 def test_rezero_user_messages_last_search_and_endings():
@@ -380,3 +441,55 @@ def test_trajectory_is_a_jittable_pytree_with_host_metadata_outside():
   assert t.tokens.shape[1] % 8 == 0                      # no widths: padded to a multiple of 8
   sub = t.select([1])
   assert sub.tokens.shape == (1, t.tokens.shape[1]) and int(sub.group_id[0]) == 0
+
+
+def test_autorefine_searches_then_the_final_call_without_search_and_refine_off():
+  """Two searches (max_turns=2 here, 5 in the paper), then one more call with search disabled:
+  an answer there ends the row, a search there is not served.  `<refine>` text is policy
+  (trained); `<documents>` wrappers and documents are not.  refine=False is Search-R1's."""
+  proto = get_protocol("autorefine", max_turns=2)
+  s1 = "<think> river? </think> <search> Tessaly River </search>"
+  s2 = "<refine> it flows to the Amber Sea </refine> <search> Amber Sea </search>"
+  last = "<refine> Quillport is on the river </refine> <answer> Quillport </answer>"
+  scripts = {0: [s1, s2, last], 1: [s1, s2, "<search> Mirela Dunst </search>"]}
+  batch, pol, ret, eng, tok = rollout(proto, scripts)
+  docs = lambda d, t: [("\n\n<documents>", ENV, t), (d, RET, t), ("</documents>\n\n", ENV, t)]
+  head = [(s1, POL, 0)] + docs(DOC_TESSALY, 0) + [(s2, POL, 1)] + docs(DOC_AMBER, 1)
+  expect_row(batch, eng, tok, 0, head + [(last, POL, 2)])
+  expect_row(batch, eng, tok, 1, head + [("<search> Mirela Dunst </search>", POL, 2)])
+  m = batch.meta
+  assert m.stop_reasons == ["answer", "max_turns"] and m.answers == ["Quillport", None]
+  assert m.rows[0].extra["refine_texts"] == ["it flows to the Amber Sea",
+                                             "Quillport is on the river"]
+  assert [c[0] for c in ret.calls] == [["Tessaly River"] * 2, ["Amber Sea"] * 2]
+  check_logprobs_and_history(batch, pol)
+  # refine=False: Search-R1's prompt and <information> observations; no refine text recorded
+  off = get_protocol("autorefine", max_turns=2, refine=False)
+  batch, pol, ret, eng, tok = rollout(off, {0: [s1, last]})
+  expect_row(batch, eng, tok, 0, [(s1, POL, 0), ("\n\n<information>", ENV, 0),
+                                  (DOC_TESSALY, RET, 0), ("</information>\n\n", ENV, 0),
+                                  (last, POL, 1)])
+  assert eng.renderer.prompt_text(Q).startswith("<|im_start|>user\nAnswer the given question.")
+  assert batch.meta.rows[0].extra["refine_texts"] == []
+
+
+def test_rezero_stop_on_search_golden_and_chat_record():
+  """The config's ReZero: `</search>` stops the turn (no end-of-turn token generated, so the
+  whole framing is environment text); the final message's end-of-turn token is the policy's
+  and trained on ([D]); information messages are user turns, never trained on."""
+  proto = get_protocol("rezero", today="04 Apr 2025", stop_on_search=True)
+  t0 = "<think> a </think> <search> Tessaly River </search>"
+  t1 = "<think> based on it </think> <answer> Quillport </answer>" + EOS
+  batch, pol, ret, eng, tok = rollout(proto, {0: [t0 + " trailing text", t1]})
+  store = {i: (f'"{t}"\n{x}' if t else x) for i, t, x in h.PASSAGES}
+  info = f"Result 1:\n{store['p4']}\n------\n"       # BM25 has one match for it
+  expect_row(batch, eng, tok, 0, [
+      (t0, POL, 0), ("<|im_end|>\n<|im_start|>user\n", ENV, 0), ("<information>", ENV, 0),
+      (info, RET, 0), ("</information>", ENV, 0), ("<|im_end|>\n<|im_start|>assistant\n", ENV, 0),
+      (t1, POL, 1)])
+  assert batch.meta.rows[0].extra["messages"] == [
+      {"role": "assistant", "content": t0},
+      {"role": "user", "content": f"<information>{info}</information>"},
+      {"role": "assistant", "content": t1[:-len(EOS)]}]
+  assert "Today Date: 04 Apr 2025" in eng.renderer.prompt_text(Q)
+  check_logprobs_and_history(batch, pol)

@@ -171,3 +171,42 @@ def test_proxy_cli_serves_search_r1_retrieve_over_a_real_chat_server(tmp_path):
   # A random model does not write the label: the code's reply, as the paper's code returns it.
   assert served[0][0].contents == UR2_NO_FINAL_INFORMATION and local.stats()["unparsed"] == 2
   assert body == {"result": [[{"id": served[0][0].id, "contents": UR2_NO_FINAL_INFORMATION}]]}
+
+
+def test_proxy_routes_corpora_by_task_and_takes_contexts_over_http():
+  """QA queries search the 'qa' route's corpus, the rest the default one; a served proxy gets
+  each query's task and reasoning so far as `contexts` (what the UR² rollout sends)."""
+  from ragjax.retrieval.routing import RoutedRetriever
+  from ragjax.retrieval.serve import make_app as retrieval_app
+  from _rollout_helpers import StaticRetriever
+  abstracts = CountingRetriever(StaticRetriever(['"Abstract"\nAn abstract about Quillport.']))
+  full = CountingRetriever(bm25_retriever())
+  router = RoutedRetriever({"qa": abstracts, "default": full})
+  chat = ScriptedChat(lambda msgs: "**Final Information**\n\n" + msgs[-1]["content"][-80:])
+  proxy = SummarisingRetriever(router, chat, task="qa", max_tokens=32)
+  queries = ["Quillport founder", "definition of a harbour", "Tessaly River"]
+  contexts = {"tasks": ["qa", "math", "mcq"], "prev_reasoning": ["I think. ", "Let x = 2. ", ""]}
+  with ServerThread(retrieval_app(proxy, 3)) as srv:
+    client = SearchClient(srv.url, timeout=60)
+    served = client.search_with_context(queries, 3, **contexts)
+    asked = len(chat.seen)
+    again = client.search_with_context(queries, 3, **contexts)      # the client's cache
+    plain = client.search(queries[:1], 3)                            # no contexts: the proxy's task
+    bad = requests.post(srv.url + "/retrieve",
+                        json={"queries": queries, "contexts": {"tasks": ["qa"]}}, timeout=60)
+  assert again == served and asked == 3
+  assert abstracts.calls == [(["Quillport founder"], 3)] * 2   # the plain call: the proxy's qa
+  assert full.calls == [(["definition of a harbour", "Tessaly River"], 3)]
+  prompts = [m[-1]["content"] for m in chat.seen]
+  assert "You are assisting in solving a math problem" in prompts[1]      # math prompt for math
+  assert "Let x = 2. " in prompts[1] and "I think. " in prompts[0]
+  assert served[0][0].id == "summary:s0"
+  assert plain[0][0].id == "summary:s0" and len(chat.seen) == 4   # new context: asked again
+  assert bad.status_code == 422 and "one per query" in bad.json()["detail"]
+  # a plain index server ignores contexts
+  with ServerThread(retrieval_app(bm25_retriever(), 3)) as srv:
+    got = SearchClient(srv.url, timeout=60).search_with_context(queries, 3, **contexts)
+  assert [[h.id for h in row] for row in got] == [[h.id for h in row] for row in
+                                                  bm25_retriever().search(queries, 3)]
+  with pytest.raises(ValueError, match="'default' route"):
+    RoutedRetriever({"qa": abstracts})

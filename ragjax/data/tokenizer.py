@@ -98,11 +98,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048,
 
 def train_world_tokenizer(out_dir: Optional[str] = None, cfg: WorldConfig = WorldConfig(),
                           vocab_size: int = 2048, world: Optional[World] = None,
-                          syllables: bool = False, digit_pairs: bool = False):
+                          syllables: bool = False, digit_pairs: bool = False,
+                          extra_tags: Sequence[str] = ()):
   """Trains on `generate_world(cfg)` and, if `out_dir` is given, saves a directory that
-  `transformers.AutoTokenizer.from_pretrained(out_dir)` loads."""
+  `transformers.AutoTokenizer.from_pretrained(out_dir)` loads.  `extra_tags`: another
+  protocol's tags, one added token each like the Search-R1 tags (UR²'s `<|begin_of_query|>`)."""
   world = world if world is not None else generate_world(cfg)
   fast = train_tokenizer(world_training_texts(world), vocab_size=vocab_size,
+                         added_tokens=PROTOCOL_TAGS + tuple(extra_tags),
                          syllables=syllables, digit_pairs=digit_pairs)
   if out_dir is not None:
     os.makedirs(out_dir, exist_ok=True)

@@ -95,10 +95,6 @@ class WorldConfig:
     if 0 <= self.test_world < self.train_worlds:
       raise ValueError(f"test_world {self.test_world} is a training world (0..{self.train_worlds - 1}); "
                        f"use -1 or an index >= train_worlds")
-
-  @property
-  def test_index(self) -> int:
-    return self.train_worlds if self.test_world < 0 else self.test_world
     if self.num_train + self.num_dev + self.num_test < 1:
       raise ValueError("num_train, num_dev and num_test are all 0: the world would have no questions")
     weights = dict(self.qtype_weights)
@@ -111,6 +107,10 @@ class WorldConfig:
       raise ValueError("'retry' questions need retry_groups >= 1 and retry_decoys >= 1")
     if self.retry_decoys + 1 > len(OCCUPATIONS):
       raise ValueError(f"retry_decoys must be < {len(OCCUPATIONS)}")
+
+  @property
+  def test_index(self) -> int:
+    return self.train_worlds if self.test_world < 0 else self.test_world
 
 
 @dataclasses.dataclass

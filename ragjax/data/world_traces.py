@@ -16,6 +16,11 @@ Retry traces otherwise first try the obvious query (which tends to land on a nam
 `TeacherPolicy` (`ragjax.rollout.teacher.teacher_traces`), so the observations are real
 retrieval results and labels match RL rollouts exactly.  Examples are world records
 (`Example.to_record()` dicts).
+
+With `refine=True` (AutoRefine's protocol at the world's scale) every turn after documents
+opens with a `<refine>` block distilling them, as AutoRefine's policy is taught to write after
+each search: the value the search found (a hop's answer, or the namesake's for a retry's
+first query), or "not found" for the question searched as a whole.
 """
 
 from __future__ import annotations
@@ -62,9 +67,11 @@ def wrong_answer(ex: Mapping) -> str:
   return hops[0]["entity"].split(" (")[0] if hops else gold
 
 
-def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShares()) -> list[str]:
+def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShares(), *,
+                search=search_turn, answer=answer_turn) -> list[str]:
   """The turns of one trace (see the module docstring).  One draw decides the trace's kind,
-  so the shares are of all traces of that question type."""
+  so the shares are of all traces of that question type.  `search(query)` and
+  `answer(text)` write the turns (another protocol's grammar: UR²'s world tasks)."""
   meta = ex.get("metadata") or {}
   hops = meta.get("hops") or []
   if not hops:
@@ -77,20 +84,38 @@ def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShar
   decide = shares.no_search_rate or shares.first_hop_stop_rate or shares.give_up_rate
   u = rng.random() if decide else 1.0
   if u < shares.no_search_rate:
-    return [answer_turn(wrong_answer(ex))]
+    return [answer(wrong_answer(ex))]
   u -= shares.no_search_rate
   if qtype == "retry" and meta.get("first_query"):
     if u < shares.give_up_rate and meta.get("decoy_answers"):
-      return [search_turn(meta["first_query"]), answer_turn(meta["decoy_answers"][0])]
+      return [search(meta["first_query"]), answer(meta["decoy_answers"][0])]
     queries = [meta["first_query"]] + queries
   elif qtype == "2hop" and u < shares.first_hop_stop_rate:
-    return [search_turn(queries[0]), answer_turn(hops[0]["answer"])]
+    return [search(queries[0]), answer(hops[0]["answer"])]
   elif len(hops) > 1 and rng.random() < shares.wasted_query_rate:
     queries = [ex["question"].rstrip("?")] + queries
-  return [search_turn(q) for q in queries] + [answer_turn(gold)]
+  return [search(q) for q in queries] + [answer(gold)]
 
 
-def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = TraceShares()
-                 ) -> list[list[str]]:
+def refine_block(text: str) -> str:
+  return f"<refine> {text} </refine> "
+
+
+def with_refine(ex: Mapping, turns: Sequence[str]) -> list[str]:
+  """The trace with a `<refine>` block opening every turn that follows a search."""
+  meta = ex.get("metadata") or {}
+  found = {h["query"]: str(h["answer"]) for h in meta.get("hops") or []}
+  if meta.get("first_query") and meta.get("decoy_answers"):
+    found.setdefault(meta["first_query"], str(meta["decoy_answers"][0]))
+  out = list(turns[:1])
+  for prev, turn in zip(turns, turns[1:]):
+    query = prev[len("<search> "):-len(" </search>")] if prev.startswith("<search>") else None
+    out.append(refine_block(found.get(query, "not found")) + turn if query is not None else turn)
+  return out
+
+
+def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = TraceShares(),
+                 refine: bool = False) -> list[list[str]]:
   rng = random.Random(f"ragjax-traces-{seed}")
-  return [trace_turns(ex, rng, shares) for ex in examples]
+  scripts = [trace_turns(ex, rng, shares) for ex in examples]
+  return [with_refine(ex, t) for ex, t in zip(examples, scripts)] if refine else scripts

@@ -134,7 +134,7 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever, ch
     if setting not in engines:
       engines[setting] = make_engine(dc, cfg, params, tok, retriever, greedy=suite.greedy,
                                      temperature=None if suite.greedy else suite.temperature,
-                                     hooks=[])
+                                     hooks=[], evaluation=True)
     engine = engines[setting]
     count = len(done)
     for s in range(0, len(records), batch_size):

@@ -41,14 +41,16 @@ def _chunks(records: Sequence[dict], size: int):
 
 
 def evaluate_system(name: str, engine, records: Sequence[dict], split: str, *,
-                    batch_size: int, seed: int = 0) -> SystemResult:
-  """Greedy rollouts of every record (the engine decides greedy / sampled)."""
+                    batch_size: int, seed: int = 0, score=None) -> SystemResult:
+  """Greedy rollouts of every record (the engine decides greedy / sampled); `score(answer,
+  record)` replaces EM (e.g. UR²'s metric per task, `ragjax.metrics.by_task`)."""
   em, qtypes, searches, batches, responses = [], [], [], [], []
   for _, chunk, padded in _chunks(records, batch_size):
     batch = engine.run(padded, samples_per_prompt=1, seed=seed)
     batches.append(batch)
     for rec, row in zip(chunk, batch.rows):
-      em.append(answer_metrics(row.answer, rec["golden_answers"])["em"])
+      em.append(answer_metrics(row.answer, rec["golden_answers"])["em"] if score is None
+                else score(row.answer, rec))
       qtypes.append(qtype_of(rec))
       searches.append(row.num_searches)
       responses.append(row.response_text)
@@ -82,11 +84,12 @@ def sample_system(name: str, engine, records: Sequence[dict], split: str, *, sam
 
 
 def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str]] = None,
-                  groups: Optional[Mapping[str, Sequence[str]]] = None
+                  groups: Optional[Mapping[str, Sequence[str]]] = None, metric: str = "EM"
                   ) -> tuple[str, list[dict]]:
-  """Markdown table (EM with a 95% bootstrap interval per question type) and its rows; the
-  types default to those present, in order of appearance.  `groups` adds columns over several
-  types (e.g. the world's entity questions apart from its yes/no comparisons)."""
+  """Markdown table (EM, or the `metric` the results hold, with a 95% bootstrap interval per
+  question type) and its rows; the types default to those present, in order of appearance.
+  `groups` adds columns over several types (e.g. the world's entity questions apart from its
+  yes/no comparisons)."""
   from ragjax.report.bootstrap import bootstrap_mean
   from ragjax.report.table import em_by_type, markdown_table
   if qtypes is None:
@@ -99,7 +102,7 @@ def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str
       est[name] = bootstrap_mean([e for e, q in zip(r.em, r.qtypes) if q in members])
     rows.append({"split": r.split, "system": r.name, **est,
                  "searches": float(np.mean(r.searches)) if r.searches else float("nan")})
-  return markdown_table(rows, ["all", *groups, *qtypes]), rows
+  return markdown_table(rows, ["all", *groups, *qtypes], metric), rows
 
 
 def write_viewer(result: SystemResult, records: Sequence[dict], tokenizer, out_path: str,

@@ -22,6 +22,20 @@ def normalize_answer(text: str) -> str:
   return " ".join(text.split())
 
 
+_SPACED_PUNCT = frozenset(string.punctuation + "\u2018\u2019\u00b4`")
+_BOOLS = {"True": "yes", "False": "no"}
+
+
+def normalize_answer_spaced(text: str) -> str:
+  """R1-Searcher's and UR²'s reward-server normalisation: "True"/"False" -> yes/no, `_` ->
+  space, lowercase, punctuation (and curly quotes, acute, backtick) -> a space rather than
+  dropped ("Jean-Luc" is two tokens), drop articles, collapse whitespace."""
+  text = _BOOLS.get(text, text).replace("_", " ").lower()
+  text = "".join(" " if ch in _SPACED_PUNCT else ch for ch in text)
+  text = _ARTICLES.sub(" ", text)
+  return " ".join(text.split())
+
+
 def _golds(golden_answers) -> list[str]:
   if isinstance(golden_answers, str):
     return [golden_answers]
@@ -44,8 +58,8 @@ def cover_exact_match(prediction: str, golden_answers: Sequence[str] | str) -> f
                    if normalize_answer(g)))
 
 
-def _f1(pred: str, gold: str) -> float:
-  p, g = normalize_answer(pred), normalize_answer(gold)
+def _f1(pred: str, gold: str, normalize=normalize_answer) -> float:
+  p, g = normalize(pred), normalize(gold)
   if (p in _YES_NO or g in _YES_NO) and p != g:
     return 0.0
   pt, gt = p.split(), g.split()
@@ -57,9 +71,11 @@ def _f1(pred: str, gold: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def token_f1(prediction: str, golden_answers: Sequence[str] | str) -> float:
-  """SQuAD token F1 (multiset overlap), max over gold aliases; yes/no/noanswer must match."""
-  return max(_f1(prediction, g) for g in _golds(golden_answers))
+def token_f1(prediction: str, golden_answers: Sequence[str] | str,
+             normalize=normalize_answer) -> float:
+  """SQuAD token F1 (multiset overlap), max over gold aliases; yes/no/noanswer must match.
+  `normalize_answer_spaced` gives UR²'s reward F1."""
+  return max(_f1(prediction, g, normalize) for g in _golds(golden_answers))
 
 
 def answer_metrics(answer: Optional[str], golden_answers) -> dict[str, float]:

@@ -8,7 +8,8 @@ below are no-ops on one process:
   - `allgather_objects(obj)`: every process's Python object, in process order (pickled);
   - `to_host(x)`: a global jax array as a full numpy array on every process;
   - `global_array(x, sharding)`: a numpy array every process holds, as a global jax array;
-  - `is_main()`: the process that writes logs and exports.
+  - `is_main()`: the process that writes logs and exports;
+  - `one_writer(name)`: the main process writes files first, the others then read them.
 """
 
 from __future__ import annotations
@@ -84,3 +85,35 @@ def global_array(x, sharding) -> jax.Array:
   """`x` (the same numpy value on every process) placed with a global `sharding`."""
   x = np.asarray(x)
   return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+class one_writer:
+  """`with one_writer("prepare") as write:` the main process does the block first with
+  write=True (files, indexes), then the others do it with write=False (reading what it wrote);
+  on one process, write=True."""
+
+  def __init__(self, name: str):
+    self.name = name
+    self.many = jax.process_count() > 1
+
+  def __enter__(self) -> bool:
+    if self.many and not is_main():
+      barrier(self.name)            # wait for the writer
+    return not self.many or is_main()
+
+  def __exit__(self, *exc):
+    if self.many and is_main() and exc[0] is None:
+      barrier(self.name)            # release the readers
+    return False
+
+
+_BARRIERS: dict = {}
+
+
+def barrier(name: str, timeout_s: int = None) -> None:
+  """Waits until every process reaches barrier `name` (through the coordination service, so a
+  long wait is fine; names are made unique per call)."""
+  from orbax.checkpoint import multihost
+  _BARRIERS[name] = _BARRIERS.get(name, 0) + 1
+  timeout_s = timeout_s or int(os.environ.get("RAGJAX_BARRIER_TIMEOUT_S", "3600"))
+  multihost.sync_global_processes(f"ragjax_{name}_{_BARRIERS[name]}", timeout=timeout_s)

@@ -14,6 +14,7 @@ by question type, plus both arms' full evaluation tables, in `<workdir>/ablation
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import os
 from typing import Mapping, Sequence
@@ -28,8 +29,10 @@ from ragjax.typed_config import flatten, json_safe, write_json_atomic
 
 def apply_overrides(c, overrides: Sequence[str]):
   """A copy of `c` with `field.path=value` overrides (values parsed as Python literals, else
-  strings), each checked against the schema: an unknown field is an error naming it."""
-  c = c.copy_and_resolve_references()
+  strings), each checked against the schema: an unknown field is an error naming it.  Overrides
+  land before references resolve, so a switch other fields refer to (REX-RAG's
+  `rex_rag.pool`, read by its hook and its behaviour) changes them all, as on the command line."""
+  c = copy.deepcopy(c)          # keeps the copy's own field references, detached from `c`
   known = flatten(c)
   for ov in overrides:
     if "=" not in ov:
@@ -47,7 +50,7 @@ def apply_overrides(c, overrides: Sequence[str]):
     for p in path:
       node = node[p]
     node[leaf] = value
-  return c
+  return c.copy_and_resolve_references()
 
 
 def paired_rows(a, b, qtypes: Sequence[str]) -> list[dict]:

@@ -18,7 +18,10 @@ from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
+from ragjax.models.lora import adapter_from_config
+from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
+from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
@@ -40,8 +43,13 @@ def validate(c) -> RunConfig:
   run = parse_run_config(c)
   protocol_from_config(c)
   make_hooks(c)
+  adapter_from_config(c.model.lora)
+  noise_config(c)
+  judge_kind(c)
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
   if c.data.source == "files" and not c.data.train_files:
@@ -61,26 +69,48 @@ class Setup:
   corpus_path: Optional[str] = None  # the world's corpus file (indexed under the workdir)
 
 
+def noise_config(c) -> NoiseConfig:
+  return from_dict(NoiseConfig, c.retriever.noise, "retriever.noise")
+
+
 def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
   """`retriever.url` (a Search-R1 server), `retriever.index` (a built index), or an index of
-  `corpus_path` built once under `<workdir>/index`."""
-  r = c.retriever
+  `corpus_path` built once under `<workdir>/index`; with `retriever.noise` set, wrapped in the
+  noisy retriever (paraphrase distractors go into the index built here)."""
+  r, noise = c.retriever, noise_config(c)
+  if noise.kind == "paraphrase" and (r.url or r.index or corpus_path is None):
+    raise ValueError("retriever.noise.kind='paraphrase' puts distractors into the index, so it "
+                     "needs the corpus: build an index over `python -m ragjax.retrieval.noisy "
+                     "--corpus C --out C_noisy.jsonl` and set retriever.index (with kind='')")
   if r.url:
     from ragjax.retrieval import SearchClient
-    return SearchClient(r.url, timeout=r.timeout, deadline=r.deadline)
+    return wrap_retriever(SearchClient(r.url, timeout=r.timeout, deadline=r.deadline), noise)
   from ragjax.retrieval import open_index
+  from ragjax.retrieval.store import PassageStore
   if r.index:
-    return open_index(r.index, cache_size=r.cache_size)
-  if corpus_path is None:
+    index_dir = r.index
+  elif corpus_path is None:
     raise ValueError("set retriever.index (an index directory) or retriever.url")
-  from ragjax.retrieval.index import EncoderSpec, build_index
-  index_dir = index_dir_for(corpus_path, workdir)
-  if not os.path.exists(os.path.join(index_dir, "index.json")):
-    build_index(corpus_path, index_dir, backend=r.backend,
-                encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
-    with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
-      f.write(file_digest(corpus_path))
-  return open_index(index_dir, cache_size=r.cache_size)
+  else:
+    from ragjax.retrieval.index import EncoderSpec, build_index
+    if noise.kind == "paraphrase":   # the distractors are part of the indexed corpus
+      index_dir = os.path.join(workdir, f"index_paraphrase_n{noise.paraphrases}_p{noise.p:g}"
+                                        f"_s{noise.seed}-{file_digest(corpus_path)[:12]}")
+      os.makedirs(index_dir, exist_ok=True)
+      noisy = os.path.join(index_dir, "corpus_paraphrased.jsonl")
+      if not os.path.exists(os.path.join(index_dir, "index.json")):
+        write_paraphrased_corpus(corpus_path, noisy, noise)
+      corpus_path = noisy
+    else:
+      index_dir = index_dir_for(corpus_path, workdir)
+    if not os.path.exists(os.path.join(index_dir, "index.json")):
+      build_index(corpus_path, index_dir, backend=r.backend,
+                  encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
+      with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
+        f.write(file_digest(corpus_path))
+  retriever = open_index(index_dir, cache_size=r.cache_size)
+  pool = PassageStore(index_dir) if noise.kind == "replace" else None
+  return wrap_retriever(retriever, noise, pool)
 
 
 CORPUS_STAMP = "ragjax_corpus.sha256"
@@ -114,11 +144,12 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
   if c.data.source == "world":
     from ragjax.data.world import WorldConfig
     from ragjax.data.world_setup import prepare_world
-    world, paths, tok = prepare_world(from_dict(WorldConfig, c.world, "world"), workdir,
-                                      **c.tokenizer.to_dict())
+    with one_writer("world") as write:        # multi-host: one process writes, all read
+      world, paths, tok = prepare_world(from_dict(WorldConfig, c.world, "world"), workdir,
+                                        write=write, **c.tokenizer.to_dict())
+      ret = open_retriever(c, workdir, paths["corpus"]) if retriever else None
     splits = {s: [as_record(e) for e in q] for s, q in world.questions.items()}
-    return Setup(splits, open_retriever(c, workdir, paths["corpus"]) if retriever else None,
-                 tok, world, paths["corpus"])
+    return Setup(splits, ret, tok, world, paths["corpus"])
   splits = {}
   for split in ("train", "dev", "test"):
     files = getattr(c.data, f"{split}_files")
@@ -145,10 +176,24 @@ def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
     recs = s.setup.splits[split][:c.eval.max_questions or None]
     for name, params, with_retrieval in systems:
       ret = s.setup.retriever if with_retrieval else NullRetriever()
-      engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[])
+      engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[],
+                           evaluation=True)
       results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
                                      seed=c.seed))
   return results
+
+
+def apply_data_stages(c, records: Sequence[dict]) -> list[dict]:
+  """The training list: `data.stages` ({registered data stage: kwargs}) applied in order,
+  each seeded by `c.seed` (deterministic, so the trainer's data position resumes it)."""
+  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
+  stages = c.data.get("stages", {}) or {}
+  records = list(records)
+  for name, kw in stages.items():
+    kw = kw.to_dict() if hasattr(kw, "to_dict") else dict(kw or {})
+    records = registry.lookup("data_stage", name)(records, seed=c.seed, **kw)
+    log(f"data stage {name}: {len(records)} training questions")
+  return records
 
 
 # --- mesh, policy, critic ---------------------------------------------------------------------
@@ -157,6 +202,17 @@ def make_mesh(c):
   if len(jax.devices()) == 1:
     return None
   return mesh_from_config(c.mesh)
+
+
+def rollout_mesh(mesh):
+  """The sampler's mesh: the training mesh on one process; on several, each process decodes
+  its share of the prompts on its own devices (None when it has one)."""
+  if jax.process_count() == 1 or mesh is None:
+    return mesh
+  if jax.local_device_count() == 1:
+    return None
+  from ragjax.parallel.mesh import make_mesh
+  return make_mesh(data=1, fsdp=-1, tensor=1, devices=jax.local_devices())
 
 
 def policy_config(c, tok) -> DecoderConfig:
@@ -209,18 +265,67 @@ def init_critic(cfg: DecoderConfig, params, seed: int = 1):
 def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -> Trainer:
   """The trainer over a sampling engine (with the config's hooks) and a greedy one for dev."""
   workdir = os.path.join(os.path.abspath(c.workdir), RL_DIR)
-  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
-  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=mesh, hooks=[])
+  sampler_mesh = rollout_mesh(mesh)
+  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=sampler_mesh)
+  greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=sampler_mesh,
+                       hooks=[], evaluation=True)
+  if jax.process_count() > 1:      # each process rolls out its share of every step
+    from ragjax.rollout.distributed import ProcessShardedEngine
+    engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
-                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 train_data=apply_data_stages(c, setup.splits["train"]),
+                 dev_data=setup.splits.get("dev"),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
-                 critic_params=critic, progress=c.progress)
+                 critic_params=critic, progress=c.progress,
+                 adapter=adapter_from_config(c.model.lora),
+                 services=make_services(c, cfg, params, tok, mesh))
+
+
+def judge_kind(c) -> str:
+  """"" (no judge), "base", "url" or "checkpoint", from `judge.model` (an error otherwise)."""
+  j = c.get("judge", None)
+  model = "" if j is None else j.model
+  if not model:
+    return ""
+  if model == "base":
+    return "base"
+  if model.startswith(("http://", "https://")):
+    return "url"
+  if os.path.isdir(model):
+    return "checkpoint"
+  raise ValueError(f"judge.model={model!r}: use '' (none), 'base' (the frozen policy), an HF "
+                   f"checkpoint directory or an http(s) URL")
+
+
+def make_services(c, cfg, params, tok, mesh=None) -> dict:
+  """The model services rewards call (`ctx.services`), from the config's `judge` section:
+  "base" is the policy as loaded (before training; with LoRA exactly the frozen base, the
+  "policy without LoRA"), in this process and sharing its weights; a directory is an HF
+  checkpoint; an http(s) URL an OpenAI-compatible server."""
+  kind = judge_kind(c)
+  if not kind:
+    return {}
+  j = c.judge
+  sizes = dict(max_batch=j.max_batch, max_prompt_tokens=j.max_prompt_tokens,
+               max_new_tokens=j.max_new_tokens)
+  if kind == "url":
+    from ragjax.services.http_client import OpenAIChatClient
+    return {"judge": OpenAIChatClient(j.model, j.name)}
+  from ragjax.services.local import LocalChatModel
+  if kind == "base":
+    return {"judge": LocalChatModel(cfg, params, tok, name=j.name, seed=c.seed, mesh=mesh,
+                                    **sizes)}
+  return {"judge": LocalChatModel.from_checkpoint(j.model, name=j.name, seed=c.seed, **sizes)}
 
 
 def export_policy(out_dir: str, cfg, params, tok) -> str:
+  """The policy as an HF directory (written once, by the main process, from the full params)."""
   from ragjax.models.hf_io import save_decoder
-  save_decoder(out_dir, cfg, params, tokenizer=tok)
+  from ragjax.parallel.distributed import is_main, to_host
+  params = jax.tree.map(to_host, params)
+  if is_main():
+    save_decoder(out_dir, cfg, params, tokenizer=tok)
   return out_dir
 
 
@@ -236,6 +341,7 @@ class EvalOptions:
   limit: int = 0
   samples: int = 0                    # > 0: also sampled pass@1 / pass@k rows
   temperature: float = 1.0
+  metric: str = "em"                  # ragjax.metrics.by_task.NAMES ("task": UR²'s per task)
 
 
 def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
@@ -268,15 +374,21 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   tok = load_tokenizer(opts.checkpoint)
   log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}")
   size = c.eval.batch_size
+  score = None
+  if opts.metric != "em":
+    from ragjax.metrics.by_task import answer_score
+    score = lambda answer, rec: answer_score(opts.metric, answer, rec)  # noqa: E731
   results = []
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
-    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[])
-    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed))
+    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True)
+    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
+                                   score=score))
   if opts.samples:
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False,
                          temperature=opts.temperature, hooks=[])
     results += sample_system("policy + retrieval", engine, records, split,
                              samples=opts.samples, temperature=opts.temperature,
                              batch_size=size)
-  table, _ = results_table(results, qtypes, groups)
+  table, _ = results_table(results, qtypes, groups,
+                           "EM" if opts.metric == "em" else opts.metric)
   return table

@@ -6,7 +6,10 @@ Per device, from the config's own sections (model, mesh, rl, trainer, sampler, r
 (fp32 master copy), the AdamW state (mu and nu, like params), gradients during the update, the
 frozen reference policy (when a KL term needs it), the critic (PPO), the rollout's KV cache for
 one wave of rows, the sampler's per-row state, and the train step's activations for one
-micro-batch.  Shardings come from the same logical-axis rules that place the real arrays
+micro-batch.  With LoRA (`model.lora.rank > 0`) the base is frozen and is the reference; the
+adapters (replicated, fp32) get the optimizer state, and the merged kernels appear twice (the
+sampler's copy and the update's) with their cotangents.  Shardings come from the same
+logical-axis rules that place the real arrays
 (`ragjax.parallel.memory`).  Activations are an estimate (attention scores are materialised:
 [rows, heads, T, T] fp32 per layer in flight); every other line is exact array bytes, which
 `tests/test_dry_run.py` checks against arrays placed on a CPU mesh.
@@ -17,15 +20,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import jax
 import numpy as np
+from flax import traverse_util
+from jax.sharding import PartitionSpec
 
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models.decoder import CACHE_LOGICAL_AXES, abstract_params, param_logical_axes
-from ragjax.parallel.memory import (GB, MeshShape, Target, layer_activation_bytes, sharded_bytes,
-                                   tree_bytes)
+from ragjax.models.lora import LoraConfig, init_adapters
+from ragjax.parallel.memory import (GB, MeshShape, Target, array_bytes, layer_activation_bytes,
+                                   sharded_bytes, tree_bytes)
 from ragjax.parallel.shard import batch_axes
 from ragjax.rl.config import parse_run_config
-from ragjax.rollout.factory import wave_rows
+from ragjax.rollout.engine import spare_prompts, spare_rows_for
+from ragjax.rollout.factory import make_hooks, wave_rows
+from ragjax.typed_config import from_dict
 
 USABLE = 0.9          # share of device memory a plan may fill (runtime, fragmentation)
 
@@ -80,10 +89,17 @@ def model_config(c, vocab_size: Optional[int] = None) -> DecoderConfig:
 
 def rollout_rows(c, cfg: DecoderConfig, mesh: MeshShape, cache_dtype: str) -> int:
   """Sampler rows of one rollout wave (`ragjax.rollout.factory.wave_rows`: the config's cap
-  or its KV budget), at most the step's rows plus the spare rows hooks clone into."""
-  rows = c.trainer.batch_prompts * c.rl.group_size
-  wave = wave_rows(c, cfg, mesh.shape, cache_dtype) or rows
-  return min(rows, wave) + c.rollout.spare_rows
+  or its KV budget), at most the step's rows, plus the spare rows hooks clone into, as the
+  engine reserves them for a wave: whole groups, a multiple of the mesh's batch devices."""
+  g = c.rl.group_size
+  rows = c.trainer.batch_prompts * g
+  wave = min(rows, wave_rows(c, cfg, mesh.shape, cache_dtype) or rows)
+  if c.rollout.spare_rows == -1:
+    spare = spare_rows_for(-1, make_hooks(c), wave)
+  else:
+    spare = -(-c.rollout.spare_rows * wave // rows)
+  split = int(np.prod([mesh.shape[a] for a in batch_axes()]))
+  return (wave // g + spare_prompts(wave // g, g, spare, split)) * g
 
 
 def rows_per_device(rows: int, mesh: MeshShape) -> int:
@@ -108,17 +124,46 @@ def activation_bytes(cfg: DecoderConfig, rows: int, length: int, mesh: MeshShape
   return float(kept + (peak if cfg.remat else 0) + logits)
 
 
+def lora_config(c) -> LoraConfig:
+  section = c.model.get("lora", None)
+  return LoraConfig() if section is None else from_dict(LoraConfig, section, "model.lora")
+
+
+def lora_lines(cfg: DecoderConfig, lora: LoraConfig, params: float, mesh: MeshShape,
+               pdt) -> list:
+  """The param-side lines of a LoRA run (see the module docstring)."""
+  abstract = abstract_params(cfg)
+  adapters = jax.eval_shape(lambda: init_adapters(abstract, lora, jax.random.PRNGKey(0)))
+  ad = float(sum(array_bytes(x.shape, np.float32) for x in jax.tree.leaves(adapters)))
+  flat = traverse_util.flatten_dict(abstract)
+  axes = traverse_util.flatten_dict(param_logical_axes(cfg),
+                                    is_leaf=lambda _, x: isinstance(x, PartitionSpec))
+  hit = [k for k in flat if k[-1] == "kernel" and k[-2] in lora.targets]
+  targeted = float(sum(sharded_bytes(flat[k].shape, pdt, tuple(axes[k]), mesh) for k in hit))
+  return [Line("params (frozen base)", params,
+               f"{cfg.num_params() / 1e9:.2f}B x {np.dtype(pdt).name}; also the reference"),
+          Line("LoRA adapters", ad, f"rank {lora.rank} on {'/'.join(lora.targets)}, fp32, "
+                                    f"replicated"),
+          Line("optimizer (AdamW mu, nu)", 2 * ad, "adapters only"),
+          Line("gradients", ad + targeted, "adapters + the merged kernels' cotangents"),
+          Line("merged kernels", 2 * targeted, "the sampler's copy and the update's")]
+
+
 def memory_plan(c, target: Target, vocab_size: Optional[int] = None) -> Plan:
   run = parse_run_config(c)
   cfg = model_config(c, vocab_size)
   mesh = MeshShape.resolve(c.mesh, target.devices)
   pdt = as_dtype(cfg.param_dtype)
   params = tree_bytes(abstract_params(cfg), param_logical_axes(cfg), mesh, pdt)
-  lines = [Line("params", params, f"{cfg.num_params() / 1e9:.2f}B x {np.dtype(pdt).name}"),
-           Line("optimizer (AdamW mu, nu)", 2 * params, "sharded like params"),
-           Line("gradients", params, "fp32, during the update")]
-  if run.rl.needs_reference:
-    lines.append(Line("reference policy", params, "frozen copy for the KL term"))
+  lora = lora_config(c)
+  if lora.enabled:
+    lines = lora_lines(cfg, lora, params, mesh, pdt)
+  else:
+    lines = [Line("params", params, f"{cfg.num_params() / 1e9:.2f}B x {np.dtype(pdt).name}"),
+             Line("optimizer (AdamW mu, nu)", 2 * params, "sharded like params"),
+             Line("gradients", params, "fp32, during the update")]
+    if run.rl.needs_reference:
+      lines.append(Line("reference policy", params, "frozen copy for the KL term"))
   if run.rl.uses_critic:
     critic = tree_bytes(abstract_params(cfg, "value"), param_logical_axes(cfg, "value"), mesh,
                         pdt)

@@ -2,9 +2,10 @@
 
     python -m ragjax.train --config=configs/search_r1.py:tiny
 
-Wires: checks -> data + retriever -> mesh -> policy -> trainer (sampling engine, greedy dev
-engine, registry plug-ins named by the config) -> train -> export the policy as an HF
-directory (`<workdir>/policy`), which `python -m ragjax.evaluate` and transformers load.
+Wires: checks -> data + retriever -> mesh -> policy (cold-started on the synthetic world when
+`sft.steps` > 0) -> trainer (sampling engine, greedy dev engine, registry plug-ins named by the
+config) -> train -> export the policy as an HF directory (`<workdir>/policy`), which
+`python -m ragjax.evaluate` and transformers load.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from ragjax.recipes import components as parts
 
 
 def start(c) -> parts.Start:
-  """Data, retriever and the initial policy (what every arm of an ablation shares)."""
+  """Data, retriever and the initial policy (what every arm of an ablation shares).  With
+  `sft.steps` > 0 the policy is first cold-started on the synthetic world's scripted traces,
+  as the embedded default's (`ragjax.recipes.world.start`, cached in the workdir): a tiny
+  from-scratch policy then follows the protocol, so a method acting on its actions (REX-RAG
+  clones wrong answers) has something to act on."""
+  if c.sft.steps:
+    if c.data.source != "world":
+      raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
+                       "scripted from the world's hop chains)")
+    from ragjax.recipes import world
+    return world.start(c)
   workdir = os.path.abspath(c.workdir)
   os.makedirs(workdir, exist_ok=True)
   setup = parts.load_data(c, workdir)

@@ -43,8 +43,9 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
 
 def scripted_traces(c, engine, records):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
-  scripts = make_scripts(records, c.seed, shares)
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items()
+                                    if k not in ("chunk", "refine")}, "traces")
+  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed)
@@ -120,6 +121,9 @@ def start(c, timings: Optional[dict] = None) -> Start:
 def run(c) -> dict:
   t_start = time.perf_counter()
   run_cfg = parts.validate(c)
+  if jax.process_count() > 1:
+    raise ValueError("the embedded default runs on one process (one CPU machine); multi-host "
+                     "training is for the method recipes (e.g. configs/search_r1.py)")
   workdir = os.path.abspath(c.workdir)
   timings = {}
   s = start(c, timings)

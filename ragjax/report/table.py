@@ -16,9 +16,9 @@ def em_by_type(scores: Sequence[float], qtypes: Sequence[str], order: Sequence[s
   return out
 
 
-def markdown_table(rows: Sequence[Mapping], columns: Sequence[str]) -> str:
+def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], metric: str = "EM") -> str:
   """rows: {"split", "system", "searches", <column>: Estimate}; columns: 'all' + types."""
-  head = ["split", "system"] + [f"EM {c}" for c in columns] + ["searches/q"]
+  head = ["split", "system"] + [f"{metric} {c}" for c in columns] + ["searches/q"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     cells = [r["split"], r["system"]] + [str(r[c]) for c in columns]

@@ -13,7 +13,9 @@ program per bucket), so a text's vector does not depend on what it was batched w
 index scores each query on its own: a query gets the same hits alone, batched with others, or
 from the cache (which holds exactly the vector the encoder gave).
 
-Retrievers without separate stages (BM25) are searched request by request in the same worker.
+Retrievers without separate stages (BM25) are searched request by request in the same worker,
+as are requests carrying per-query `contexts` for a retriever with `search_with_context` (a task
+router, UR²'s proxy): those go to `search_with_context` whole; a plain index ignores contexts.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Job:
   queries: list
   k: int
   submitted: float
+  contexts: dict = dataclasses.field(default_factory=dict)
   done: threading.Event = dataclasses.field(default_factory=threading.Event)
   hits: Optional[list] = None
   error: Optional[BaseException] = None
@@ -74,6 +77,7 @@ class QueryBatcher:
       raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     self.retriever, self.max_batch = retriever, max_batch
     self.staged = all(hasattr(retriever, m) for m in ("encode", "search_vectors", "fetch"))
+    self.takes_context = hasattr(retriever, "search_with_context")
     self.cache = LRUCache(cache_size)
     self._jobs: collections.deque = collections.deque()
     self._cv = threading.Condition()
@@ -81,8 +85,11 @@ class QueryBatcher:
     self._worker = threading.Thread(target=self._loop, name="query-batcher", daemon=True)
     self._worker.start()
 
-  def submit(self, queries: list[str], k: int) -> tuple[list[list[Hit]], Timing]:
-    job = _Job(list(queries), k, time.perf_counter())
+  def submit(self, queries: list[str], k: int, contexts: Optional[dict] = None
+             ) -> tuple[list[list[Hit]], Timing]:
+    """Hits per query and the time split; `contexts` = {name: one value per query}."""
+    contexts = contexts if contexts and self.takes_context else {}
+    job = _Job(list(queries), k, time.perf_counter(), contexts)
     with self._cv:
       if self._closed:
         raise RuntimeError("the query batcher is closed")
@@ -118,7 +125,10 @@ class QueryBatcher:
       if not batch:
         return
       try:
-        self._run(batch) if self.staged else self._run_whole(batch)
+        plain = [j for j in batch if not j.contexts]
+        self._run_whole([j for j in batch if j.contexts])
+        if plain:
+          self._run(plain) if self.staged else self._run_whole(plain)
       except BaseException as e:      # every waiting request gets the error, the worker lives on
         for job in batch:
           job.error = e
@@ -129,7 +139,10 @@ class QueryBatcher:
     for job in batch:
       t0 = time.perf_counter()
       job.timing.queue_s = t0 - job.submitted
-      job.hits = self.retriever.search(job.queries, job.k)
+      if job.contexts:
+        job.hits = self.retriever.search_with_context(job.queries, job.k, **job.contexts)
+      else:
+        job.hits = self.retriever.search(job.queries, job.k)
       job.timing.search_s = time.perf_counter() - t0
       job.timing.batch_queries = len(job.queries)
 

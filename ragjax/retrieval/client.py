@@ -5,7 +5,8 @@ errors, timeouts, 429, 502, 503, 504: a restarting or overloaded server is waite
 `deadline` in seconds per call, with at most `retries` retries; no retry on other 4xx or on a
 500 (the same request would fail the same way); an LRU cache of (query, k).  Every failure is
 a `RetrievalError` naming the URL, the number of attempts and the cause; `retry_count` counts
-the retries for a trainer's metrics.
+the retries for a trainer's metrics.  `search_with_context` sends per-query `contexts` (UR²'s
+task and reasoning so far) for a server that routes or summarises with them.
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ class SearchClient:
     self.retry_count = 0
     self._session = session or requests.Session()
 
-  def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
+  def _post(self, queries: list[str], k: int, contexts: Optional[dict] = None
+            ) -> list[list[Hit]]:
     body = {"queries": queries, "topk": k, "return_scores": True}
+    if contexts:
+      body["contexts"] = contexts
     last = "no attempt made"
     end = time.monotonic() + self.deadline
     attempt = 0
@@ -116,6 +120,36 @@ class SearchClient:
     if not queries:
       return []
     return cached_search(self.cache, queries, k, self._search_uncached)
+
+  def search_with_context(self, queries: Sequence[str], k: int, **contexts) -> list[list[Hit]]:
+    """`search` with per-query context lists (strings), cached by (query, k, contexts)."""
+    queries = check_search_args(queries, k)
+    n = len(queries)
+    contexts = {name: [str(x) for x in v] for name, v in contexts.items() if v is not None}
+    for name, v in contexts.items():
+      if len(v) != n:
+        raise ValueError(f"{n} queries but {len(v)} {name!r} values")
+    names = sorted(contexts)
+    keys = [(q, k, tuple(contexts[m][i] for m in names)) for i, q in enumerate(queries)]
+    out: list = [None] * n
+    missing: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+      got = self.cache.get(key)
+      if got is None:
+        missing.setdefault(key, []).append(i)
+      else:
+        out[i] = list(got)
+    todo = list(missing)
+    for s in range(0, len(todo), self.batch_size):
+      chunk = todo[s:s + self.batch_size]
+      first = [missing[key][0] for key in chunk]
+      hits = self._post([queries[i] for i in first], k,
+                        {m: [contexts[m][i] for i in first] for m in names})
+      for key, h in zip(chunk, hits):
+        self.cache.put(key, tuple(h))
+        for i in missing[key]:
+          out[i] = list(h)
+    return out
 
   def health(self) -> dict:
     url = self.url[: -len("/retrieve")] + "/health"

@@ -7,6 +7,9 @@
 `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}` when return_scores is true
 and, as Search-R1 does, the bare documents otherwise.  `GET /health` reports the backend, the
 number of passages, the vector size and the limits (never a filesystem path).
+A request may add `"contexts": {name: [one string per query]}` (UR²'s `tasks` and
+`prev_reasoning`); a retriever with `search_with_context` (a task router, UR²'s summarising
+proxy) gets them, a plain index ignores them.
 Binds 127.0.0.1 unless --host says otherwise.  An index directory holding a pickle is refused
 unless --allow-pickle (see `ragjax.retrieval.trust`).
 
@@ -64,8 +67,31 @@ class RequestError(ValueError):
     self.status = status
 
 
+def parse_contexts(payload: dict, n: int) -> dict[str, list[str]]:
+  """The optional per-query `contexts` ({name: [one string per query]}: UR²'s task and
+  reasoning so far), checked."""
+  contexts = payload.get("contexts") or {}
+  if not isinstance(contexts, dict):
+    raise RequestError(422, f"'contexts' must be an object of per-query string lists, got "
+                            f"{type(contexts).__name__}")
+  for name, values in contexts.items():
+    if not isinstance(values, list) or len(values) != n:
+      raise RequestError(422, f"contexts[{name!r}] must be a list of {n} strings (one per query)")
+    for i, v in enumerate(values):
+      if not isinstance(v, str) or _SURROGATE.search(v):
+        raise RequestError(422, f"contexts[{name!r}][{i}] is not a valid string")
+  return contexts
+
+
 def parse_request(body: bytes, limits: Limits, default_topk: int) -> tuple[list[str], int, bool]:
   """(queries, k, return_scores) from a request body, or `RequestError` saying what is wrong."""
+  queries, k, with_scores, _ = parse_request_with_contexts(body, limits, default_topk)
+  return queries, k, with_scores
+
+
+def parse_request_with_contexts(body: bytes, limits: Limits, default_topk: int
+                                ) -> tuple[list[str], int, bool, dict]:
+  """`parse_request` plus the request's per-query `contexts` (empty when it sends none)."""
   try:
     payload = json.loads(body.decode("utf-8"))
   except UnicodeDecodeError as e:
@@ -99,7 +125,7 @@ def parse_request(body: bytes, limits: Limits, default_topk: int) -> tuple[list[
   with_scores = payload.get("return_scores", False)
   if not isinstance(with_scores, bool):
     raise RequestError(422, f"'return_scores' must be true or false, got {with_scores!r}")
-  return queries, k, with_scores
+  return queries, k, with_scores, parse_contexts(payload, len(queries))
 
 
 def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] = None,
@@ -117,11 +143,12 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
   batcher = QueryBatcher(retriever, max_batch=limits.chunk, cache_size=cache_size)
   app.state.batcher = batcher
 
-  def search(queries: list[str], k: int):
+  def search(queries: list[str], k: int, contexts: dict):
     hits, timing = [], Timing()
     t0 = time.perf_counter()
     for s in range(0, len(queries), limits.chunk):
-      part, t = batcher.submit(queries[s:s + limits.chunk], k)
+      part, t = batcher.submit(queries[s:s + limits.chunk], k,
+                               {name: v[s:s + limits.chunk] for name, v in contexts.items()})
       hits.extend(part)
       timing.add(t)
     return hits, {**timing.to_json(), "total_s": round(time.perf_counter() - t0, 6)}
@@ -145,8 +172,9 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
 
   @app.post("/retrieve")
   async def retrieve(request: Request):
-    queries, k, with_scores = parse_request(await read_body(request), limits, default_topk)
-    hits, timing = await run_in_threadpool(search, queries, k)
+    queries, k, with_scores, contexts = parse_request_with_contexts(
+        await read_body(request), limits, default_topk)
+    hits, timing = await run_in_threadpool(search, queries, k, contexts)
     return JSONResponse({"result": [[h.to_search_r1(with_scores) for h in row] for row in hits],
                          "timing": timing})
 

@@ -56,19 +56,22 @@ def rloo_advantages(rewards, group_ids) -> np.ndarray:
 
 
 def masked_whiten(x: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-  """(x - mean) / sqrt(var + eps) over masked entries only (OpenRLHF masked whitening)."""
+  """(x - mean) / sqrt(max(var, eps)) over masked entries only, as OpenRLHF's replay buffer
+  `normalize` runs it (`(sum / count)`, `var.clamp(min=1e-8).rsqrt()`; UR²'s fork counts the
+  retrieval-masked tokens).  Zero off the mask."""
   x, m = np.asarray(x, np.float64), np.asarray(mask, np.float64)
   n = m.sum()
   if n == 0:
     return np.zeros_like(x, np.float32)
   mean = (x * m).sum() / n
   var = (((x - mean) ** 2) * m).sum() / n
-  return ((x - mean) / np.sqrt(var + eps) * m).astype(np.float32)
+  return ((x - mean) / np.sqrt(max(var, eps)) * m).astype(np.float32)
 
 
 def reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask, eps: float = 1e-8) -> np.ndarray:
-  """UR^2 / OpenRLHF `reinforce_baseline`: subtract the group mean, then whiten over all
-  trained tokens of the batch.  Returns [B, T]."""
+  """UR^2 / OpenRLHF `reinforce_baseline` (seeds_ur2_rezero.md §A4.2): subtract the group
+  mean (no std), give every trained token of the row that value (gamma = 1, no KL reward),
+  then whiten over all trained tokens of the batch.  Returns [B, T]."""
   r = np.asarray(rewards, np.float64)
   centred = np.zeros_like(r)
   for idx in _groups(group_ids):

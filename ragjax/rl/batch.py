@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import flax.struct
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -110,3 +111,21 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
       ref_logprobs=opt("ref_logprobs", ref_logprobs), returns=opt("returns", returns),
       old_values=opt("old_values", old_values),
       loss_index=jnp.asarray(trained_positions(mask)) if gather else None)
+
+
+def pad_batch_rows(batch: TrainBatch, rows: int) -> TrainBatch:
+  """The batch grown to `rows` rows with copies of row 0 that train on nothing (loss mask and
+  advantages 0): every loss and metric is masked, so the update is the unpadded one, while the
+  update sees a fixed number of rows (a variable row count, e.g. REX-RAG's kept clones, would
+  otherwise compile a new update each step).  Copies of a real row, not PAD rows, keep every
+  attention row non-empty."""
+  n = batch.tokens.shape[0]
+  if rows < n:
+    raise ValueError(f"cannot pad a batch of {n} rows down to {rows}")
+  if rows == n:
+    return batch
+  index = np.concatenate([np.arange(n), np.zeros(rows - n, np.int64)])
+  out = jax.tree.map(lambda x: x[index], batch)
+  real = jnp.asarray(np.arange(rows) < n)[:, None]
+  return out.replace(loss_mask=jnp.where(real, out.loss_mask, 0.0),
+                     advantages=jnp.where(real, out.advantages, 0.0))

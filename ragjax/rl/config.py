@@ -3,8 +3,8 @@
 The ConfigDict in `configs/*.py` is what users edit and override on the command line; these
 dataclasses are what the code reads (`ragjax.typed_config.from_dict`: an unknown or misspelt
 field is an error naming its full path).  Plug-in names (rewards, advantage estimators,
-behaviour policies, metrics) are checked against the registry when the config is built, so a
-typo fails before any work.
+behaviour policies, batch filters, metrics) are checked against the registry when the config
+is built, so a typo fails before any work.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from ragjax import registry
 from ragjax.rl import advantages as _advantages  # noqa: F401  (registers the estimators)
 from ragjax.rl import rewards as _rewards  # noqa: F401  (registers the built-in rewards)
+from ragjax.rl import rex_rag as _rex_rag  # noqa: F401  (REX-RAG's filter, behaviour, metric)
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -49,6 +50,8 @@ class RLConfig:
   reward_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   behaviour: str = ""                 # registered behaviour policy for the ratio ("" = pi_old)
   behaviour_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  batch_filter: str = ""              # registered row filter before advantages ("" = keep all)
+  batch_filter_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
 
   def __post_init__(self):
@@ -60,6 +63,8 @@ class RLConfig:
       raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")
     if self.behaviour:
       registry.check("behaviour", [self.behaviour], "rl.behaviour")
+    if self.batch_filter:
+      registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
     if self.loss_agg not in AGG_MODES:
       raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")

@@ -140,12 +140,19 @@ def _split_micro(batch, num_micro: int):
 
 
 def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTransformation,
-                num_micro: int = 1):
-  """update(state, batch) -> (state, metrics); pure, jit it with `jit_update`."""
+                num_micro: int = 1, combine: Optional[Callable] = None):
+  """update(state, batch[, frozen]) -> (state, metrics); pure, jit it with `jit_update`.
 
-  def update(state: TrainState, batch):
+  With `combine` (e.g. LoRA's merge), `state.params` are only the trainable params (adapters)
+  and the loss sees `combine(state.params, frozen)`: gradients, optimizer state and the update
+  touch the trainable part alone, and `frozen` (the base weights) is an input, never donated.
+  """
+
+  def update(state: TrainState, batch, frozen=None):
     d = denom_fn(batch)
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    lf = loss_fn if combine is None else (
+        lambda p, b, dd: loss_fn(combine(p, frozen), b, dd))
+    grad_fn = jax.value_and_grad(lf, has_aux=True)
     if num_micro == 1:
       (_, metrics), grads = grad_fn(state.params, batch, d)
     else:
@@ -202,9 +209,11 @@ def opt_state_shardings(optimizer: optax.GradientTransformation, params, p_shard
 
 
 def shard_train_state(state: TrainState, cfg: DecoderConfig, mesh: Mesh,
-                      optimizer: optax.GradientTransformation, head: str = "lm") -> TrainState:
-  """Places params by their logical axes and the optimizer state alongside them."""
-  p_sh = decoder_shardings(cfg, mesh, head)
+                      optimizer: optax.GradientTransformation, head: str = "lm",
+                      param_shardings=None) -> TrainState:
+  """Places params by their logical axes (or `param_shardings`, e.g. replicated adapters) and
+  the optimizer state alongside them."""
+  p_sh = decoder_shardings(cfg, mesh, head) if param_shardings is None else param_shardings
   params = jax.device_put(state.params, p_sh)
   opt_state = jax.device_put(state.opt_state,
                              opt_state_shardings(optimizer, state.params, p_sh, mesh))
@@ -213,15 +222,21 @@ def shard_train_state(state: TrainState, cfg: DecoderConfig, mesh: Mesh,
 
 
 def place_train_state(state: TrainState, cfg: DecoderConfig, mesh: Optional[Mesh],
-                      optimizer: optax.GradientTransformation, head: str = "lm") -> TrainState:
+                      optimizer: optax.GradientTransformation, head: str = "lm",
+                      param_shardings=None) -> TrainState:
   """`shard_train_state` under a mesh; the state unchanged without one."""
-  return state if mesh is None else shard_train_state(state, cfg, mesh, optimizer, head)
+  return state if mesh is None else shard_train_state(state, cfg, mesh, optimizer, head,
+                                                      param_shardings)
 
 
-def jit_update(update, state: TrainState, batch, mesh: Optional[Mesh] = None):
-  """jax.jit with explicit in/out shardings taken from the placed state (donated)."""
+def jit_update(update, state: TrainState, batch, mesh: Optional[Mesh] = None, frozen=None):
+  """jax.jit with explicit in/out shardings taken from the placed state (donated) and, when
+  the update takes frozen params, from those (not donated)."""
   if mesh is None:
     return jax.jit(update, donate_argnums=(0,))
   state_sh = jax.tree.map(lambda x: x.sharding, state)
-  return jax.jit(update, in_shardings=(state_sh, batch_shardings(batch, mesh)),
-                 out_shardings=(state_sh, replicated(mesh)), donate_argnums=(0,))
+  in_sh = (state_sh, batch_shardings(batch, mesh))
+  if frozen is not None:
+    in_sh += (jax.tree.map(lambda x: x.sharding, frozen),)
+  return jax.jit(update, in_shardings=in_sh, out_shardings=(state_sh, replicated(mesh)),
+                 donate_argnums=(0,))

@@ -9,15 +9,24 @@ evaluation, metrics, exact-resume checkpoints, keep-best by dev score and a NaN/
 The engine (`ragjax.rollout.engine.RolloutEngine`) gets the step's unique prompt records and
 the group size and returns one `RolloutBatch`; it may hold more rows than prompts x G (REX-RAG
 clones join their prompt's group).  Rewards, metrics and step rewards read each row's metadata
-record; the method parts (reward, advantage estimator, behaviour policy, metrics) are looked up
-in `ragjax.registry` by the config's names, so no method name appears here.  Every step is a
-deterministic function of (params, optimizer state, RNG key, data position, method state), all
-checkpointed, so a run killed at any point resumes to the same params and metrics.
+record; the method parts (reward, batch filter, advantage estimator, behaviour policy, metrics)
+are looked up in `ragjax.registry` by the config's names, so no method name appears here.  A
+batch filter may drop rows after rewards and old log-probs; the update then sees a variable
+row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).
+Every step is a deterministic function of (params, optimizer state, RNG key, data position,
+method state), all checkpointed, so a run killed at any point resumes to the same params and
+metrics.
+
+`adapter` (e.g. `ragjax.models.lora.LoraAdapter`) splits the policy into trainable params (the
+train state: optimised and checkpointed) and a frozen base (an input of the update, never
+donated, and the KL reference); the sampler and the scorer get the two combined.  `services`
+(`{"judge": ChatModel}`, built by the recipe from the config) reach rewards as `ctx.services`.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import time
 import warnings
@@ -32,20 +41,30 @@ from ragjax import registry
 from ragjax.errors import ServiceUnavailable
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
+from ragjax.parallel.distributed import global_array, is_main, to_host
+from ragjax.parallel.shard import batch_sharding
 from ragjax.rl import advantages as adv_lib
-from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch
+from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
-from ragjax.rl.rewards import RewardContext, combine_rewards
+from ragjax.rl.rewards import RewardContext, score_rows
+from ragjax.rl.step_context import StepContext
+from ragjax.models.sharded import decoder_shardings
+from ragjax.parallel.mesh import replicated
 from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
 from ragjax.rollout.trajectory import RolloutBatch
+
+
+# A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
+# rl.micro_batch_size), so a variable row count compiles a few update shapes, not one per count.
+ROW_MULTIPLE = 8
 
 
 class DataCursor:
@@ -100,7 +119,7 @@ class Trainer:
                train_data: Sequence[Mapping[str, Any]], fingerprint: Mapping[str, Any],
                workdir: str, seed: int = 0, dev_data: Optional[Sequence[Mapping]] = None,
                eval_engine=None, critic_params=None, ref_params=None, mesh=None,
-               progress: bool = True):
+               progress: bool = True, adapter=None, services: Optional[Mapping] = None):
     self.cfg, self.run = model_cfg, run
     self.rl, self.tc = run.rl, run.trainer
     self.engine, self.eval_engine = engine, eval_engine or engine
@@ -110,18 +129,40 @@ class Trainer:
         if field not in ex:
           raise ValueError(f"training record {i} has no {field!r} field (keys: {sorted(ex)})")
     self.workdir, self.seed, self.mesh, self.progress = os.path.abspath(workdir), seed, mesh, progress
+    # Multi-host: every process runs this loop on the whole (gathered) batch; the arrays of the
+    # update are global, and only the main process writes logs.
+    self.main, self.multiprocess = is_main(), jax.process_count() > 1
     self.method_state: dict = {}
-    self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(**self.rl.behaviour_kwargs)
-                      if self.rl.behaviour else None)
+    tokenizer = getattr(engine, "tokenizer", None)   # the policy's, for plug-ins that tokenise
+    self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(
+        tokenizer=tokenizer, **self.rl.behaviour_kwargs) if self.rl.behaviour else None)
+    self.batch_filter = (registry.lookup("batch_filter", self.rl.batch_filter)(
+        tokenizer=tokenizer, **self.rl.batch_filter_kwargs) if self.rl.batch_filter else None)
     self.metric_fns = {name: registry.lookup("metric", name) for name in self.rl.metrics}
+    self._metric_ctx = {name for name, fn in self.metric_fns.items()
+                        if "ctx" in inspect.signature(fn).parameters}
+    self.services = dict(services or {})     # e.g. {"judge": ChatModel}, read by rewards
+    self._service_calls: dict = {}
     self.optimizer = make_optimizer(run.optim)
-    params = jax.tree.map(jnp.copy, params)      # the update donates its state: keep the caller's
-    self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
-                                   self.optimizer)
+    # `adapter` (e.g. ragjax.models.lora.LoraAdapter): only its trainable params are optimised
+    # and checkpointed; the frozen base is an input of the update and the reference policy.
+    self.adapter, self.frozen, self._merged = adapter, None, None
+    if adapter is not None:
+      trainable, base = adapter.split(params)
+      self.frozen = base if mesh is None else jax.device_put(base, decoder_shardings(model_cfg, mesh))
+      self._combine = jax.jit(adapter.combine)
+      self.state = place_train_state(
+          init_train_state(trainable, self.optimizer), model_cfg, mesh, self.optimizer,
+          param_shardings=None if mesh is None else jax.tree.map(lambda _: replicated(mesh),
+                                                                 trainable))
+    else:
+      params = jax.tree.map(jnp.copy, params)    # the update donates its state: keep the caller's
+      self.state = place_train_state(init_train_state(params, self.optimizer), model_cfg, mesh,
+                                     self.optimizer)
     self.ref_params = None
     if self.rl.needs_reference:   # the frozen reference is skipped when kl_coef == 0
-      self.ref_params = (ref_params if ref_params is not None
-                         else jax.tree.map(jnp.copy, self.state.params))
+      self.ref_params = (ref_params if ref_params is not None else self.frozen
+                         if adapter is not None else jax.tree.map(jnp.copy, self.state.params))
     self.critic = None
     if self.rl.uses_critic:
       if critic_params is None:
@@ -140,9 +181,20 @@ class Trainer:
     self._updates: dict = {}
     self.history: list[dict] = []
 
+  def policy_params(self):
+    """The params the policy runs with: the trained params, or the base with the adapters
+    merged in (computed once per state)."""
+    if self.adapter is None:
+      return self.state.params
+    if self._merged is None or self._merged[0] is not self.state:
+      self._merged = (self.state, self._combine(self.state.params, self.frozen))
+    return self._merged[1]
+
   # --- checkpoint ------------------------------------------------------------------------
   def _ckpt_tree(self):
-    tree = {"train": self.state, "rng": self.key}
+    """The arrays of a checkpoint (global on a multi-host mesh); the RNG key rides in the JSON
+    part, which every process holds whole."""
+    tree = {"train": self.state}
     if self.critic is not None:
       tree["critic"] = self.critic
     return tree
@@ -151,21 +203,26 @@ class Trainer:
     """Restores the latest finished checkpoint (0 when none) and trims the metrics log to it."""
     step = self.ckpt.latest_step()
     if step is None:
-      self.log.truncate(None)
+      if self.main:
+        self.log.truncate(None)
       return 0
     tree, extra = self.ckpt.restore(self._ckpt_tree(), step)
-    self.state, self.key = tree["train"], tree["rng"]
+    self.state, self.key = tree["train"], jnp.asarray(extra["rng"], jnp.uint32)
     self.critic = tree.get("critic", self.critic)
     self.cursor = DataCursor(len(self.train_data), self.seed, **extra["data_position"])
     self.method_state = dict(extra.get("method_state", {}))
-    self.log.truncate(step)
+    if self.main:
+      self.log.truncate(step)
     return step
 
   def _save(self, step: int):
     self.ckpt.save(step, self._ckpt_tree(), {"data_position": self.cursor.state(),
-                                            "method_state": self.method_state, "step": step})
+                                            "method_state": self.method_state, "step": step,
+                                            "rng": np.asarray(self.key).tolist()})
 
   def _log(self, metrics: dict, writer):
+    if not self.main:
+      return
     self.log.append(metrics)
     if writer is not None:
       for k, v in metrics.items():
@@ -178,43 +235,62 @@ class Trainer:
     if key not in self._updates:
       if kind == "policy":
         loss_fn, denom = policy_loss_fn(self.cfg, self.rl)
-        opt, state = self.optimizer, self.state
+        opt, state, frozen = self.optimizer, self.state, self.frozen
       else:
         loss_fn, denom = value_loss_fn(self.cfg, self.rl)
-        opt, state = self.critic_optimizer, self.critic
-      self._updates[key] = jit_update(make_update(loss_fn, denom, opt, num_micro), state, batch,
-                                      self.mesh)
+        opt, state, frozen = self.critic_optimizer, self.critic, None
+      combine = None if frozen is None else self.adapter.combine
+      self._updates[key] = jit_update(make_update(loss_fn, denom, opt, num_micro, combine), state,
+                                      batch, self.mesh, frozen)
     return self._updates[key]
 
   def _rollout(self, engine, prompts: Sequence[Mapping], uids: Sequence[int], group_size: int,
                rng) -> RolloutBatch:
-    engine.policy.set_params(self.state.params)
+    engine.policy.set_params(self.policy_params())
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
+
+  def _context(self, step, batch, prompts, rewards, old, mask, behaviour=None) -> StepContext:
+    return StepContext(step=step, rollout=batch,
+                       examples=[prompts[row.prompt_index] for row in batch.rows],
+                       rewards=rewards, old_logprobs=old, loss_mask=mask,
+                       num_prompts=len(prompts), group_size=self.rl.group_size, rl=self.rl,
+                       method_state=self.method_state, behaviour_logprobs=behaviour)
 
   def _build_batch(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
                    step: int) -> tuple[TrainBatch, dict]:
     t = batch.traj
     tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
     rows = batch.rows
-    results = []
-    for row in rows:
-      ex = prompts[row.prompt_index]
-      record = str(ex.get("id", uids[row.prompt_index]))
-      results.append(combine_rewards(self.rl.rewards, RewardContext(row, ex, step),
-                                     self.rl.reward_kwargs, record=record))
+    ctxs = [RewardContext(row, prompts[row.prompt_index], step, self.services) for row in rows]
+    records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index])) for row in rows]
+    results = score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
     rewards = np.asarray([r.total for r in results], np.float32)
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
-    args = (jnp.asarray(tokens), jnp.asarray(positions(labels)), jnp.asarray(attn))
+    args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
+    t_score = time.perf_counter()           # forwards that score the batch (ragjax.bench.grpo_step)
     if self.rl.use_sampler_logprobs:
       old = np.asarray(t.sampler_logprobs, np.float32)
     else:
-      old = np.asarray(self._score(self.state.params, *args)[0])
-    ref = None if self.ref_params is None else np.asarray(self._score(self.ref_params, *args)[0])
+      old = to_host(self._score(self.policy_params(), *args)[0])
+    ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
+    generated = len(rows)
+    if self.batch_filter is not None:   # e.g. REX-RAG's trajectory filter over its clones
+      keep = [int(i) for i in self.batch_filter(
+          self._context(step, batch, prompts, rewards, old, mask), self.method_state)]
+      if not keep:
+        raise ValueError(f"rl.batch_filter {self.rl.batch_filter!r} kept no row of step {step}")
+      batch, results, rewards = batch.select(keep), [results[i] for i in keep], rewards[keep]
+      t, rows, tokens, labels = batch.traj, batch.rows, tokens[keep], labels[keep]
+      mask, attn, old = mask[keep], attn[keep], old[keep]
+      ref = None if ref is None else ref[keep]
+      args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
     returns = values = None
     if self.rl.uses_critic:
-      values = np.asarray(self._values(self.critic.params, *args))
+      values = to_host(self._values(self.critic.params, *args))
+    score_s = time.perf_counter() - t_score
+    if self.rl.uses_critic:
       token_r = step_token_rewards([r.per_step for r in results],
                                    [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
@@ -233,27 +309,60 @@ class Trainer:
                                    behaviour_logprobs=behaviour,
                                    ref_logprobs=ref if not self.rl.kl_in_reward else None,
                                    returns=returns, old_values=values, gather=self.rl.gather)
-    examples = [prompts[row.prompt_index] for row in rows]
+    ctx = self._context(step, batch, prompts, rewards, old, mask, behaviour)
+    examples = ctx.examples
     ans = [answer_metrics(row.answer, ex["golden_answers"]) for row, ex in zip(rows, examples)]
     stats = {"reward": float(rewards.mean()), "reward_std": float(rewards.std()),
              "em": float(np.mean([a["em"] for a in ans])),
              "f1": float(np.mean([a["f1"] for a in ans])),
              "response_length": float((labels == Source.POLICY).sum(1).mean()),
              "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
-             "trajectories": len(rows), "tokens": int(attn.sum())}
+             "trajectories": len(rows), "tokens": int(attn.sum()),
+             "positions": int(tokens.size), "trained_tokens": int(mask.sum()),
+             "time/logprob_s": score_s}
+    if self.batch_filter is not None:
+      stats["trajectories_generated"] = generated
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():
-      stats.update({f"{name}/{k}": float(v) for k, v in fn(rows, examples).items()})
+      out = fn(rows, examples, ctx=ctx) if name in self._metric_ctx else fn(rows, examples)
+      stats.update({f"{name}/{k}": float(v) for k, v in out.items()})
+    for name, service in self.services.items():   # requests this step (e.g. to the judge)
+      if hasattr(service, "calls"):
+        calls = int(service.calls)
+        stats[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
+        self._service_calls[name] = calls
     return train_batch, stats
 
+  def _minibatch_rows(self, n: int) -> int:
+    """Rows per update: rl.mini_batch_size, or the whole batch of n rounded up to a multiple of
+    rl.micro_batch_size (ROW_MULTIPLE when unset)."""
+    if self.rl.mini_batch_size:
+      return self.rl.mini_batch_size
+    unit = self.rl.micro_batch_size or ROW_MULTIPLE
+    return -(-n // unit) * unit
+
+  def _device(self, x):
+    """A host [B, ...] array on the devices: global (rows over the batch axes) when the mesh
+    spans processes, which every process then holds in full."""
+    if not self.multiprocess:
+      return jnp.asarray(x)
+    return global_array(x, batch_sharding(self.mesh, np.ndim(x), np.shape(x)[0]))
+
+  def _place(self, batch: TrainBatch) -> TrainBatch:
+    if not self.multiprocess:
+      return jax.device_put(batch, batch_shardings(batch, self.mesh))
+    return jax.tree.map(lambda x, s: global_array(to_host(x), s), batch,
+                        batch_shardings(batch, self.mesh))
+
   def _minibatches(self, batch: TrainBatch):
+    """Consecutive mini-batches of `_minibatch_rows` rows; the last is filled up with rows that
+    train on nothing (`pad_batch_rows`) when the row count does not divide, as with REX-RAG's
+    kept clones: verl's short last mini-batch, at a fixed shape."""
     n = batch.tokens.shape[0]
-    mb = self.rl.mini_batch_size or n
-    if n % mb:
-      raise ValueError(f"{n} trajectories do not split into mini-batches of {mb} "
-                       f"(rl.mini_batch_size)")
-    for s in range(0, n, mb):
+    mb = self._minibatch_rows(n)
+    batch = pad_batch_rows(batch, -(-n // mb) * mb)
+    for s in range(0, batch.tokens.shape[0], mb):
       yield jax.tree.map(lambda x: x[s:s + mb], batch)
 
   def _num_micro(self, rows: int) -> int:
@@ -271,19 +380,21 @@ class Trainer:
     batch = self._rollout(self.engine, prompts, uids, self.rl.group_size, rk)
     t_roll = time.perf_counter() - t0
     train_batch, stats = self._build_batch(batch, prompts, uids, step)
+    self._merged = None        # the update below needs the memory, not the merged copy
     t1 = time.perf_counter()
     sums: dict = {}
     count = 0
     for _ in range(self.rl.ppo_epochs):
       for mb in self._minibatches(train_batch):
         if self.mesh is not None:
-          mb = jax.device_put(mb, batch_shardings(mb, self.mesh))
+          mb = self._place(mb)
         nm = self._num_micro(mb.tokens.shape[0])
-        self.state, m = self._update_fn("policy", mb, nm)(self.state, mb)
+        frozen = () if self.frozen is None else (self.frozen,)
+        self.state, m = self._update_fn("policy", mb, nm)(self.state, mb, *frozen)
         if self.critic is not None:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
-        m = jax.device_get(m)
+        m = jax.tree.map(to_host, m)
         bad = nonfinite_keys(m)
         if bad:
           last = self.ckpt.latest_step()
@@ -336,15 +447,15 @@ class Trainer:
     """The run's policy: the best dev checkpoint when `trainer.keep_best`, else the last."""
     if self.tc.keep_best and self.ckpt.best_step() is not None:
       params, _ = self.ckpt.restore_best(self.state.params)
-      return params
-    return self.state.params
+      return params if self.adapter is None else self._combine(params, self.frozen)
+    return self.policy_params()
 
   # --- the loop --------------------------------------------------------------------------
   def train(self, on_checkpoint: Optional[Callable[[int], None]] = None) -> list[dict]:
     os.makedirs(self.workdir, exist_ok=True)
     start = self.maybe_resume()
     writer = None
-    if self.tc.tensorboard:
+    if self.tc.tensorboard and self.main:
       from tensorboardX import SummaryWriter
       writer = SummaryWriter(os.path.join(self.workdir, "tb"))
     bar = tqdm.tqdm(range(start + 1, self.tc.num_steps + 1), initial=start,

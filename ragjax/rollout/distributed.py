@@ -54,8 +54,10 @@ class ProcessShardedEngine:
                                  first_row=start * samples_per_prompt)
             if end > start else ([], [], {}))
     parts = allgather_objects((start, *mine))
-    dicts, metas, timings = [], [], {"retrieval_s": 0.0, "retrieval_calls": 0}
+    dicts, metas, timings, stats = [], [], {"retrieval_s": 0.0, "retrieval_calls": 0}, {}
     for first_prompt, d, m, t in parts:
+      for k, v in t.get("stats", {}).items():      # hook counters add up over processes
+        stats[k] = stats.get(k, 0) + v
       offset = len(dicts)
       for meta in m:
         metas.append(dataclasses.replace(
@@ -68,4 +70,4 @@ class ProcessShardedEngine:
     timings["rollout_s"] = time.perf_counter() - t0
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas,
                                                        protocol=self.engine.protocol.name),
-                        timings=timings)
+                        timings=timings, stats=stats)

@@ -11,7 +11,10 @@ boundaries when the protocol drops what follows an action); only environment / i
 tokenised, segment by segment, so each label is attached while concatenating.
 
 `policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
-`retriever` is anything with `search(queries, k) -> hits`.  Prompts are dataset records (dicts
+`retriever` is anything with `search(queries, k) -> hits`; one that also has
+`search_with_context(queries, k, **per_query_lists)` gets the protocol's `retrieval_context` of
+each query (UR²'s task and reasoning so far), and each query's prompt record as `records` when
+it sets `needs_records` (a noisy retriever that drops gold passages).  Prompts are dataset records (dicts
 with a `question`, as the data package writes them), `PromptInput`s or strings; hooks see the
 record of their row's prompt, so a method hook can read its gold answers.
 """
@@ -47,6 +50,10 @@ class EngineConfig:
   `max_response_tokens` caps everything after the prompt (policy + observations); the tighter
   of it and the protocol's own cap applies.  `spare_rows` reserves sampler rows for hooks that
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
+  spare_rows=-1 sizes them per run from the hooks: the sum of `hook.spare_rows(rows)` over
+  hooks that define it (a hook that clones with probability p asks for about rows x p).  They
+  come in whole groups, as many as keep the sampler's rows a multiple of the policy's
+  `row_multiple` (its mesh's batch devices), see `spare_prompts`.
   `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   `wave_rows`: at most this many sampler rows at once (0: the whole batch; see `run`); the
@@ -61,6 +68,29 @@ class EngineConfig:
 
 
 Hook = Callable[[list, "RowEditor"], None]
+
+
+def spare_prompts(prompts: int, group_size: int, spare: int, row_multiple: int = 1) -> int:
+  """Copies of the first prompt the engine prefills to hold `spare` spare rows: ceil(spare / G),
+  plus as few more as keep all sampler rows ((prompts + copies) x G) a multiple of
+  `row_multiple` (the mesh's batch devices, so the sampler's rows stay sharded)."""
+  if spare <= 0:
+    return 0
+  extra = -(-spare // group_size)
+  while ((prompts + extra) * group_size) % max(row_multiple, 1):
+    extra += 1
+  return extra
+
+
+def spare_rows_for(spare_rows: int, hooks: Sequence, rows: int) -> int:
+  """`spare_rows` when >= 0; for -1, what the hooks ask for a run of `rows` rows (the sum of
+  `hook.spare_rows(rows)` over hooks that define it).  The engine reserves this many rounded
+  up to whole groups."""
+  if spare_rows >= 0:
+    return spare_rows
+  if spare_rows != -1:
+    raise ValueError(f"spare_rows must be >= 0 or -1 (sized by the hooks), got {spare_rows}")
+  return sum(int(h.spare_rows(rows)) for h in hooks if hasattr(h, "spare_rows"))
 
 
 @dataclasses.dataclass
@@ -133,18 +163,20 @@ class RolloutEngine:
     fold_in(PRNGKey(seed), b) whatever its wave, so waves change memory, not trajectories."""
     t_start = time.perf_counter()
     dicts, metas, timings = self.run_rows(prompts, samples_per_prompt, seed, uids)
+    stats = timings.pop("stats")
     traj = assemble(dicts, self.config.widths, self.config.pad_id)
     timings["rollout_s"] = time.perf_counter() - t_start
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name),
-                        timings=timings)
+                        timings=timings, stats=stats)
 
   def run_rows(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
                uids: Optional[Sequence[int]] = None, first_row: int = 0
                ) -> tuple[list[dict], list[RowMeta], dict]:
-    """`run` before assembly: (host row dicts, row records, timings).  `first_row` is the
-    index of these prompts' first row in a larger batch (rows of one batch split over
-    processes keep the keys they would have had together)."""
+    """`run` before assembly: (host row dicts, row records, timings with the hooks' counters
+    under "stats").  `first_row` is the index of these prompts' first row in a larger batch
+    (rows of one batch split over processes keep the keys they would have had together)."""
     self._retrieval_s, calls0 = 0.0, self.retrieval_calls
+    self._seed, self._stats = int(seed), {}
     prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
     if not inputs:
@@ -159,21 +191,25 @@ class RolloutEngine:
     dicts, metas = [], []
     for start in range(0, len(inputs), per_wave):
       wave = slice(start, start + per_wave)
-      spare = (-(-self.config.spare_rows * len(inputs[wave]) // len(inputs))
-               if self.config.spare_rows else 0)
+      if self.config.spare_rows == -1:      # sized by the hooks for this wave's rows
+        spare = self.spare_rows(len(inputs[wave]) * g)
+      else:
+        spare = (-(-self.config.spare_rows * len(inputs[wave]) // len(inputs))
+                 if self.config.spare_rows else 0)
       self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
                      spare)
       d, m = self._finish(prompt_offset=start, row_offset=len(dicts))
       dicts += d
       metas += m
     return dicts, metas, {"retrieval_s": self._retrieval_s,
-                          "retrieval_calls": self.retrieval_calls - calls0}
+                          "retrieval_calls": self.retrieval_calls - calls0,
+                          "stats": dict(self._stats)}
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
     """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
-    self._prompts = list(prompts)
+    self._prompts, self._inputs = list(prompts), list(inputs)
     prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
-    extra = -(-spare // g) if spare else 0
+    extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed, first_row=first_row)
     n = len(inputs) * g
@@ -188,6 +224,7 @@ class RolloutEngine:
     if free:
       state = self.policy.set_done(state, free)
     self._state, self._rows, self._free = state, rows, free
+    self._first_row = first_row
     self._capacity = getattr(state, "cache_length", None)
 
     total_turns = self.protocol.max_turns + (1 if self.protocol.final_turn else 0)
@@ -206,6 +243,10 @@ class RolloutEngine:
     for row in self._rows.values():
       if not row.done:
         row.done, row.stop_reason = True, "max_turns"
+
+  def spare_rows(self, rows: int) -> int:
+    """Spare sampler rows for a run of `rows` rows (see EngineConfig.spare_rows)."""
+    return spare_rows_for(self.config.spare_rows, self.hooks, rows)
 
   # ------------------------------------------------------------------------------------------
   def _final_turn_prefix(self, live, t):
@@ -334,7 +375,15 @@ class RolloutEngine:
     k = self.protocol.top_k
     extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
     t0 = time.perf_counter()
-    results = self.retriever.search([self._rows[r].action.query for r in rows], k + extra)
+    queries = [self._rows[r].action.query for r in rows]
+    contexts = self._retrieval_contexts(rows)
+    if getattr(self.retriever, "needs_records", False):
+      contexts = dict(contexts or {},
+                      records=[self._prompts[self._rows[r].prompt_index] for r in rows])
+    if contexts is None:
+      results = self.retriever.search(queries, k + extra)
+    else:
+      results = self.retriever.search_with_context(queries, k + extra, **contexts)
     self._retrieval_s += time.perf_counter() - t0
     self.retrieval_calls += 1
     if len(results) != len(rows):
@@ -353,6 +402,20 @@ class RolloutEngine:
       row.seen_docs.extend(hit_id(h) for h in hits)
       out[r] = hits
     return out
+
+  def _retrieval_contexts(self, rows) -> Optional[dict]:
+    """{keyword: per-query list} from the protocol's `retrieval_context`, when the retriever
+    takes them (`search_with_context`) and the protocol gives them; else None."""
+    if not hasattr(self.retriever, "search_with_context"):
+      return None
+    per_row = []
+    for r in rows:
+      row = self._rows[r]
+      response = decode(self.tokenizer, row.tokens[row.prompt_len:])
+      per_row.append(self.protocol.retrieval_context(self._inputs[row.prompt_index], response))
+    if any(c is None for c in per_row):
+      return None
+    return {key: [c[key] for c in per_row] for key in per_row[0]}
 
   def _over_budget(self, row: _Row, n_obs: int) -> bool:
     """True when appending n_obs tokens leaves no room for one more generated token."""
@@ -458,11 +521,39 @@ class RolloutEngine:
 
 
 class RowEditor:
-  """The engine's row edits, valid during one hook call."""
+  """The engine's row edits, valid during one hook call.
+
+  `seed` is the run's seed, `turn` the turn being edited and `first_row` the index in the whole
+  batch of this wave's (or process's) row 0: a hook that draws random numbers seeds each row's
+  draws from these and the row's batch index (`first_row + view.row` for an original row), so a
+  row's edits depend neither on the runs before it (exact resume) nor on how the batch was
+  split into waves or processes."""
 
   def __init__(self, engine, turn: int):
     self._engine, self._turn = engine, turn
     self.created: list[int] = []
+
+  @property
+  def seed(self) -> int:
+    return self._engine._seed
+
+  @property
+  def turn(self) -> int:
+    return self._turn
+
+  @property
+  def first_row(self) -> int:
+    return self._engine._first_row
+
+  @property
+  def free_rows(self) -> int:
+    """Spare rows left to clone into this run (a clone with none left is an error)."""
+    return len(self._engine._free)
+
+  def note(self, key: str, n: float = 1) -> None:
+    """Adds n to the run's counter `key` (returned as `RolloutBatch.stats`)."""
+    stats = self._engine._stats
+    stats[key] = stats.get(key, 0) + n
 
   def clone(self, row: int) -> int:
     """A copy of `row` (history, cache, this turn's action) in a spare row of its group."""

@@ -20,8 +20,13 @@ from ragjax.sampling.sampler import Sampler
 from ragjax.typed_config import from_dict
 
 
-def protocol_from_config(c) -> Protocol:
+def protocol_from_config(c, evaluation: bool = False) -> Protocol:
+  """The config's protocol; for `evaluation` engines with `eval.top_k` set, retrieving that
+  many documents instead (AutoRefine's top-k-at-inference study trains at 3, evaluates 1..7)."""
   section = c.protocol.to_dict() if hasattr(c.protocol, "to_dict") else dict(c.protocol)
+  eval_k = c.eval.get("top_k", 0) if "eval" in c else 0
+  if evaluation and eval_k:
+    section["top_k"] = int(eval_k)
   return get_protocol(section.pop("name"), **section)
 
 
@@ -75,10 +80,11 @@ def make_hooks(c) -> list:
 
 
 def make_engine(c, model_cfg, params, tokenizer, retriever, *, greedy: bool,
-                temperature: Optional[float] = None, mesh=None, hooks=None) -> RolloutEngine:
+                temperature: Optional[float] = None, mesh=None, hooks=None,
+                evaluation: bool = False) -> RolloutEngine:
   """A `RolloutEngine` over a fresh JAX `Sampler` of `params`; `hooks` default to the
-  config's (`rollout.hooks`); evaluation engines pass `hooks=[]`."""
-  protocol = protocol_from_config(c)
+  config's (`rollout.hooks`); evaluation engines pass `hooks=[]` and `evaluation=True`."""
+  protocol = protocol_from_config(c, evaluation)
   eos = tuple(model_cfg.eos_ids) or (tokenizer.eos_token_id,)
   sampler = Sampler(model_cfg, params, tokenizer,
                     sampler_config(c, protocol, eos, greedy=greedy, temperature=temperature),

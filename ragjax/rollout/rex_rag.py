@@ -7,11 +7,20 @@ prompt from the pool appended as INJECTED tokens, and keeps rolling.  Clones are
 again, and answers in the final forced turn are not eligible.  An answer is wrong when its EM
 against the row's prompt record (`golden_answers`) is 0, or as `is_wrong(group_id, answer)`
 says when given.  Registered as the rollout hook `rex_rag_clone`.
+
+Random draws are seeded per row from (hook seed, the run's seed, the row's index in the batch,
+the turn), so a row's clone depends only on its run and place (a resumed training run draws the
+same clones, whatever waves or processes the batch was split into).  With
+`EngineConfig.spare_rows=-1` the engine reserves `spare_rows(rows)` rows: the mean number of
+clones (rows x p, if every row were eligible) plus four standard deviations.  A clone wanted
+when no spare row is left is skipped and counted (`rex_rag_clone/overflow` in the batch's
+stats), never an error; so are the eligible answers and the clones made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -58,6 +67,7 @@ EXPLORATION_PROMPTS: tuple[str, ...] = (
     "<think> Recognizing possible gaps or missteps I didn't previously notice.",
 )
 ABLATION_FIVE = (1, 11, 12, 14, 24)   # the 5-prompt pool of REX-RAG Table 5
+POOLS = {"all": None, "five": ABLATION_FIVE}   # config names of the pools (None: all 30)
 
 # The code draws random.randint(0, 100) < 20, i.e. 20/101.
 DEFAULT_P = 20 / 101
@@ -85,7 +95,12 @@ class RexRagCloneHook:
       raise ValueError(f"clone probability p must be in [0, 1], got {self.p}")
     if not self.prompts:
       raise ValueError("the exploration prompt pool is empty")
-    self._rng = np.random.default_rng(self.seed)
+
+  def spare_rows(self, rows: int) -> int:
+    """Spare rows for a run of `rows` original rows: rows x p + 4 standard deviations of the
+    clone count if every row were eligible (at most `rows`)."""
+    mean = rows * self.p
+    return min(rows, math.ceil(mean + 4 * math.sqrt(mean * (1 - self.p))))
 
   def __call__(self, views: Sequence[TurnView], editor: RowEditor) -> None:
     for v in views:
@@ -95,16 +110,22 @@ class RexRagCloneHook:
                else self.is_wrong(v.group_id, v.action.answer or ""))
       if not wrong:
         continue
-      if self._rng.random() >= self.p:
+      editor.note("rex_rag_clone/eligible")
+      rng = np.random.default_rng([self.seed, editor.seed, editor.first_row + v.row, editor.turn])
+      if rng.random() >= self.p:
         continue
       m = first_tag_action(v.text, ("answer",))
       if m is None:
         continue
-      which = int(self._rng.integers(len(self.prompts)))
+      which = int(rng.integers(len(self.prompts)))
+      if editor.free_rows == 0:
+        editor.note("rex_rag_clone/overflow")
+        continue
       dst = editor.clone(v.row)
       editor.delete_span(dst, m.start())
       editor.insert(dst, [Segment(self.prompts[which], Source.INJECTED)])
       editor.resume(dst)
+      editor.note("rex_rag_clone/made")
       self.inserted[dst] = which
 
 
@@ -113,8 +134,17 @@ def pool(indices: Optional[Sequence[int]] = None) -> tuple[str, ...]:
   return EXPLORATION_PROMPTS if indices is None else tuple(EXPLORATION_PROMPTS[i] for i in indices)
 
 
+def named_pool(name: str) -> tuple[str, ...]:
+  """The pool a config names: "all" (the 30 prompts of Table 8) or "five" (Table 5's)."""
+  if name not in POOLS:
+    raise ValueError(f"unknown REX-RAG prompt pool {name!r}; known: {sorted(POOLS)}")
+  return pool(POOLS[name])
+
+
 @registry.register("rollout_hook", "rex_rag_clone")
 def rex_rag_clone(p: float = DEFAULT_P, prompt_indices: Optional[Sequence[int]] = None,
-                  seed: int = 0) -> RexRagCloneHook:
-  """Config entry point: `rollout.hooks = {"rex_rag_clone": {"p": ..., "prompt_indices": ...}}`."""
-  return RexRagCloneHook(p=p, prompts=pool(prompt_indices), seed=seed)
+                  seed: int = 0, pool_name: str = "all") -> RexRagCloneHook:
+  """Config entry point: `rollout.hooks = {"rex_rag_clone": {"p": ..., "pool_name": "five"}}`
+  (or explicit `prompt_indices`)."""
+  prompts = pool(prompt_indices) if prompt_indices is not None else named_pool(pool_name)
+  return RexRagCloneHook(p=p, prompts=prompts, seed=seed)

@@ -77,7 +77,7 @@ class RowMeta:
   group_id: int
   prompt_index: int                 # index of the prompt (dataset example) in the run() call
   sample_index: int
-  clone_of: Optional[int] = None    # Trajectory row this one was cloned from
+  clone_of: Optional[int] = None    # Trajectory row this one was cloned from (-1: not in batch)
   sampler_row: int = -1             # the sampler row it ran in
   cloned_at_turn: Optional[int] = None  # turns before this one are the source's history
   answer: Optional[str] = None      # the protocol's parse of the final answer (None: no answer)
@@ -149,15 +149,36 @@ class TrajectoryMeta:
 
 @dataclasses.dataclass
 class RolloutBatch:
-  """What the engine returns and the trainer consumes: arrays, row records and timings
-  (`rollout_s`, `retrieval_s`, `retrieval_calls`)."""
+  """What the engine returns and the trainer consumes: arrays, row records, timings
+  (`rollout_s`, `retrieval_s`, `retrieval_calls`) and the counters hooks noted (`stats`, e.g.
+  clones a hook could not make for want of spare rows)."""
   traj: Trajectory
   meta: TrajectoryMeta
   timings: dict = dataclasses.field(default_factory=dict)
+  stats: dict = dataclasses.field(default_factory=dict)
 
   @property
   def rows(self) -> list[RowMeta]:
     return self.meta.rows
+
+  def select(self, rows: Sequence[int]) -> "RolloutBatch":
+    """The batch of `rows` (in that order), records renumbered: `row` is the new index and
+    `clone_of` points at the source's new index, or is -1 when the source was not selected
+    (a clone stays a clone).  Timings and stats are the whole rollout's."""
+    rows = [int(r) for r in rows]
+    n = self.traj.num_rows
+    bad = [r for r in rows if not 0 <= r < n]
+    if bad or len(set(rows)) != len(rows):
+      raise ValueError(f"select: rows must be distinct indices in [0, {n}), got {rows}")
+    new_index = {r: i for i, r in enumerate(rows)}
+    metas = []
+    for i, r in enumerate(rows):
+      src = self.meta.rows[r]
+      clone_of = None if src.clone_of is None else new_index.get(src.clone_of, -1)
+      metas.append(dataclasses.replace(src, row=i, clone_of=clone_of))
+    return RolloutBatch(traj=self.traj.select(rows),
+                        meta=TrajectoryMeta(rows=metas, protocol=self.meta.protocol),
+                        timings=dict(self.timings), stats=dict(self.stats))
 
 
 def pad_rows(rows: Sequence[Sequence[Any]], width: int, fill, dtype) -> np.ndarray:

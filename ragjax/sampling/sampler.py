@@ -43,7 +43,7 @@ from jax.sharding import Mesh
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings
-from ragjax.parallel.shard import shard_params
+from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import rows as rows_lib
@@ -121,6 +121,11 @@ class Sampler:
   def max_extend(self) -> int:
     """Most tokens one `extend` call takes (the largest extend bucket)."""
     return int(self.config.extend_buckets[-1])
+
+  @property
+  def row_multiple(self) -> int:
+    """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
+    return 1 if self.mesh is None else batch_axis_size(self.mesh)
 
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with."""

@@ -15,8 +15,11 @@ disk-cached client.
 
 Routing: `chat` is one `ChatModel` or a mapping task -> model ("default" for the rest), as UR²
 sends math queries to Qwen-3 and the rest to GPT; `search_with_context` takes a task and the
-previous reasoning per query.  The Search-R1 `/retrieve` protocol carries only queries, so the
-served proxy summarises for its `--task` with empty previous reasoning.
+previous reasoning per query (an empty task is the proxy's own), and hands the tasks on to an
+`inner` that routes by them (`ragjax.retrieval.routing.RoutedRetriever`: QA -> the abstracts
+corpus, the rest -> the full corpus).  Served, a `/retrieve` request carries them as
+`contexts` (`tasks`, `prev_reasoning`: what the UR² rollout sends); a request without them is
+summarised for `--task` with empty previous reasoning.
 
 Sampling settings default to the template's (the paper's: e.g. 4096 tokens for the strong
 prompt); a `LocalChatModel` needs `max_tokens` within its `max_new_tokens`.
@@ -27,7 +30,7 @@ code does after its 5 retries (not cached).  Counters (`stats()`): `summaries` (
 `cache_hits`, `fallbacks`, `unparsed` (no `**Final Information**` label: the code's "No Final
 Information found" text is returned), `failures`.
 
-    python -m ragjax.services.proxy (--index DIR | --url URL)
+    python -m ragjax.services.proxy (--index DIR | --url URL) [--route TASK=DIR_OR_URL ...]
         (--chat-url URL [--chat-model NAME] [--api-key-env VAR] | --chat-checkpoint DIR)
         --port P [--task qa|math] [--mode strong|weak] [--topk 10] [--max-tokens 512]
 """
@@ -92,12 +95,15 @@ class SummarisingRetriever:
     queries = check_search_args(queries, k)
     n = len(queries)
     reasoning = [""] * n if prev_reasoning is None else [str(r) for r in prev_reasoning]
-    tasks = [self.task] * n if tasks is None else list(tasks)
+    tasks = [self.task] * n if tasks is None else [t or self.task for t in tasks]
     if len(reasoning) != n or len(tasks) != n:
       raise ValueError(f"got {n} queries, {len(reasoning)} prev_reasoning and {len(tasks)} tasks")
     if not n:
       return []
-    passages = self.inner.search(queries, k)
+    if hasattr(self.inner, "search_with_context"):   # e.g. a task router (QA -> abstracts)
+      passages = self.inner.search_with_context(queries, k, tasks=tasks)
+    else:
+      passages = self.inner.search(queries, k)
     out: list = [None] * n
     todo: dict[tuple, list[int]] = {}
     for i, (q, hits) in enumerate(zip(queries, passages)):
@@ -175,6 +181,15 @@ def _discover_model(base_url: str) -> str:
     raise SystemExit(f"--chat-model not given and GET {url} did not name a model: {e}") from None
 
 
+def _open_source(where: str, backend: Optional[str] = None):
+  """An index directory, or a Search-R1 /retrieve server when `where` is an http(s) URL."""
+  if where.startswith(("http://", "https://")):
+    from ragjax.retrieval.client import SearchClient
+    return SearchClient(where)
+  from ragjax.retrieval.index import open_index
+  return open_index(where, backend=backend)
+
+
 def main(argv=None):
   from ragjax.services.serve import port_number
   ap = argparse.ArgumentParser(description=__doc__,
@@ -185,6 +200,9 @@ def main(argv=None):
   chat = ap.add_mutually_exclusive_group(required=True)
   chat.add_argument("--chat-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8001/v1")
   chat.add_argument("--chat-checkpoint", help="HF directory: summarise in this process")
+  ap.add_argument("--route", action="append", default=[], metavar="TASK=DIR_OR_URL",
+                  help="search TASK's queries in this index directory or /retrieve server "
+                  "instead (UR²: --route qa=ABSTRACTS_INDEX); repeatable")
   ap.add_argument("--chat-model", default=None, help="model name (default: the server's first)")
   ap.add_argument("--api-key-env", default=None, help="environment variable holding the API key")
   ap.add_argument("--chat-cache", default=None, help="JSONL disk cache of summariser replies")
@@ -203,12 +221,16 @@ def main(argv=None):
   args = ap.parse_args(argv)
   import uvicorn
   from ragjax.retrieval.serve import make_app
-  if args.index:
-    from ragjax.retrieval.index import open_index
-    inner = open_index(args.index, backend=args.backend)
-  else:
-    from ragjax.retrieval.client import SearchClient
-    inner = SearchClient(args.url)
+  inner = _open_source(args.index or args.url, args.backend)
+  if args.route:
+    from ragjax.retrieval.routing import RoutedRetriever
+    routes = {"default": inner}
+    for spec in args.route:
+      task, sep, where = spec.partition("=")
+      if not sep or not task or not where:
+        ap.error(f"--route {spec!r}: write TASK=INDEX_DIR or TASK=URL")
+      routes[task] = _open_source(where, args.backend)
+    inner = RoutedRetriever(routes)
   if args.chat_url:
     from ragjax.services.http_client import OpenAIChatClient
     model = OpenAIChatClient(args.chat_url, args.chat_model or _discover_model(args.chat_url),
@@ -224,7 +246,8 @@ def main(argv=None):
                                max_tokens=args.max_tokens, temperature=args.temperature,
                                on_error=args.on_error)
   info = {"summariser": args.chat_url or args.chat_checkpoint, "task": args.task,
-          "mode": args.mode, "source": args.index or args.url}
+          "mode": args.mode, "source": args.index or args.url,
+          "routes": sorted(s.partition("=")[0] for s in args.route)}
   uvicorn.run(make_app(proxy, args.topk, info), host=args.host, port=args.port,
               log_level="warning")
 

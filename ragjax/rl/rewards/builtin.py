@@ -1,5 +1,5 @@
-"""Built-in rewards: answer metrics on the parsed answer, format validity, Search-R1's EM reward,
-AutoRefine's retrieval reward.  Each reads the row's record (`RewardContext`)."""
+"""Built-in rewards: answer metrics on the parsed answer, format validity, Search-R1's EM reward.
+Each reads the row's record (`RewardContext`).  Method rewards have their own modules."""
 
 from __future__ import annotations
 
@@ -35,14 +35,3 @@ def search_r1_em_reward(ctx: RewardContext, format_score: float = 0.0) -> float:
   if ctx.answer is None:
     return 0.0
   return 1.0 if exact_match(ctx.answer, ctx.golden_answers) else float(format_score)
-
-
-@register_reward("refine_cover_em")
-def refine_cover_em_reward(ctx: RewardContext) -> float:
-  """AutoRefine's retrieval reward: a gold alias inside the concatenated `<refine>` text
-  (the AutoRefine protocol records it as `refine_texts`)."""
-  refine = ctx.row.extra.get("refine_texts")
-  if refine is None:
-    raise KeyError(f"the row record has no 'refine_texts' (protocol {type(ctx.row).__name__} "
-                   f"does not write <refine> blocks; use the autorefine protocol)")
-  return cover_exact_match(" ".join(refine), ctx.golden_answers)

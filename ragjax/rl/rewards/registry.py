@@ -9,6 +9,11 @@ ids and texts, per-turn spans, protocol fields such as refine text or fallback c
 the training step (0 in evaluation), so a method adds a reward here without touching the
 trainer.  A reward returning a list gives one value per step (turn) of the row (R3-RAG's step
 samples, ReZero's per-turn terms); scalars are outcome rewards and land on the last step.
+
+`ctx.services` holds the model services the recipe built from the config (`{"judge":
+ChatModel}`, ...).  A reward that calls a model should score the whole batch in one request: it
+may carry a `batch(ctxs, **kwargs) -> list` attribute (see `batched_reward`), which
+`score_rows` calls once per step instead of the function once per row.
 """
 
 from __future__ import annotations
@@ -26,6 +31,14 @@ class RewardContext:
   row: Any                          # ragjax.rollout.trajectory.RowMeta
   example: Mapping[str, Any]        # the dataset record (golden_answers, metadata, ...)
   step: int = 0                     # training step (0 outside training)
+  services: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # {"judge": ChatModel}
+
+  def service(self, name: str):
+    """The recipe-built service `name`, or an error saying which config section builds it."""
+    if name not in self.services:
+      raise KeyError(f"this reward needs the {name!r} service, which the run did not build "
+                     f"(set the config's `{name}` section; built: {sorted(self.services)})")
+    return self.services[name]
 
   @property
   def golden_answers(self):
@@ -39,6 +52,17 @@ class RewardContext:
 def register_reward(name: str):
   """Decorator: registers fn(ctx, **kwargs) as reward `name`."""
   return registry.register("reward", name)
+
+
+def batched_reward(batch_fn):
+  """Decorator for a reward scored a batch at a time: `batch_fn(ctxs, **kwargs) -> values`
+  becomes a per-row reward (`fn(ctx)` = `batch_fn([ctx])[0]`) that carries `.batch`."""
+  def one(ctx, **kwargs):
+    return batch_fn([ctx], **kwargs)[0]
+  one.batch = batch_fn
+  one.__name__, one.__doc__ = batch_fn.__name__, batch_fn.__doc__
+  one.__module__ = batch_fn.__module__
+  return one
 
 
 def get_reward(name: str):
@@ -62,24 +86,46 @@ def combine_rewards(weights: Mapping[str, float], ctx: RewardContext,
                     record: str = "?") -> RewardResult:
   """Weighted sum of named rewards; per-step rewards add step-wise, scalars add to the last
   step.  A reward that raises is reported with the reward's name and the record's id."""
+  return score_rows(weights, [ctx], kwargs, [record])[0]
+
+
+def score_rows(weights: Mapping[str, float], ctxs: Sequence[RewardContext],
+               kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+               records: Optional[Sequence[str]] = None) -> list[RewardResult]:
+  """`combine_rewards` for every row of a batch; a reward with `.batch` is called once for all
+  rows (one judge request per step), the others once per row."""
   kwargs = kwargs or {}
-  steps = max(int(ctx.row.num_steps), 1)
-  per_step = [0.0] * steps
-  components = {}
+  records = [str(i) for i in range(len(ctxs))] if records is None else list(records)
+  steps = [max(int(c.row.num_steps), 1) for c in ctxs]
+  per_step = [[0.0] * n for n in steps]
+  components: list[dict] = [{} for _ in ctxs]
   for name, weight in weights.items():
     fn = get_reward(name)
-    try:
-      value = fn(ctx, **dict(kwargs.get(name, {})))
-    except Exception as e:  # name the record and reward so bad data is findable
-      raise ValueError(f"reward {name!r} failed on record {record}: {e}") from e
-    if isinstance(value, (list, tuple)):
-      if len(value) != steps:
-        raise ValueError(f"reward {name!r} returned {len(value)} per-step values for record "
-                         f"{record}, which has {steps} steps")
-      for i, v in enumerate(value):
-        per_step[i] += weight * float(v)
-      components[name] = float(sum(value))
+    kw = dict(kwargs.get(name, {}))
+    if hasattr(fn, "batch") and ctxs:
+      try:
+        values = list(fn.batch(list(ctxs), **kw))
+      except Exception as e:  # name the reward and the batch's records
+        raise ValueError(f"reward {name!r} failed on records {records}: {e}") from e
+      if len(values) != len(ctxs):
+        raise ValueError(f"reward {name!r} returned {len(values)} values for {len(ctxs)} rows")
     else:
-      per_step[-1] += weight * float(value)
-      components[name] = float(value)
-  return RewardResult(total=float(sum(per_step)), per_step=per_step, components=components)
+      values = []
+      for ctx, record in zip(ctxs, records):
+        try:
+          values.append(fn(ctx, **kw))
+        except Exception as e:  # name the record and reward so bad data is findable
+          raise ValueError(f"reward {name!r} failed on record {record}: {e}") from e
+    for i, value in enumerate(values):
+      if isinstance(value, (list, tuple)):
+        if len(value) != steps[i]:
+          raise ValueError(f"reward {name!r} returned {len(value)} per-step values for record "
+                           f"{records[i]}, which has {steps[i]} steps")
+        for j, v in enumerate(value):
+          per_step[i][j] += weight * float(v)
+        components[i][name] = float(sum(value))
+      else:
+        per_step[i][-1] += weight * float(value)
+        components[i][name] = float(value)
+  return [RewardResult(total=float(sum(p)), per_step=p, components=c)
+          for p, c in zip(per_step, components)]

@@ -1,8 +1,15 @@
 """AutoRefine: Search-R1 plus `<documents>` observations and model-written `<refine>` blocks.
 
-Prompt: the string of AutoRefine's released data (Shi et al. 2025, "Search and Refine During
-Think", seeds §2.2 [C]); the paper's Fig. 3 wording is kept as `PAPER_TEMPLATE`.  Refinement is
-not enforced by the environment: the `<refine>` block is ordinary policy text (trained on).
+Prompt (`template`): "code" is the string of AutoRefine's released data (Shi et al. 2025,
+"Search and Refine During Think", seeds §2.2 [C]), "paper" the paper's Fig. 3 wording; any other
+value is used as the template itself (with `{question}`).  Refinement is not enforced by the
+environment: the `<refine>` block is ordinary policy text (trained on).  As in the code: each
+call stops at the first `</search>` or `</answer>`, up to 5 searches then one more call with
+search disabled, documents cut to 512 tokens, top-3, and the invalid-action message (masked).
+
+`refine=False` is the paper's "w/o refinement" ablation (Table 2): the protocol falls back to
+Search-R1's (its prompt and `<information>` observations), and the row records no refine text,
+so the retrieval reward cannot fire.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ from typing import Sequence
 
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, PromptInput, search_r1_question
-from ragjax.rollout.protocols.search_r1 import LONG_INVALID_MESSAGE, SearchR1, parse_search_answer
+from ragjax.rollout.protocols.search_r1 import (LONG_INVALID_MESSAGE, SEARCH_R1_TEMPLATE,
+                                               SearchR1, parse_search_answer)
 from ragjax.rollout.segments import Segment
 
 CODE_TEMPLATE = (
@@ -38,6 +46,8 @@ PAPER_TEMPLATE = (
     "multiple search requests if needed. Once you have sufficient information, provide a concise "
     "final answer using <answer> and </answer>. <user> Question: {question} </user>")
 
+TEMPLATES = {"code": CODE_TEMPLATE, "paper": PAPER_TEMPLATE}
+
 
 def refine_blocks(text: str) -> list[str]:
   """Contents of every `<refine>` block, for the retrieval reward and the viewer."""
@@ -49,21 +59,33 @@ class AutoRefine(SearchR1):
   name = "autorefine"
   max_turns: int = 5
   obs_max_tokens: int = 512
-  template: str = CODE_TEMPLATE
+  template: str = "code"               # "code" | "paper" | a template with {question}
+  refine: bool = True                  # False: Search-R1's protocol (the ablation)
   invalid_message: str = LONG_INVALID_MESSAGE
 
+  def __post_init__(self):
+    if self.template not in TEMPLATES and "{question}" not in self.template:
+      raise ValueError(f"protocol.template={self.template!r}: use 'code', 'paper' or a "
+                       f"template containing {{question}}")
+
   def user_message(self, inp: PromptInput) -> str:
-    return self.template.format(question=search_r1_question(inp.question))
+    if not self.refine:
+      return SEARCH_R1_TEMPLATE.format(example=self.example_answer,
+                                       question=search_r1_question(inp.question))
+    template = TEMPLATES.get(self.template, self.template)
+    return template.format(question=search_r1_question(inp.question))
 
   def parse(self, text: str, *, final: bool) -> Action:
     return parse_search_answer(text, final=final)
 
   def observation(self, query: str, hits: Sequence) -> list[Segment]:
+    if not self.refine:
+      return super().observation(query, hits)
     docs = self.format_documents(hits).strip()
     return [Segment("\n\n<documents>", Source.ENV), self.retrieved_segment(docs),
             Segment("</documents>\n\n", Source.ENV)]
 
   def annotate(self, row) -> dict:
     """`refine_texts`: the contents of every `<refine>` block the policy wrote (what the
-    retrieval reward of Eq. 3 and the refine-success metric read)."""
-    return {"refine_texts": refine_blocks(row.policy_text)}
+    retrieval reward of Eq. 3 and the refine-success metric read); none when `refine=False`."""
+    return {"refine_texts": refine_blocks(row.policy_text) if self.refine else []}

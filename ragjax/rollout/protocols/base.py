@@ -12,6 +12,7 @@ import enum
 import re
 from typing import Optional, Sequence
 
+from ragjax.data.schema import record_field
 from ragjax.rollout.labels import Source
 from ragjax.rollout.segments import Segment
 
@@ -36,10 +37,12 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class PromptInput:
-  """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt."""
+  """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt,
+  `task` for protocols that prompt per task (UR²'s qa / math / mcq; "" = the protocol's own)."""
   question: str
   options: tuple[str, ...] = ()
   retrieval: bool = True
+  task: str = ""
 
 
 def as_prompt_input(x) -> PromptInput:
@@ -50,7 +53,14 @@ def as_prompt_input(x) -> PromptInput:
   if isinstance(x, dict):
     if "question" not in x:
       raise ValueError(f"prompt record has no 'question' field: {sorted(x)}")
-    return PromptInput(str(x["question"]), tuple(x.get("options", ())), bool(x.get("retrieval", True)))
+    retrieval = record_field(x, "retrieval", True)
+    if not isinstance(retrieval, bool):
+      raise ValueError(f"prompt record {x.get('id', '?')}: 'retrieval' must be true or false, "
+                       f"got {retrieval!r}")
+    task = record_field(x, "task", "") or ""
+    if not isinstance(task, str):
+      raise ValueError(f"prompt record {x.get('id', '?')}: 'task' must be a string, got {task!r}")
+    return PromptInput(str(x["question"]), tuple(x.get("options", ())), retrieval, task)
   raise TypeError(f"prompt must be a str, dict or PromptInput, got {type(x).__name__}")
 
 
@@ -165,6 +175,12 @@ class Protocol:
 
   def invalid_observation(self) -> list[Segment]:
     raise NotImplementedError
+
+  def retrieval_context(self, inp: PromptInput, response: str) -> Optional[dict]:
+    """Per-query keyword arguments for a retriever with `search_with_context` (e.g. UR²'s
+    summarising proxy: the example's task and the reasoning so far); `response` is the row's
+    text after the prompt, up to and including the query.  None: plain `search`."""
+    return None
 
   def final_turn_segments(self) -> list[Segment]:
     return [Segment(self.force_answer_text, Source.ENV)] if self.force_answer_text else []

@@ -5,6 +5,11 @@ Search-R1 tags, but each observation is a new *user* message `<information>...</
 the query is the last `<search>` of the assistant message, a message without a search ends the
 chat, and there are many turns (20) under a total budget of new tokens.  The paper's sampler had
 no `</search>` stop; `stop_on_search=True` adds one (seeds §B2.3 [D]).
+
+`today` is the date in the system prompt; the code writes the current date, so a run resumed
+after midnight would change its prompt: configs pin it.  The row record gets `messages`, the
+chat after the prompt as ReZero's reward functions read it (assistant contents without the
+end-of-turn token, and each `<information>` user message the policy was shown).
 """
 
 from __future__ import annotations
@@ -53,18 +58,31 @@ class ReZero(Protocol):
   obs_max_tokens: Optional[int] = None
   max_response_tokens: Optional[int] = 4096
   stop_on_search: bool = False
+  stop_on_answer: bool = False         # also stop after `</answer>` (a policy that never learnt
+                                       # to end its message there, e.g. the world's cold start)
   today: Optional[str] = None          # "DD Mon YYYY"; None = the current date, as the code does
+  # "code": the code's system + user messages; else a user template with {question} and no
+  # system message (a from-scratch policy at the synthetic world's scale cannot read English)
+  prompt: str = "code"
+
+  def __post_init__(self):
+    if self.prompt != "code" and "{question}" not in self.prompt:
+      raise ValueError(f"protocol.prompt={self.prompt!r}: use 'code' or a template with "
+                       f"{{question}}")
 
   def system_message(self, inp: PromptInput) -> Optional[str]:
+    if self.prompt != "code":
+      return None
     date = self.today or datetime.date.today().strftime("%d %b %Y")
     return SYSTEM_TEMPLATE.format(date=date)
 
   def user_message(self, inp: PromptInput) -> str:
-    return USER_TEMPLATE.format(question=inp.question)
+    return (USER_TEMPLATE if self.prompt == "code" else self.prompt).format(question=inp.question)
 
   @property
   def stop_sequences(self) -> tuple[str, ...]:
-    return ("</search>",) if self.stop_on_search else ()
+    return (("</search>",) if self.stop_on_search else ()) + (
+        ("</answer>",) if self.stop_on_answer else ())
 
   def parse(self, text: str, *, final: bool) -> Action:
     queries = tuple(q.strip() for q in re.findall(r"<search>(.*?)</search>", text, re.DOTALL))
@@ -89,3 +107,19 @@ class ReZero(Protocol):
 
   def invalid_observation(self) -> list[Segment]:
     return []
+
+  def annotate(self, row) -> dict:
+    return {"messages": chat_messages(row, self)}
+
+
+def chat_messages(row, protocol: ReZero) -> list[dict]:
+  """[{"role": "assistant" | "user", "content"}] after the prompt.  A search turn is followed by
+  its information message unless the row ran out of budget there (then it was never shown)."""
+  out = []
+  for i, t in enumerate(row.turns):
+    out.append({"role": "assistant", "content": t.text})
+    last = i == len(row.turns) - 1
+    if t.action == "search" and not (last and row.stop_reason == "budget"):
+      docs = protocol.truncate_chars(protocol.format_documents(t.doc_texts))
+      out.append({"role": "user", "content": f"<information>{docs}</information>"})
+  return out

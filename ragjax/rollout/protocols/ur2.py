@@ -121,6 +121,21 @@ At the end of your reasoning, give your final answer in the following format:
 # Paper D.4 CoT prompt for open-domain QA (a user message, no system instruction).
 QA_COT_USER = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
+# Compact instructions for a policy trained from scratch on the synthetic world (it never read
+# English, and 1000 prompt tokens would dominate a CPU run; cf. the world protocol): the same
+# choices (search or not, the answer format per task) in a line each.
+COMPACT = {
+    ("qa", True): "Search with <|begin_of_query|> query <|end_of_query|>. Answer \\boxed{answer}.",
+    ("qa", False): "Answer \\boxed{answer}.",
+    ("math", True): ("Math. Search with <|begin_of_query|> query <|end_of_query|>. Answer "
+                     "\\boxed{answer}."),
+    ("math", False): "Math. Answer \\boxed{answer}.",
+    ("mcq", True): ("Choose. Search with <|begin_of_query|> query <|end_of_query|>. Answer: the "
+                    "correct answer is: X."),
+    ("mcq", False): "Choose. Answer: the correct answer is: X.",
+}
+PROMPTS = ("paper", "compact")
+
 FALLBACK = ("This query requires design, computation, or complex reasoning, which exceeds the "
             "capabilities of a search engine. Please input another query or proceed with direct "
             "reasoning.")
@@ -164,37 +179,65 @@ def ur2_documents(hits: Sequence) -> str:
   return docs if docs else "None"
 
 
+TASKS = ("qa", "math", "mcq")
+
+
+def check_task(task: str, where: str = "UR2 task") -> str:
+  if task not in TASKS:
+    raise ValueError(f"{where} must be 'qa', 'math' or 'mcq', got {task!r}")
+  return task
+
+
 @dataclasses.dataclass(frozen=True)
 class UR2(Protocol):
+  """`task` is the default; an example's own `task` (`PromptInput.task`, from the record or its
+  metadata) wins, so one run mixes math, QA and multiple choice.  `retrieval` per example picks
+  the retrieval or the CoT prompt (UR²'s difficulty-aware task mixing)."""
   name = "ur2"
   task: str = "qa"                 # "qa" | "math" | "mcq"
   top_k: int = 10
   max_turns: int = 4
   final_turn: bool = True
   obs_max_tokens: Optional[int] = None
+  prompts: str = "paper"           # "paper" (App. D.2, the code's CoT) | "compact" (the world)
 
   def __post_init__(self):
-    if self.task not in ("qa", "math", "mcq"):
-      raise ValueError(f"UR2 task must be 'qa', 'math' or 'mcq', got {self.task!r}")
+    check_task(self.task)
+    if self.prompts not in PROMPTS:
+      raise ValueError(f"UR2 prompts must be one of {PROMPTS}, got {self.prompts!r}")
+
+  def task_of(self, inp: PromptInput) -> str:
+    return check_task(inp.task or self.task, f"question {inp.question[:60]!r}: task")
 
   def system_message(self, inp: PromptInput) -> Optional[str]:
-    if self.task == "mcq":
+    task = self.task_of(inp)
+    if self.prompts == "compact":
+      return COMPACT[task, inp.retrieval]
+    if task == "mcq":
       return MCQ_RETRIEVAL if inp.retrieval else MCQ_COT
-    if self.task == "math":
+    if task == "math":
       return MATH_RETRIEVAL if inp.retrieval else MATH_COT
     return QA_RETRIEVAL if inp.retrieval else None
 
   def user_message(self, inp: PromptInput) -> str:
-    if self.task == "mcq":
+    task = self.task_of(inp)
+    if task == "mcq":
       if not inp.options:
         raise ValueError(f"multiple-choice question has no options: {inp.question!r}")
       if len(inp.options) > len(_LETTERS):
         raise ValueError(f"at most {len(_LETTERS)} options, got {len(inp.options)}")
       opts = "\n".join(f"{_LETTERS[i]}. {o}" for i, o in enumerate(inp.options))
       return f"Question: {inp.question}\nOptions:\n{opts}"
-    if self.task == "math":
+    if task == "math" or self.prompts == "compact":
       return f"Question: {inp.question}"
     return inp.question if inp.retrieval else QA_COT_USER.format(question=inp.question)
+
+  def retrieval_context(self, inp: PromptInput, response: str) -> dict:
+    """What UR²'s summariser sees besides the query (seeds §A2.3 step 4): the example's task
+    (corpus and prompt routing) and the reasoning so far, i.e. the response up to the last
+    `<|begin_of_query|>`."""
+    cut = response.rfind(BEGIN_QUERY)
+    return {"tasks": self.task_of(inp), "prev_reasoning": response if cut < 0 else response[:cut]}
 
   @property
   def stop_sequences(self) -> tuple[str, ...]:

@@ -1,0 +1,105 @@
+"""AutoRefine (Shi et al. 2025, "Search and Refine During Think"): GRPO with `<refine>` blocks and
+the Eq. 3 reward, at tiny and real sizes.
+
+  --config=configs/autorefine.py:tiny                  tiny policy on the synthetic world (CPU)
+  --config=configs/autorefine.py:qwen2.5-3b-base       the paper's main model
+  --config=configs/autorefine.py:qwen2.5-3b-instruct
+  --config=configs/autorefine.py:qwen2.5-7b-base       the later released 7B checkpoint's setup
+  --config=configs/autorefine.py:world                 the embedded world's scale (configs/world.py:
+                                                       cold start with <refine> traces, then GRPO)
+
+Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
+`data.dev_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; dev for keep-best) and
+`retriever.index` or `retriever.url` (E5-base-v2 over wiki-18).  Everything follows
+seeds_rex_autorefine_r3.md §2 (Table 3 and the released code): 256 prompts x 5, lr 1e-6
+constant with no warmup, KL 0.001 (k3 = low_var_kl, as a loss), clip 0.2, entropy 0.001,
+token-mean, temperature 1, 5 searches + one final call without search, 512 tokens per call and
+per observation, top-3, greedy validation every 20 steps.  Decisions (§2.9): 300 steps (the
+code's) with the best checkpoint chosen on dev, never test; the code's per-call 512 tokens and
+no extra total budget; the chat template applied whenever the tokenizer has one (Qwen2.5 base
+models do); training-time turns and observation length also at evaluation.
+
+Ablations, one field each (Table 2, Fig. 6):
+  --config.rl.reward_kwargs.autorefine.refine_score=0.0   w/o retrieval reward
+  --config.protocol.refine=False                          w/o refinement (Search-R1's protocol;
+                                                          with refine_score 0: w/o both)
+  --config.eval.top_k=5                                   retrieval depth at inference (1..7)
+  --config.protocol.template=paper                        the paper's Fig. 3 prompt ("code":
+                                                          the released data's, the default)
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+
+# config argument -> model preset
+SIZES = {"tiny": "tiny", "qwen2.5-3b-base": "qwen2.5-3b", "qwen2.5-3b-instruct": "qwen2.5-3b",
+         "qwen2.5-7b-base": "qwen2.5-7b"}
+
+
+def world_config():
+  """configs/world.py with AutoRefine's deltas: its protocol (a short prompt a from-scratch
+  policy can use), cold-start traces that write `<refine>` after documents, the Eq. 3 reward
+  and the §3.3 metrics.  For `python -m ragjax.ablate` (see BENCHMARKS.md)."""
+  import world
+  c = world.get_config("default")
+  c.workdir = "runs/autorefine_world"
+  c.protocol = common.ConfigDict(dict(
+      name="autorefine", template="Question: {question}\n", refine=True, top_k=2, max_turns=3,
+      obs_max_tokens=160))
+  c.sampler.max_new_tokens = 48          # a turn is a refine block plus a search
+  c.traces.refine = True
+  c.rl.rewards = {"autorefine": 1.0}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  c.rl.metrics = ("autorefine",)
+  return c
+
+
+def get_config(arg: str = "tiny"):
+  arg = common.config_arg(arg, [*SIZES, "world"])
+  if arg == "world":
+    return world_config()
+  tiny = arg == "tiny"
+  c = common.get_config()
+  c.recipe = "search_r1"           # the generic RL recipe: AutoRefine is config + plug-ins
+  c.workdir = f"runs/autorefine_{arg}"
+  # AutoRefine trained on 8 A100-80GB (§2.7; the later 7B checkpoint's hardware is not stated)
+  c.hardware = "" if tiny else "a100x8"
+  c.model.update(dict(preset=SIZES[arg], checkpoint="", dtype="float32" if tiny else "bfloat16",
+                      param_dtype="float32", scan_layers=not tiny, remat=not tiny))
+
+  c.rl.update(dict(
+      advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
+      loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
+      entropy_coef=0.001, use_sampler_logprobs=False, temperature=1.0, ppo_epochs=1,
+      # verl's ppo_mini_batch_size (256 prompts) times the group size: the whole batch, one
+      # optimiser step per RL step.  Micro-batches only bound memory (the paper's 64 relied on
+      # FSDP offload; 16 fits the dry run's plan on 8 x A100-80GB without it).
+      mini_batch_size=10 if tiny else 256 * 5, micro_batch_size=5 if tiny else 16,
+      metrics=("autorefine",)))
+  c.rl.rewards = {"autorefine": 1.0}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_steps=0,
+                      warmup_ratio=0.0, total_steps=20 if tiny else 300, weight_decay=0.01,
+                      grad_clip=1.0))
+  c.trainer.update(dict(
+      num_steps=10 if tiny else 300, batch_prompts=4 if tiny else 256,
+      eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 500,
+      save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
+
+  c.data.source = "files"
+  c.protocol = common.ConfigDict(dict(
+      name="autorefine", template="code", refine=True, top_k=3, max_turns=5, obs_max_tokens=512))
+  # A trajectory is at most ~6k tokens: a ~200-token prompt, 6 calls x 512, 5 observations x
+  # 512 (the code's rolling cap is 6656 + 512); prompts longer than 1024 tokens are refused.
+  c.sampler.update(dict(max_cache_length=6144, max_new_tokens=512, temperature=1.0, top_p=1.0,
+                        prompt_buckets=(256, 512, 1024)))
+  c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
+  c.rollout.kv_budget_gb = 0.0 if tiny else 24.0   # per device: rollouts run in waves
+  c.eval.update(dict(batch_size=64, top_k=0))
+  if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
+    common.tiny_world(c)
+    common.tiny_rollout(c)
+  return c

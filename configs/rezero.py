@@ -1,0 +1,126 @@
+"""ReZero (Dao & Le 2025, "Enhancing LLM search ability by trying one-more-time"): GRPO with
+LoRA, six reward functions including the retry reward, and a frozen-base judge.
+
+  --config=configs/rezero.py:tiny                    tiny policy on the synthetic world (CPU)
+  --config=configs/rezero.py:llama-3.2-3b-instruct   the paper's model
+  --config=configs/rezero.py:world                   the embedded world's scale (configs/world.py's
+                                                     cold start, then ReZero's GRPO with LoRA)
+
+The real size needs `model.checkpoint` (Llama-3.2-3B-Instruct as an HF directory),
+`data.train_files` / `data.dev_files` (FlashRAG jsonl whose `metadata.chunk_content` is each
+question's gold chunk, e.g. the Apollo 13 QA set of ReZero's code) and `retriever.index` or
+`retriever.url`.  Everything follows seeds_ur2_rezero.md Part B (the code at its experiment-era
+commit):
+  - protocol: Search-R1 tags, each result list a user message, the last `<search>` of a
+    message wins, a message without one ends the chat, 20 turns, 4096 new tokens in all,
+    1024 per message, top-2, temperature 0.9;
+  - rewards with the code's weights [4, 2, 1, 1, 1, 1] (correctness, format, retry, em_chunk,
+    strategy, diversity); correctness asks the judge, which is the frozen base model (the
+    policy without LoRA) in this process (`judge.model="base"`), at temperature 0.1;
+  - GRPO as the code runs it: group std with eps 1e-4, one on-policy gradient step per batch
+    (the ratio is 1, so its clip never acts), KL 0.04 (k3) against the base (adapters
+    disabled), token-mean, AdamW lr 5e-6 (b2 0.99, weight decay 0.1), cosine with 10% warmup,
+    gradient clipping at 0.1, 1 prompt x 8 samples per step, 1000 steps;
+  - LoRA rank 64, alpha 64 on q, k, v, o, gate, up, down (init seed 3407).
+Decisions ([D] in the spec): `</search>` is a stop string; the end-of-turn token is trained
+on; the judge sees the `<answer>` content only; the prompt date is pinned to the paper's runs
+(04 Apr 2025; the code writes today's date, which would change a resumed run's prompt); the
+base weights are bf16, not 4-bit (no QLoRA here); evaluation reports EM/F1 beside the judge.
+
+Ablations, one field each:
+  --config.rl.rewards.rezero_retry=0.0                         the paper's baseline (no retry)
+  --config.rl.reward_kwargs.rezero_retry.retry_counting=after_first   the paper's reading
+  --config.retriever.noise.kind=drop_gold --config.retriever.noise.p=0.3
+                                   noise: paraphrase | replace | shuffle | drop_gold, and its p
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+
+SIZES = {"tiny": "tiny", "llama-3.2-3b-instruct": "llama-3.2-3b"}
+PROMPT_DATE = "04 Apr 2025"      # the paper's runs (250404-...); see the docstring
+
+
+def world_config():
+  """configs/world.py's world and cold start, then ReZero's RL: its protocol (with a short
+  prompt a from-scratch policy can use; observations inline, the world has no chat format),
+  the six reward terms and ReZero's GRPO with LoRA, under a noisy retriever (each gold passage
+  dropped with probability 0.5).  Decisions for this scale: exact match stands in for the judge
+  (a from-scratch policy of the world cannot read the judge prompt), LoRA rank 8 (the policy
+  is 96 wide) at lr 1e-3, the world's steps and batch, and a stop after `</answer>` (the
+  world's cold-start traces end there, without an end-of-turn token).  For
+  `python -m ragjax.ablate`."""
+  import world
+  c = world.get_config("default")
+  c.workdir = "runs/rezero_world"
+  c.protocol = common.ConfigDict(dict(
+      name="rezero", prompt="Question: {question}\n", top_k=2, max_turns=4,
+      max_response_tokens=448, stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE,
+      obs_max_tokens=160))
+  c.retriever.noise.update(dict(kind="drop_gold", p=0.5, seed=0))
+  c.model.lora.update(dict(rank=8, alpha=16.0, seed=3407))
+  c.rl.update(dict(adv_eps=1e-4, kl_coef=0.04, kl_estimator="k3", loss_agg="token-mean",
+                   use_sampler_logprobs=False, ppo_epochs=1, mini_batch_size=0))
+  c.rl.rewards = {"em": 4.0, "rezero_format": 2.0, "rezero_retry": 1.0, "rezero_em_chunk": 1.0,
+                  "rezero_strategy": 1.0, "rezero_diversity": 1.0}
+  c.rl.reward_kwargs = {"rezero_retry": {"retry_counting": "all_searches"}}
+  c.optim.update(dict(lr=1e-3, schedule="cosine", warmup_ratio=0.1, b2=0.99, weight_decay=0.1,
+                      grad_clip=0.1))
+  return c
+
+
+def get_config(arg: str = "tiny"):
+  arg = common.config_arg(arg, [*SIZES, "world"])
+  if arg == "world":
+    return world_config()
+  tiny = arg == "tiny"
+  c = common.get_config()
+  c.recipe = "search_r1"           # the generic RL recipe: ReZero is config + plug-ins
+  c.workdir = f"runs/rezero_{arg}"
+  c.hardware = "" if tiny else "h200x1"      # ReZero trained on one H200 (§B4)
+  c.model.update(dict(preset=SIZES[arg], checkpoint="", dtype="float32" if tiny else "bfloat16",
+                      param_dtype="float32" if tiny else "bfloat16", scan_layers=not tiny,
+                      remat=not tiny))
+  c.model.lora.update(dict(rank=4 if tiny else 64, alpha=4.0 if tiny else 64.0, seed=3407,
+                           targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                    "up_proj", "down_proj")))
+
+  c.rl.update(dict(
+      advantage="grpo", group_size=4 if tiny else 8, adv_eps=1e-4, clip_low=0.2, clip_high=0.2,
+      loss_agg="token-mean", kl_coef=0.04, kl_estimator="k3", kl_in_reward=False,
+      entropy_coef=0.0, use_sampler_logprobs=False, temperature=1.0, ppo_epochs=1,
+      mini_batch_size=0, micro_batch_size=0))
+  c.rl.rewards = {"rezero_correctness": 4.0, "rezero_format": 2.0, "rezero_retry": 1.0,
+                  "rezero_em_chunk": 1.0, "rezero_strategy": 1.0, "rezero_diversity": 1.0}
+  c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
+                        "rezero_retry": {"retry_counting": "all_searches"}}
+  c.judge.update(dict(model="base", name="rezero-judge", max_batch=8 if tiny else 16,
+                      max_prompt_tokens=1024 if tiny else 4096, max_new_tokens=32))
+  c.optim.update(dict(lr=1e-3 if tiny else 5e-6, schedule="cosine", warmup_steps=0,
+                      warmup_ratio=0.1, min_lr_ratio=0.0, total_steps=10 if tiny else 1000,
+                      b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=0.1))
+  c.trainer.update(dict(
+      num_steps=10 if tiny else 1000, batch_prompts=2 if tiny else 1,
+      eval_every=5 if tiny else 50, eval_prompts=8 if tiny else 32,
+      save_every=5 if tiny else 50, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
+
+  c.data.source = "files"
+  c.protocol = common.ConfigDict(dict(
+      name="rezero", top_k=2, max_turns=20, max_response_tokens=4096, stop_on_search=True,
+      today=PROMPT_DATE))
+  c.sampler.update(dict(max_cache_length=6144, max_new_tokens=1024, temperature=0.9, top_p=1.0,
+                        prompt_buckets=(512, 1024)))
+  c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
+  c.retriever.noise.update(dict(kind="", p=0.0, seed=0))
+  c.eval.batch_size = 32
+  if tiny:   # the synthetic world (no weights or corpus to download), BM25, short chats
+    common.tiny_world(c)
+    # ReZero's long instruction is ~750 tokens under the world's small tokenizer
+    c.protocol.update(dict(max_turns=3, max_response_tokens=160))
+    c.sampler.update(dict(max_cache_length=1024, max_new_tokens=32, prompt_buckets=(768, 896)))
+    c.rollout.widths = tuple(range(768, 1025, 64))
+    c.eval.batch_size = 8
+  return c

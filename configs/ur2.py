@@ -1,0 +1,244 @@
+"""UR² (Li et al. 2025, "UR²: Unify RAG and Reasoning through Reinforcement Learning"; spec
+shared/research/seeds_ur2_rezero.md Part A): one policy for math, multiple choice and
+open-domain QA that decides per question whether to retrieve.
+
+  --config=configs/ur2.py:tiny                  synthetic world, random tiny policy: smoke run
+  --config=configs/ur2.py:world                 synthetic world, cold-started policy (benchmark)
+  --config=configs/ur2.py:qwen2.5-7b-math-qa    the paper's Math&QA model (Qwen2.5-7B-Instruct)
+  --config=configs/ur2.py:qwen2.5-3b-math-qa
+  --config=configs/ur2.py:llama-3.1-8b-math-qa
+  --config=configs/ur2.py:qwen2.5-7b-mcq        MedQA + MMLU-Pro-style multiple choice
+  --config=configs/ur2.py:<size>-weak           the "weaker Stage 1" ablation (Table 9)
+
+What runs (`ragjax.recipes.ur2`): data with a `task` per question -> difficulty scores (N
+rollouts of a fixed model: `python -m ragjax.eval.difficulty`, files in `ur2.difficulty.files`,
+or in the recipe with `ur2.difficulty.rollouts`) -> Stage 1 (retrieval activation on very_hard
+math, rewards format + retrieval - fallback, 10 steps; 15 for 3B) -> Stage 2 from Stage 1's
+weights (answer + format - fallback) on the curriculum (`data.stages.ur2_curriculum`: QA
+7:2:1 hard:medium:easy, math 1:1:1, LLaMA easy for hard math; retrieval prompt for all QA,
+hard math, 5/7 hard MCQ) with REINFORCE++-baseline.
+
+Knowledge access (`ur2.knowledge`): "summary" (the paper: top-10 passages summarised by an LLM
+with the strong training prompt and its fallback sentence) through `retriever.url` of a served
+`python -m ragjax.services.proxy` or an in-process summariser (`ur2.knowledge.summariser`: an
+OpenAI-compatible url or an HF checkpoint); "raw" passages (the ablation: set protocol.top_k
+to 3 or 5 as the paper's no-summary rows).  Corpus routing by task:
+`ur2.knowledge.routes = {"qa": ABSTRACTS_INDEX_OR_URL}` beside `retriever.index` / `url` (the
+full corpus) for the rest.
+
+Real sizes name a preset and need `model.checkpoint` (the Instruct model), the question files
+(`data.train_files` / `dev_files` entries "TASK:[FORMAT:]PATH", e.g.
+"math:/data/simplerl_zoo.jsonl", "qa:verl:/data/r1_searcher.parquet"; the format defaults to
+the task's reader: qa {question, answer}, math, mcq), their difficulty score files
+(`ur2.difficulty.files`), the retriever and the summariser.
+Hyperparameters (§A4.3): G 16, 64 prompts per step (3B: 128), 256 samples per optimiser step
+(3B: 512), lr 2e-6 cosine to 0.1 x lr without warmup, Adam (0.9, 0.95), no weight decay, clip
+1.0; PPO clip 0.2, no KL, per-sequence token mean; temperature 1.0, top_p 0.9; at most 4
+retrievals; per-turn 3072 tokens (math & QA run; the paper gives QA turns 512) or 1536 (MCQ).
+`python -m ragjax.train --config=configs/ur2.py:<size> --dry_run` checks the memory plan on the
+paper's 8 x A100 80GB (`hardware`).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+
+VARIANTS = ("qwen2.5-7b-math-qa", "qwen2.5-3b-math-qa", "llama-3.1-8b-math-qa", "qwen2.5-7b-mcq")
+# (the MCQ model's Stage 1 is already the weak one)
+ARGS = ("tiny", "world") + VARIANTS + tuple(v + "-weak" for v in VARIANTS if "mcq" not in v)
+
+# Stage 1 (§A3.3): format + retrieval - fallback; check 9 (no search) is a violation while
+# step < 15 in the code, i.e. the whole 10/15-step stage.
+STAGE1_REWARDS = {"ur2_format": 1.0, "ur2_retrieval": 1.0, "ur2_fallback": 1.0}
+# Stage 2 (§A3.4): answer + format - fallback.
+STAGE2_REWARDS = {"ur2_answer": 1.0, "ur2_format": 1.0, "ur2_fallback": 1.0}
+# The "weaker Stage 1" (MCQ runs; Table 9's ablation): +0.5 / +1.0 retrieval in Stage 2's
+# first 10 steps, no separate stage.
+WEAK_RETRIEVAL = {"one": 0.5, "many": 1.0, "steps": 10}
+QA_RATIOS = {"hard": 7, "medium": 2, "easy": 1}
+MATH_RATIOS = {"hard": 1, "medium": 1, "easy": 1}
+
+
+def curriculum(counts, ratios, substitute=None, shortage="error"):
+  return {"ur2_curriculum": dict(mode="curriculum", counts=counts, ratios=ratios,
+                                 substitute=substitute or {}, keep=("easy", "medium", "hard"),
+                                 shortage=shortage)}
+
+
+def get_config(arg: str = "tiny"):
+  arg = (arg or "tiny").lower()
+  if arg not in ARGS:
+    raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
+  weak = arg.endswith("-weak")
+  variant = arg[:-len("-weak")] if weak else arg
+  small = variant in ("tiny", "world")
+  mcq = variant.endswith("-mcq")
+  family = "llama" if variant.startswith("llama") else "qwen"
+  size = {"qwen2.5-7b-math-qa": "qwen2.5-7b", "qwen2.5-3b-math-qa": "qwen2.5-3b",
+          "llama-3.1-8b-math-qa": "llama-3.1-8b", "qwen2.5-7b-mcq": "qwen2.5-7b"}.get(variant, "")
+  three_b = size == "qwen2.5-3b"
+
+  c = common.get_config()
+  c.recipe = "ur2"
+  c.workdir = f"runs/ur2_{arg}"
+  c.hardware = "" if small else "a100x8"          # UR² trained on 8 A100s
+  c.model.update(dict(preset=size, checkpoint="", dtype="float32" if small else "bfloat16",
+                      param_dtype="float32", scan_layers=not small, remat=not small))
+
+  # The protocol's task is the default; every record carries its own.
+  c.protocol = common.ConfigDict(dict(name="ur2", task="mcq" if mcq else "qa", top_k=10,
+                                      max_turns=4, final_turn=True, prompts="paper"))
+  # A row's whole trajectory lives in the KV cache: 8192 slots (the code gives vLLM a
+  # 29000-token budget; longer trajectories stop at the cache and score no answer), rolled out
+  # in waves sized by a 24 GB per-device KV budget, so every variant passes `--dry_run` on 8
+  # A100s.  Prompts: UR²'s prompt_max_len 2048 (MCQ: long MMLU-Pro law questions with ten
+  # options), 1024 for Math&QA.
+  c.sampler.update(dict(max_cache_length=8192, max_new_tokens=1536 if mcq else 3072,
+                        temperature=1.0, top_p=0.9,
+                        prompt_buckets=(256, 512, 1024, 2048) if mcq else (256, 512, 1024),
+                        extend_buckets=(16, 32, 64, 128, 256, 512)))
+  c.rollout.update(dict(max_response_tokens=0, kv_budget_gb=24.0,
+                        widths=(1024, 2048, 4096, 6144, 8192)))
+
+  # REINFORCE++-baseline as OpenRLHF runs it (§A4.2): group mean, masked batch whitening,
+  # PPO clip 0.2, no KL, per-sequence token mean, one pass in mini-batches.
+  prompts = 128 if three_b else 64
+  c.rl.update(dict(
+      advantage="reinforce_pp_baseline", group_size=16, clip_low=0.2, clip_high=0.2,
+      loss_agg="seq-mean-token-mean", kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
+      use_sampler_logprobs=False, ppo_epochs=1, train_on=("policy",),
+      mini_batch_size=512 if three_b else 256, micro_batch_size=1, metrics=("ur2_tasks",)))
+  c.rl.rewards = dict(STAGE2_REWARDS)
+  fmt = {"mode": "stage2", "family": family}
+  if variant == "qwen2.5-3b-mcq":          # (kept for the code's 3B MCQ server, not an ARG)
+    fmt["missing_retrieval_steps"] = 15
+  c.rl.reward_kwargs = {"ur2_format": fmt, "ur2_answer": {"task": c.protocol.task}}
+  # lr 2e-6, cosine_with_min_lr (min 0.1 x lr), no warmup; Adam (0.9, 0.95), no decay.
+  # Epochs: the paper trains up to 2 and reports the best test checkpoint within 1.5; here
+  # 1.5 epochs with keep-best on dev (§A4.3 [D]): 6000 (Math&QA) / 9000 (MCQ) prompts.
+  prompts_total = 9000 if mcq else 6000
+  steps = (prompts_total * 3 // 2) // prompts
+  c.optim.update(dict(lr=2e-6, schedule="cosine", warmup_steps=0, warmup_ratio=0.0,
+                      min_lr_ratio=0.1, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
+                      grad_clip=1.0,
+                      total_steps=steps * (prompts * 16) // c.rl.mini_batch_size))
+  c.trainer.update(dict(num_steps=steps, batch_prompts=prompts, eval_every=5 if three_b else 10,
+                        eval_prompts=500, save_every=5 if three_b else 10, max_to_keep=2,
+                        keep_best_metric="dev/em", keep_best=True))
+
+  c.eval.method = "UR2"       # its rows in configs/paper_results.json (--suite ur2)
+  c.data.source = "files"
+  if mcq:
+    c.data.stages = curriculum({"mcq": 9000}, {"mcq": QA_RATIOS})
+  else:
+    c.data.stages = curriculum(
+        {"qa": 3000, "math": 3000}, {"qa": QA_RATIOS, "math": MATH_RATIOS},
+        substitute={"math": {"hard": "easy"}} if family == "llama" else None)
+
+  c.ur2 = common.ConfigDict(dict(
+      # the synthetic world's extra tasks (data.source="world"): shares of each split's size
+      world_tasks=common.ConfigDict(dict(mcq_fraction=0.5, math_fraction=0.5, options=4)),
+      # difficulty: score files of `python -m ragjax.eval.difficulty` (jsonl, by record id),
+      # or `rollouts` > 0: N CoT rollouts per training question of the start policy, here
+      # (retrieval_tasks: scored with the retrieval prompt instead of CoT)
+      difficulty=common.ConfigDict(dict(files=(), rollouts=0, chunk=16, retrieval_tasks=())),
+      # Stage 1: "full" (a separate run of num_steps, the Stage-2 run starts from its
+      # weights) or "off" (MCQ and the weak ablation: no stage)
+      stage1=common.ConfigDict(dict(
+          mode="off" if (mcq or weak) else "full", num_steps=15 if three_b else 10,
+          rewards=dict(STAGE1_REWARDS),
+          reward_kwargs={"ur2_format": {"mode": "stage1", "family": family,
+                                        "missing_retrieval_steps": 15},
+                         "ur2_retrieval": ({"one": 5.0, "many": 7.0} if three_b
+                                           else {"one": 3.0, "many": 3.0} if family == "llama"
+                                           else {"one": 3.0, "many": 4.0})},
+          # the questions the curriculum drops: very_hard math, all with retrieval
+          data=dict(tasks=("math",), keep=("very_hard",), ratios={}, mode="uniform",
+                    counts={}, shortage="error"))),
+      knowledge=common.ConfigDict(dict(
+          mode="summary", prompt="strong", routes=common.ConfigDict(dict(qa="")),
+          on_error="raise",
+          summariser=common.ConfigDict(dict(url="", model="", api_key_env="", checkpoint="",
+                                            cache="", max_tokens=0,
+                                            max_prompt_tokens=8192))))))
+  if weak or mcq:   # the weaker Stage 1: a small retrieval bonus in Stage 2's first 10 steps
+    c.rl.rewards["ur2_retrieval"] = 1.0
+    c.rl.reward_kwargs["ur2_retrieval"] = dict(WEAK_RETRIEVAL)
+
+  if small:
+    _small(c, variant)
+  return c
+
+
+def _small(c, variant: str):
+  """The synthetic world (no weights or corpus to download), BM25, a from-scratch policy."""
+  tiny = variant == "tiny"
+  c.data.source = "world"
+  c.world.update(dict(seed=0, train_worlds=1 if tiny else 4, num_train=24 if tiny else 600,
+                      num_dev=8 if tiny else 100, num_test=8 if tiny else 200,
+                      num_people=30 if tiny else 40, num_places=10 if tiny else 12,
+                      num_orgs=8 if tiny else 10, num_works=12 if tiny else 20,
+                      retry_groups=6 if tiny else 8, min_passage_words=12,
+                      name_lexicon=200 if tiny else 300))
+  # UR²'s four tags as one token each, as the world tokenizer does for Search-R1's.
+  c.tokenizer.update(dict(vocab_size=1024 if tiny else 2048, syllables=False, digit_pairs=True,
+                          extra_tags=("<|begin_of_query|>", "<|end_of_query|>",
+                                      "<|begin_of_documents|>", "<|end_of_documents|>")))
+  c.retriever.backend = "bm25" if tiny else "scann"
+  c.model.update(dict(hidden_size=32 if tiny else 96, intermediate_size=64 if tiny else 256,
+                      num_layers=1 if tiny else 3, num_heads=2 if tiny else 4,
+                      num_kv_heads=1 if tiny else 2, head_dim=16 if tiny else 24,
+                      rope_theta=10000.0))
+  # The compact prompts (a from-scratch policy cannot read the App. D.2 English, ~1000 tokens
+  # each with the world tokenizer): the same retrieval / CoT choice per task in a line.
+  c.protocol.update(dict(task="qa", top_k=2, max_turns=3, prompts="compact"))
+  # tiny: one shape per compiled program (one prompt bucket, whole-cache attention, one
+  # trajectory width), since compiling dominates a smoke run.
+  c.sampler.update(dict(max_cache_length=512 if tiny else 768,
+                        max_new_tokens=48, temperature=1.0, top_p=1.0,
+                        prompt_buckets=(128,) if tiny else (64, 128),
+                        extend_buckets=(32, 128) if tiny else (16, 32, 64, 128, 192)))
+  c.sampler.attend_buckets = () if tiny else None
+  c.rollout.update(dict(max_response_tokens=320 if tiny else 448, chat=False, kv_budget_gb=0.0,
+                        widths=(512,) if tiny else (256, 384, 512, 768)))
+  c.rl.update(dict(group_size=2 if tiny else 4, mini_batch_size=0, micro_batch_size=0,
+                   use_sampler_logprobs=True, gather=True, logprob_chunk=4096))
+  c.optim.update(dict(lr=1e-3 if tiny else 3e-4, schedule="constant", min_lr_ratio=0.0,
+                      total_steps=4 if tiny else 30))
+  c.trainer.update(dict(num_steps=2 if tiny else 30, batch_prompts=4 if tiny else 16,
+                        eval_every=2 if tiny else 10, eval_prompts=8 if tiny else 100,
+                        save_every=1 if tiny else 10, max_to_keep=2, keep_best=not tiny))
+  c.eval.batch_size = 8 if tiny else 100
+  # Curriculum over the world's tasks: difficulty from N rollouts of the start policy.  A
+  # random tiny policy scores 0 everywhere, so the tiny thresholds call that "hard" (the stage
+  # machinery runs; the labels mean nothing) and Stage 1 takes hard math.
+  # The world's QA (fictional entities) is unanswerable without search: score it with the
+  # retrieval prompt, the others with CoT (multiple choice then sits near the 1/4 guess).
+  c.ur2.difficulty.update(dict(rollouts=2 if tiny else 4, chunk=48 if tiny else 64,
+                               retrieval_tasks=("qa",)))
+  levels = (("easy", 0.8), ("medium", 0.5), ("hard", 0.0 if tiny else 0.2))
+  c.data.stages = {"ur2_curriculum": dict(
+      mode="curriculum", counts={}, ratios={"qa": QA_RATIOS, "math": MATH_RATIOS,
+                                            "mcq": QA_RATIOS},
+      substitute={}, keep=("easy", "medium", "hard"), levels=levels,
+      shortage="take_all" if tiny else "error")}
+  c.ur2.stage1.update(dict(num_steps=1 if tiny else 5))
+  c.ur2.stage1.data = dict(tasks=("math",), keep=("hard",) if tiny else ("very_hard",),
+                           ratios={}, mode="uniform", counts={}, levels=levels,
+                           shortage="error")
+  # Raw passages: no summariser model comes with the world (the paper's prompts are long
+  # English); `--config.ur2.knowledge.mode=summary --config.retriever.url=<served proxy>` runs
+  # the summarising proxy (tests/test_recipe_ur2.py does, with a small in-process model).
+  c.ur2.knowledge.mode = "raw"
+  # Cold start: SFT on UR²-grammar traces through the real engine (as the world recipe), so
+  # even the tiny policy writes queries (and the proxy is exercised) and answers.
+  c.sft.update(dict(steps=50 if tiny else 400, batch_size=16 if tiny else 32,
+                    lr=1e-2 if tiny else 5e-3,
+                    warmup_steps=5 if tiny else 40, min_lr_ratio=0.1, weight_decay=0.01,
+                    gather=True, context_weight=0.0 if tiny else 0.5,
+                    log_every=10))
+  # (decision shares as the world's traces: ragjax.data.world_traces; all right here)
+  c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, no_search_rate=0.0,
+                                    first_hop_stop_rate=0.0, give_up_rate=0.0, chunk=64))

@@ -1,0 +1,135 @@
+"""The whole GRPO step at a config's shape: rollout, log-prob and update time, tokens/s, and the
+update's fraction of the matmul peak measured in the same run (the next speed-up's target).
+
+    python -m ragjax.bench.grpo_step                      # configs/world.py and search_r1.py:tiny
+    python -m ragjax.bench.grpo_step --config configs/world.py --steps 6
+    python -m ragjax.bench.grpo_step --config configs/world.py \\
+        --set model.checkpoint=runs/world/cold_start_policy     # a trained policy's rollouts
+
+Everything is built from the config the way `python -m ragjax.train` builds it
+(`ragjax.recipes.components`: data and retriever, mesh, policy, `make_trainer` with the
+engine from `ragjax.rollout.factory`); then `--steps` RL steps run through
+`Trainer.train_step` (no evaluation, no checkpoint).  A step whose batch shape (rows x padded
+width) is new compiles the scoring and update programs; the JSON line reports the median of
+the steps whose shape was already seen (of all but the first when none was).  The policy has
+the config's random initialisation unless `model.checkpoint` is set, so its rollouts are those of an untrained policy (turns run to the
+per-turn budget); the update's shapes are the config's either way.
+
+Update FLOPs follow `ragjax.bench.train_step.model_flops_per_token` (6 x matmul params + the
+attention term, PaLM convention) over the padded batch the update runs on (`positions`), with
+the unembedding counted only at trained positions when `rl.gather` is on, times
+`rl.ppo_epochs`.  The reference is a square matmul timed in the same run (float32 1024 on CPU,
+bfloat16 8192 on accelerators).  `--retriever bm25` swaps the config's dense index for BM25
+(skips the MiniLM encoding of the corpus; the retrieval share of the rollout changes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+from ragjax.bench.train_step import measured_matmul_peak, model_flops_per_token
+from ragjax.recipes import components as parts
+from ragjax.recipes.config_files import apply_overrides, load_config
+
+DEFAULT_CONFIGS = ("configs/world.py", "configs/search_r1.py:tiny")
+
+
+def update_flops(cfg, m: dict, run) -> float:
+  """Model FLOPs of one step's updates (see the module docstring)."""
+  rows = max(int(m["trajectories"]), 1)
+  width = int(m["positions"]) // rows
+  flops = model_flops_per_token(cfg, width) * m["positions"]
+  if run.rl.gather:                         # the unembedding runs at trained positions only
+    flops -= 6.0 * cfg.vocab_size * cfg.hidden_size * (m["positions"] - m["trained_tokens"])
+  if run.rl.uses_critic:                    # the critic's body runs forward and backward too
+    flops += (model_flops_per_token(cfg, width)
+              - 6.0 * cfg.vocab_size * cfg.hidden_size) * m["positions"]
+  return flops * run.rl.ppo_epochs
+
+
+def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
+  c = apply_overrides(load_config(spec), args.set)
+  c.workdir, c.progress = workdir, False
+  c.trainer.tensorboard = False
+  if args.retriever == "bm25":
+    c.retriever.backend = "bm25"
+  run = parts.validate(c)
+  setup = parts.load_data(c, workdir)
+  mesh = parts.make_mesh(c)
+  cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
+  trainer = parts.make_trainer(c, run, cfg, params, tok, setup, mesh)
+  steps = [trainer.train_step(s) for s in range(1, args.steps + 1)]
+  trainer.ckpt.close()
+  # A step whose padded width is new compiles the scoring and update programs for it: time
+  # the steps at widths already compiled (all but the first when every width is new).
+  seen, warm = set(), []
+  for m in steps:
+    width = (m["trajectories"], m["positions"])
+    warm.append(width in seen)
+    seen.add(width)
+  timed = [m for m, w in zip(steps, warm) if w] or steps[1:] or steps
+  med = lambda key: statistics.median(float(m[key]) for m in timed)
+  step_s, roll_s, lp_s, upd_s = (med(k) for k in ("time/step_s", "time/rollout_s",
+                                                   "time/logprob_s", "time/update_s"))
+  policy_tokens = med("response_length") * med("trajectories")
+  flops = statistics.median(update_flops(cfg, m, run) for m in timed)
+  return {
+      "bench": "grpo_step", "config": spec, "overrides": list(args.set),
+      "params": cfg.num_params(), "layers": cfg.num_layers, "hidden": cfg.hidden_size,
+      "vocab": cfg.vocab_size, "dtype": cfg.dtype, "backend": jax.default_backend(),
+      "devices": jax.device_count(), "retriever": c.retriever.backend,
+      "prompts": run.trainer.batch_prompts, "group_size": run.rl.group_size,
+      "trajectories": int(med("trajectories")),
+      "padded_width": int(med("positions") // max(med("trajectories"), 1)),
+      "tokens": int(med("tokens")), "trained_tokens": int(med("trained_tokens")),
+      "gather": run.rl.gather, "sampler_logprobs": run.rl.use_sampler_logprobs,
+      "kl_coef": run.rl.kl_coef, "steps": len(steps), "steps_timed": len(timed),
+      "first_step_s": round(float(steps[0]["time/step_s"]), 3),
+      "step_s": round(step_s, 3), "rollout_s": round(roll_s, 3),
+      "retrieval_s": round(med("time/retrieval_s"), 3), "logprob_s": round(lp_s, 3),
+      "update_s": round(upd_s, 3), "other_s": round(step_s - roll_s - lp_s - upd_s, 3),
+      "tokens_per_s": round(med("tokens") / step_s, 1),
+      "rollout_policy_tokens_per_s": round(policy_tokens / roll_s, 1),
+      "update_positions_per_s": round(med("positions") * run.rl.ppo_epochs / upd_s, 1),
+      "update_model_tflops_per_s": round(flops / upd_s / 1e12, 5),
+      "measured_matmul_peak_tflops": round(peak / 1e12, 4),
+      "update_fraction_of_peak": round(flops / upd_s / peak, 4),
+      "load_avg_1min": round(os.getloadavg()[0], 2)}
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--config", action="append", default=None,
+                  help=f"FILE.py[:ARG], repeatable (default: {' and '.join(DEFAULT_CONFIGS)})")
+  ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                  help="config override, e.g. model.checkpoint=DIR (repeatable)")
+  ap.add_argument("--steps", type=int, default=6,
+                  help="RL steps per config (steps at a new batch shape compile)")
+  ap.add_argument("--retriever", choices=("config", "bm25"), default="config")
+  ap.add_argument("--workdir", default=None, help="data and index go here (reused if present)")
+  args = ap.parse_args(argv)
+  if args.steps < 1:
+    ap.error("--steps must be >= 1")
+  on_accel = jax.default_backend() != "cpu"
+  peak = measured_matmul_peak(jnp.bfloat16 if on_accel else jnp.float32,
+                              8192 if on_accel else 1024) * jax.device_count()
+  root = args.workdir or tempfile.mkdtemp(prefix="ragjax_bench_grpo_")
+  results = []
+  for spec in args.config or DEFAULT_CONFIGS:
+    name = os.path.basename(spec).replace(".py", "").replace(":", "_") + (
+        "_bm25" if args.retriever == "bm25" else "")
+    result = bench_config(spec, args, os.path.join(root, name), peak)
+    print(json.dumps(result), flush=True)
+    results.append(result)
+  return results
+
+
+if __name__ == "__main__":
+  main()

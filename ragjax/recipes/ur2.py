@@ -1,0 +1,282 @@
+"""The UR² recipe (seeds_ur2_rezero.md Part A): difficulty-scored data, Stage 1, then Stage 2 on
+the curriculum, over UR²'s knowledge access.
+
+    python -m ragjax.train --config=configs/ur2.py:tiny
+
+Wires, in order (`start` is what every arm of `python -m ragjax.ablate` shares):
+  1. data with a task per question: question files (`data.{train,dev,test}_files` entries
+     "TASK:[FORMAT:]PATH", FORMAT defaulting to the task's reader), or the synthetic world with
+     multiple-choice and arithmetic questions added (`ragjax.data.world_tasks`);
+  2. knowledge access (`ur2.knowledge`): the summarising proxy (served at `retriever.url`, or in
+     process over `retriever.index` / the world's index with a summariser model), or raw
+     passages; per-task corpus routing (`ur2.knowledge.routes`);
+  3. the policy, cold-started with SFT on UR²-grammar traces when `sft.steps` > 0 (the world);
+  4. difficulty: score files (`ur2.difficulty.files`) or N CoT rollouts of this policy;
+  5. Stage 1 (`ur2.stage1.mode="full"`): its own RL run in `<workdir>/stage1` on very_hard
+     math with the Stage-1 rewards, exported to `<workdir>/stage1/policy`;
+then `run` trains Stage 2 from Stage 1's weights in `<workdir>/rl` (the config's `rl`,
+`trainer`, and `data.stages` curriculum) and exports `<workdir>/policy`.  Each stage resumes
+from its own checkpoints, so a killed run restarts where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from ragjax.data.readers import READERS, as_record, read_examples
+from ragjax.recipes import components as parts
+from ragjax.rl.config import parse_run_config
+from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
+
+STAGE1_DIR = "stage1"
+COLD_START_DIR = "cold_start_policy"
+COLD_START_META = "ragjax_cold_start.json"
+TASKS = ("qa", "math", "mcq")
+KNOWLEDGE_MODES = ("summary", "raw")
+STAGE1_MODES = ("full", "off")
+
+
+# --- 1. data ------------------------------------------------------------------------------------
+def parse_file_spec(spec: str) -> tuple[str, str, str]:
+  """"TASK:[FORMAT:]PATH" -> (task, format, path); the format defaults to the task's reader."""
+  task, sep, rest = str(spec).partition(":")
+  if not sep or task not in TASKS:
+    raise ValueError(f"UR² question file {spec!r}: write TASK:[FORMAT:]PATH with TASK one of "
+                     f"{TASKS} (e.g. 'math:/data/train_math.jsonl', 'qa:verl:/data/qa.parquet')")
+  fmt, sep, path = rest.partition(":")
+  if sep and fmt in READERS:
+    return task, fmt, path
+  return task, task, rest
+
+
+def read_task_files(specs) -> list[dict]:
+  out = []
+  for spec in specs:
+    task, fmt, path = parse_file_spec(spec)
+    out += [dict(as_record(e), task=task) for e in read_examples(path, fmt)]
+  return out
+
+
+def load(c, workdir: str) -> parts.Setup:
+  if c.data.source == "world":
+    from ragjax.data.world_tasks import world_task_splits
+    setup = parts.load_data(c, workdir, retriever=False)
+    setup.splits = world_task_splits(setup.splits, seed=c.seed, **c.ur2.world_tasks.to_dict())
+    return setup
+  return parts.Setup({split: read_task_files(getattr(c.data, f"{split}_files"))
+                      for split in ("train", "dev", "test")}, None)
+
+
+# --- 2. knowledge access ------------------------------------------------------------------------
+def _source(where: str, c):
+  if where.startswith(("http://", "https://")):
+    from ragjax.retrieval import SearchClient
+    return SearchClient(where, timeout=c.retriever.timeout, deadline=c.retriever.deadline)
+  from ragjax.retrieval import open_index
+  return open_index(where, cache_size=c.retriever.cache_size)
+
+
+def summariser(c):
+  """The in-process summariser's ChatModel (None: none configured)."""
+  s = c.ur2.knowledge.summariser
+  if s.url:
+    from ragjax.services.http_client import OpenAIChatClient
+    return OpenAIChatClient(s.url, s.model or "default", api_key_env=s.api_key_env or None,
+                            cache_path=s.cache or None)
+  from ragjax.services.local import LocalChatModel
+  if s.checkpoint:
+    return LocalChatModel.from_checkpoint(s.checkpoint, max_new_tokens=s.max_tokens or 512,
+                                          max_prompt_tokens=s.max_prompt_tokens)
+  return None
+
+
+def open_knowledge(c, workdir: str, setup: parts.Setup):
+  """UR²'s retrieval: corpus routes by task over the config's retriever, summarised or raw."""
+  from ragjax.retrieval.routing import RoutedRetriever
+  k = c.ur2.knowledge
+  if k.mode not in KNOWLEDGE_MODES:
+    raise ValueError(f"ur2.knowledge.mode must be one of {KNOWLEDGE_MODES}, got {k.mode!r}")
+  base = parts.open_retriever(c, workdir, setup.corpus_path)
+  routes = {task: _source(where, c) for task, where in k.routes.items() if where}
+  inner = RoutedRetriever({"default": base, **routes}) if routes else base
+  if k.mode == "raw":
+    return inner
+  chat = summariser(c)
+  if chat is None:
+    info = base.health() if hasattr(base, "health") else {}
+    if not c.retriever.url or "summariser" not in info:
+      raise ValueError("ur2.knowledge.mode='summary' needs a summariser: retriever.url of a "
+                       "served proxy (python -m ragjax.services.proxy) or "
+                       "ur2.knowledge.summariser (url or checkpoint); "
+                       "ur2.knowledge.mode='raw' for raw passages")
+    if routes:
+      raise ValueError("ur2.knowledge.routes with a served proxy: give the routes to the proxy "
+                       "(--route qa=...), not to the trainer")
+    return base
+  from ragjax.services.proxy import SummarisingRetriever
+  s = k.summariser
+  return SummarisingRetriever(inner, chat, task=c.protocol.task, mode=k.prompt,
+                              max_tokens=s.max_tokens or None, on_error=k.on_error)
+
+
+# --- 3. cold start (the synthetic world) --------------------------------------------------------
+def cold_start_records(records, seed: int) -> list[dict]:
+  """Trace prompts: QA with retrieval, math and multiple choice half with, half without
+  (seeded), so the policy knows both prompts before the curriculum assigns them."""
+  rng = random.Random(f"ur2-cold-start:{seed}")
+  return [dict(r, retrieval=r["task"] == "qa" or rng.random() < 0.5) for r in records]
+
+
+def start_fingerprint(c) -> dict:
+  """What the shared start depends on: everything but the Stage-2 run's own sections."""
+  stage2 = ("rl.", "optim.", "trainer.", "data.stages", "critic_optim", "eval.", "workdir",
+            "progress", "hardware", "mesh.")
+  return {k: v for k, v in flatten(c).items() if not k.startswith(stage2)}
+
+
+def cold_start(c, workdir, setup, cfg, params, tok, mesh):
+  from ragjax.data.world_tasks import ur2_trace_turns
+  from ragjax.data.world_traces import TraceShares
+  from ragjax.rl.sft import SFTConfig, run_sft
+  from ragjax.rollout.factory import make_engine
+  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.typed_config import from_dict
+  cache = os.path.join(workdir, COLD_START_DIR)
+  meta = os.path.join(cache, COLD_START_META)
+  keys = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
+          "traces", "ur2.world_tasks", "ur2.knowledge", "retriever.backend")
+  fingerprint = {k: v for k, v in flatten(c).items() if k.startswith(keys)}
+  if os.path.exists(meta) and read_json(meta).get("fingerprint") == json_safe(fingerprint):
+    from ragjax.models.hf_io import load_decoder
+    parts.log(f"cold start: reusing {cache} (same cold-start config)")
+    return load_decoder(cache)[1]
+  records = cold_start_records(setup.splits["train"], c.seed)
+  rng = random.Random(f"ur2-traces-{c.seed}")
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
+  scripts = [ur2_trace_turns(r, rng, shares) for r in records]
+  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
+  rows_t, rows_l = teacher_traces(template, records, scripts,
+                                  max_new_tokens=c.sampler.max_new_tokens,
+                                  cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
+                                  seed=c.seed)
+  params, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
+                      c.rollout.widths, seed=c.seed, mesh=mesh,
+                      log_path=os.path.join(workdir, "sft_metrics.jsonl"), progress=c.progress)
+  parts.export_policy(cache, cfg, params, tok)
+  write_json_atomic(meta, {"fingerprint": json_safe(fingerprint)})
+  return params
+
+
+# --- 4. difficulty ------------------------------------------------------------------------------
+def difficulty(c, workdir, setup, cfg, params, tok) -> None:
+  """Puts `difficulty_score` on every training record: from the score files, or from N CoT
+  rollouts of the start policy (resumable, under `<workdir>/difficulty`)."""
+  from ragjax.eval.difficulty import attach_scores, read_scores, score_with_engine
+  d = c.ur2.difficulty
+  scores: dict = {}
+  for path in d.files:
+    scores.update(read_scores(path))
+  if d.rollouts > 0:
+    from ragjax.retrieval.types import NullRetriever
+    from ragjax.rollout.factory import make_engine
+    retriever = setup.retriever if d.retrieval_tasks else NullRetriever()
+    engine = make_engine(c, cfg, params, tok, retriever, greedy=False, hooks=[])
+    scores.update(score_with_engine(engine, setup.splits["train"],
+                                    os.path.join(workdir, "difficulty", "train.jsonl"),
+                                    n=d.rollouts, chunk=d.chunk, seed=c.seed,
+                                    task=c.protocol.task,
+                                    retrieval_tasks=tuple(d.retrieval_tasks)))
+  if scores:
+    setup.splits["train"] = attach_scores(setup.splits["train"], scores)
+    labels: dict = {}
+    for line in (scores[str(r["id"])] for r in setup.splits["train"]):
+      labels[line["label"]] = labels.get(line["label"], 0) + 1
+    parts.log(f"difficulty: {labels}")
+
+
+# --- 5. Stage 1 ---------------------------------------------------------------------------------
+def stage1_config(c):
+  """The Stage-1 run's config: Stage-1 rewards, steps and data, its own workdir."""
+  s1 = c.ur2.stage1
+  c1 = c.copy_and_resolve_references()
+  c1.workdir = os.path.join(os.path.abspath(c.workdir), STAGE1_DIR)
+  c1.rl.rewards = s1.rewards.to_dict()
+  c1.rl.reward_kwargs = s1.reward_kwargs.to_dict()
+  updates = -(-c.trainer.batch_prompts * c.rl.group_size // (c.rl.mini_batch_size or 10**9))
+  c1.optim.total_steps = s1.num_steps * max(1, updates) * c.rl.ppo_epochs
+  c1.trainer.num_steps = s1.num_steps
+  c1.trainer.save_every = min(c.trainer.save_every, s1.num_steps)
+  c1.trainer.eval_every = 0
+  c1.trainer.keep_best = False
+  c1.data.stages = {"ur2_curriculum": s1.data.to_dict()}
+  return c1
+
+
+def run_stage1(c, s: parts.Start):
+  c1 = stage1_config(c)
+  trainer = parts.make_trainer(c1, parse_run_config(c1), s.cfg, s.params, s.tokenizer, s.setup,
+                               s.mesh)
+  history = trainer.train()
+  params = trainer.final_params()
+  trainer.ckpt.close()
+  parts.export_policy(os.path.join(c1.workdir, parts.POLICY_DIR), s.cfg, params, s.tokenizer)
+  parts.log(f"stage 1: {c.ur2.stage1.num_steps} steps ({len(history)} run now)")
+  return params
+
+
+def check(c) -> None:
+  if c.ur2.stage1.mode not in STAGE1_MODES:
+    raise ValueError(f"ur2.stage1.mode must be one of {STAGE1_MODES}, got {c.ur2.stage1.mode!r}")
+  if c.ur2.knowledge.mode not in KNOWLEDGE_MODES:
+    raise ValueError(f"ur2.knowledge.mode must be one of {KNOWLEDGE_MODES}, got "
+                     f"{c.ur2.knowledge.mode!r}")
+  if c.ur2.stage1.mode == "full":
+    parts.validate(stage1_config(c))
+  if c.data.source == "files":
+    for split in ("train", "dev", "test"):
+      for spec in getattr(c.data, f"{split}_files"):
+        parse_file_spec(spec)
+
+
+def start(c) -> parts.Start:
+  """Data, knowledge access, the policy (cold-started on the world), difficulty, Stage 1."""
+  check(c)
+  workdir = os.path.abspath(c.workdir)
+  os.makedirs(workdir, exist_ok=True)
+  t0 = time.perf_counter()
+  setup = load(c, workdir)
+  mesh = parts.make_mesh(c)
+  cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
+  setup.retriever = open_knowledge(c, workdir, setup)
+  parts.log(f"data: { {s: len(v) for s, v in setup.splits.items()} } questions; knowledge "
+            f"{c.ur2.knowledge.mode} ({time.perf_counter() - t0:.0f} s)")
+  if c.sft.steps > 0:
+    t0 = time.perf_counter()
+    params = cold_start(c, workdir, setup, cfg, params, tok, mesh)
+    parts.log(f"cold start: {time.perf_counter() - t0:.0f} s")
+  t0 = time.perf_counter()
+  difficulty(c, workdir, setup, cfg, params, tok)
+  parts.log(f"difficulty: {time.perf_counter() - t0:.0f} s")
+  s = parts.Start(setup, cfg, params, tok, mesh)
+  if c.ur2.stage1.mode == "full":
+    t0 = time.perf_counter()
+    s.params = run_stage1(c, s)
+    parts.log(f"stage 1: {time.perf_counter() - t0:.0f} s")
+  return s
+
+
+def run(c) -> dict:
+  run_cfg = parts.validate(c)
+  workdir = os.path.abspath(c.workdir)
+  s = start(c)
+  trainer = parts.make_trainer(c, run_cfg, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+  history = trainer.train()
+  params = trainer.final_params()
+  trainer.ckpt.close()
+  policy = parts.export_policy(os.path.join(workdir, parts.POLICY_DIR), s.cfg, params,
+                               s.tokenizer)
+  parts.log(f"stage 2: trained {len(history)} steps; policy in {policy}")
+  return {"steps": len(history), "workdir": workdir, "policy": policy,
+          "last": history[-1] if history else {}}

@@ -1,0 +1,106 @@
+"""Multi-host training with real JAX processes on 127.0.0.1 (`jax.distributed`, gloo on CPU):
+`configs/search_r1.py:tiny` on 2 processes x 1 device gives the losses of 1 process x 2 devices
+on the same global batch; a checkpoint written by 2 processes resumes in 1 and one written by
+1 resumes in 2; a process that dies fails the job within a bounded time, not a hang."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+ARGS = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
+        "--config.rl.rewards={'search_r1_em': 1.0, 'test_vowels': 1.0}",
+        "--config.progress=False", "--config.trainer.eval_every=0",
+        "--config.trainer.save_every=1", "--config.trainer.batch_prompts=2",
+        "--config.rl.mini_batch_size=0", "--config.rl.micro_batch_size=0"]
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def launch(workdir, steps, processes, devices, log_dir):
+  """`processes` JAX processes with `devices` CPU devices each, running the train command."""
+  port = free_port()
+  procs = []
+  for i in range(processes):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               RAGJAX_HEARTBEAT_S="10", RAGJAX_SHUTDOWN_TIMEOUT_S="10")
+    if processes > 1:
+      env.update(RAGJAX_COORDINATOR=f"127.0.0.1:{port}", RAGJAX_NUM_PROCESSES=str(processes),
+                 RAGJAX_PROCESS_ID=str(i))
+    cmd = [sys.executable, "-m", "ragjax.train", "--config=configs/search_r1.py:tiny",
+           f"--config.workdir={workdir}", f"--config.trainer.num_steps={steps}", *ARGS]
+    log = open(os.path.join(log_dir, f"p{processes}_{i}.log"), "w")
+    procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+  return procs
+
+
+def finish(procs, log_dir, timeout=900):
+  for i, p in enumerate(procs):
+    rc = p.wait(timeout=timeout)
+    if rc != 0:
+      logs = "\n".join(open(os.path.join(log_dir, f)).read()[-3000:] for f in os.listdir(log_dir))
+      pytest.fail(f"process {i} exited {rc}:\n{logs}")
+
+
+def metrics(workdir):
+  with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
+    return [json.loads(l) for l in f if l.strip()]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  logs = str(tmp_path_factory.mktemp("logs"))
+  one = str(tmp_path_factory.mktemp("one_process"))
+  two = str(tmp_path_factory.mktemp("two_processes"))
+  finish(launch(one, 2, 1, 2, logs) + launch(two, 2, 2, 1, logs), logs)
+  return one, two, logs
+
+
+def test_two_processes_give_the_one_process_losses(runs):
+  one, two, _ = runs
+  a, b = metrics(one), metrics(two)
+  assert [r["step"] for r in a] == [1, 2] == [r["step"] for r in b]
+  for x, y in zip(a, b):
+    assert x["trajectories"] == y["trajectories"] == 10
+    for key in ("loss", "kl", "grad_norm", "reward", "response_length", "entropy"):
+      assert y[key] == pytest.approx(x[key], rel=2e-4, abs=1e-6), (x["step"], key)
+  assert a[1]["grad_norm"] > 0
+  assert os.path.exists(os.path.join(two, "policy", "model.safetensors"))
+
+
+def test_checkpoints_move_between_process_counts(runs, tmp_path):
+  one, two, logs = runs
+  a, b = str(tmp_path / "from_two"), str(tmp_path / "from_one")
+  shutil.copytree(two, a)
+  shutil.copytree(one, b)
+  finish(launch(a, 3, 1, 2, logs) + launch(b, 3, 2, 1, logs), logs)
+  ma, mb = metrics(a), metrics(b)
+  assert [r["step"] for r in ma] == [1, 2, 3] == [r["step"] for r in mb]
+  assert mb[2]["loss"] == pytest.approx(ma[2]["loss"], rel=2e-4, abs=1e-6)
+
+
+def test_a_dead_process_fails_the_job_in_bounded_time(tmp_path):
+  logs = str(tmp_path)
+  work = str(tmp_path / "work")
+  procs = launch(work, 50, 2, 1, logs)
+  deadline = time.time() + 600
+  while not os.path.exists(os.path.join(work, "rl", "metrics.jsonl")):
+    assert time.time() < deadline and all(p.poll() is None for p in procs), "run did not start"
+    time.sleep(1)
+  os.kill(procs[1].pid, signal.SIGKILL)
+  t0 = time.time()
+  rc = procs[0].wait(timeout=180)
+  assert rc != 0 and time.time() - t0 < 180

@@ -1,0 +1,114 @@
+"""configs/ur2.py: every argument builds, the paper's hyperparameters per variant (§A4.3,
+§A3.3), the Stage-1 config the recipe derives, and the real sizes' memory plans on the
+paper's 8 x A100 (`python -m ragjax.train --dry_run`)."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "configs"))
+import ur2 as ur2_config  # noqa: E402
+
+from ragjax.parallel.memory import parse_target  # noqa: E402
+from ragjax.recipes import ur2 as recipe  # noqa: E402
+from ragjax.recipes.dry_run import memory_plan  # noqa: E402
+from ragjax.rl.config import parse_run_config  # noqa: E402
+
+REAL = [a for a in ur2_config.ARGS if a not in ("tiny", "world")]
+
+
+@pytest.mark.parametrize("arg", REAL)
+def test_real_sizes_fit_the_papers_hardware(arg):
+  c = ur2_config.get_config(arg)
+  assert c.hardware == "a100x8"
+  plan = memory_plan(c, parse_target(c.hardware))
+  assert plan.fits, plan.table()
+
+
+def test_paper_hyperparameters_per_variant():
+  q7 = ur2_config.get_config("qwen2.5-7b-math-qa")
+  run = parse_run_config(q7)
+  assert (run.rl.advantage, run.rl.group_size, run.rl.kl_coef, run.rl.clip_low) == \
+      ("reinforce_pp_baseline", 16, 0.0, 0.2)
+  assert run.rl.loss_agg == "seq-mean-token-mean" and run.rl.mini_batch_size == 256
+  assert (run.optim.lr, run.optim.schedule, run.optim.min_lr_ratio, run.optim.b2) == \
+      (2e-6, "cosine", 0.1, 0.95)
+  assert q7.trainer.batch_prompts == 64 and q7.sampler.top_p == 0.9
+  assert dict(q7.rl.rewards) == {"ur2_answer": 1.0, "ur2_format": 1.0, "ur2_fallback": 1.0}
+  assert q7.ur2.stage1.mode == "full" and q7.ur2.stage1.num_steps == 10
+  assert dict(q7.ur2.stage1.reward_kwargs.ur2_retrieval) == {"one": 3.0, "many": 4.0}
+  q3 = ur2_config.get_config("qwen2.5-3b-math-qa")
+  assert q3.trainer.batch_prompts == 128 and q3.rl.mini_batch_size == 512
+  assert q3.ur2.stage1.num_steps == 15
+  assert dict(q3.ur2.stage1.reward_kwargs.ur2_retrieval) == {"one": 5.0, "many": 7.0}
+  ll = ur2_config.get_config("llama-3.1-8b-math-qa")
+  assert dict(ll.ur2.stage1.reward_kwargs.ur2_retrieval) == {"one": 3.0, "many": 3.0}
+  assert ll.rl.reward_kwargs.ur2_format.family == "llama"
+  assert ll.data.stages.ur2_curriculum.substitute.to_dict() == {"math": {"hard": "easy"}}
+  mcq = ur2_config.get_config("qwen2.5-7b-mcq")
+  assert mcq.ur2.stage1.mode == "off" and mcq.protocol.task == "mcq"
+  assert dict(mcq.rl.reward_kwargs.ur2_retrieval) == {"one": 0.5, "many": 1.0, "steps": 10}
+  weak = ur2_config.get_config("qwen2.5-7b-math-qa-weak")
+  assert weak.ur2.stage1.mode == "off" and "ur2_retrieval" in weak.rl.rewards
+
+
+def test_stage1_config_is_the_stage1_run():
+  c = ur2_config.get_config("qwen2.5-7b-math-qa")
+  c1 = recipe.stage1_config(c)
+  assert dict(c1.rl.rewards) == {"ur2_format": 1.0, "ur2_retrieval": 1.0, "ur2_fallback": 1.0}
+  assert c1.rl.reward_kwargs.ur2_format.mode == "stage1"
+  assert c1.trainer.num_steps == 10 and c1.workdir.endswith(os.path.join("ur2_qwen2.5-7b-math-qa",
+                                                                          "stage1"))
+  stage = c1.data.stages.ur2_curriculum
+  assert tuple(stage.keep) == ("very_hard",) and tuple(stage.tasks) == ("math",)
+  assert c1.optim.total_steps == 10 * 4         # 64 x 16 rows in mini-batches of 256
+  assert recipe.parse_file_spec("qa:verl:/d/x.parquet") == ("qa", "verl", "/d/x.parquet")
+  assert recipe.parse_file_spec("math:/d/x.jsonl") == ("math", "math", "/d/x.jsonl")
+  with pytest.raises(ValueError, match="TASK:\\[FORMAT:\\]PATH"):
+    recipe.parse_file_spec("/d/x.jsonl")
+  with pytest.raises(ValueError, match="unknown config argument"):
+    ur2_config.get_config("qwen2.5-7b-mcq-weak")
+
+
+def test_knowledge_access_from_config(tmp_path):
+  """ur2.knowledge: raw passages routed by task, the summarising proxy in process over the
+  routes, a served proxy (its /health names a summariser), or a clear error."""
+  from _retrieval_helpers import write_jsonl
+  from _rollout_helpers import PASSAGES
+  from ragjax.retrieval.index import build_index
+  from ragjax.retrieval.routing import RoutedRetriever
+  from ragjax.retrieval.serve import make_app
+  from ragjax.recipes import components as parts
+  from ragjax.services.proxy import SummarisingRetriever
+  from ragjax.services.serve import ServerThread
+  corpus = write_jsonl(str(tmp_path / "c.jsonl"),
+                       [{"id": i, "contents": f'"{t}"\n{x}'} for i, t, x in PASSAGES])
+  for name in ("full", "abstracts"):
+    build_index(corpus, str(tmp_path / name), "bm25")
+  c = ur2_config.get_config("qwen2.5-7b-math-qa")
+  c.retriever.index = str(tmp_path / "full")
+  c.ur2.knowledge.routes.qa = str(tmp_path / "abstracts")
+  setup = parts.Setup({}, None)
+  c.ur2.knowledge.mode = "raw"
+  raw = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert isinstance(raw, RoutedRetriever) and sorted(raw.routes) == ["default", "qa"]
+  c.ur2.knowledge.mode = "summary"
+  c.ur2.knowledge.summariser.url = "http://127.0.0.1:9/v1"
+  summ = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert isinstance(summ, SummarisingRetriever) and summ.inner.routes.keys() == raw.routes.keys()
+  assert summ.mode == "strong" and summ.task == "qa"
+  c.ur2.knowledge.summariser.url = ""
+  with pytest.raises(ValueError, match="needs a summariser"):
+    recipe.open_knowledge(c, str(tmp_path), setup)
+  # a served proxy: the trainer only forwards contexts to it
+  from ragjax.retrieval.index import open_index
+  proxy = SummarisingRetriever(open_index(str(tmp_path / "full")), object(), max_tokens=8)
+  with ServerThread(make_app(proxy, 3, {"summariser": "x"})) as srv:
+    c.retriever.index, c.retriever.url = "", srv.url
+    with pytest.raises(ValueError, match="give the routes to the proxy"):
+      recipe.open_knowledge(c, str(tmp_path), setup)
+    c.ur2.knowledge.routes.qa = ""
+    served = recipe.open_knowledge(c, str(tmp_path), setup)
+  assert served.url == srv.url + "/retrieve"
