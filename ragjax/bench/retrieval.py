@@ -193,7 +193,7 @@ def memory_768(n: int, out_dir: str, repeats: int, nq: int = 200) -> dict:
   queries = perturbed_queries(db, nq, seed=3)
   truth, _ = ExactIndex(db, block=32768).search(queries, 10, batch=nq)
   out = {"n": n, "dim": dim}
-  for name, cfg in (("disk_float16", ScannConfig()),
+  for name, cfg in (("disk_bfloat16", ScannConfig()),
                     ("ram_int8", ScannConfig(reorder_store="ram", reorder_dtype="int8"))):
     d = os.path.join(out_dir, f"scann_{name}_{n}x{dim}")
     t0 = time.time()
@@ -339,9 +339,9 @@ def main(argv=None) -> None:
     result["memory_768"] = mem
     leaves = int(round(np.sqrt(args.n768)))
     result["projection_21m_768"] = {name: memory_projection(mem[name], leaves)
-                                    for name in ("disk_float16", "ram_int8")}
+                                    for name in ("disk_bfloat16", "ram_int8")}
     print(f"\n2. Memory at {mem['n']:,} x 768 (fresh process), projected to 21M x 768:")
-    for name in ("disk_float16", "ram_int8"):
+    for name in ("disk_bfloat16", "ram_int8"):
       m, p = mem[name], result["projection_21m_768"][name]
       print(f"{name:>13}: recall@10 {m['recall@10']}, {m['anon_bytes_per_vector']} B/vector anonymous "
             f"-> {p['resident_gb']} GB; warm {m['warm_qps']} q/s, cold {m['cold_qps']} q/s")
