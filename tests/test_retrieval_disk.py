@@ -11,10 +11,7 @@ from _retrieval_helpers import clustered_vectors
 from ragjax.retrieval.exact import ExactIndex, search_chunks
 from ragjax.retrieval.reorder import ReorderVectors, ReorderWriter, from_bfloat16_bits, to_bfloat16_bits
 from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
-
-
-def _recall(a, b):
-  return float(np.mean([len(set(x) & set(y)) / len(y) for x, y in zip(a, b)]))
+from ragjax.retrieval.tune import per_query_recall
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +88,7 @@ def test_streaming_build_reads_bounded_chunks_and_matches_the_in_memory_build(tm
   np.testing.assert_array_equal(rows, rows2)                   # seeded: same index either way
   np.testing.assert_array_equal(scores, scores2)
   ref, ref_scores = ExactIndex(db).search(q, 10)
-  assert _recall(rows, ref) >= 0.95
+  assert per_query_recall(rows, ref).mean() >= 0.95
   np.testing.assert_allclose(scores[:, 0], ref_scores[:, 0], atol=2e-3)   # bfloat16 re-scoring
   # Row i of the corpus is datapoint i (the sample was trained on, then re-added in order).
   own, _ = streamed.search(db[[0, 777, 4999]], 1, leaves_to_search=25)
