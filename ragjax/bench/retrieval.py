@@ -169,10 +169,11 @@ def synthetic(n: int, dim: int, nq: int, k: int, out_dir: str, repeats: int) -> 
   rec = {"scann_default": per_query_recall(index.search(hq, k, leaves_to_search=default_l,
                                                         reorder=default_r)[0], ht).mean(),
          "scann_tuned": per_query_recall(index.search(hq, k, leaves_to_search=tl, reorder=tr)[0], ht).mean()}
-  del exact
+  num_leaves = index.num_leaves
+  del exact, index      # unmapped here, so the probe's eviction of the re-scoring rows takes effect
   memory = fresh_process_memory(sdir, hq, tl, tr, out_dir, repeats)
   return {"n": n, "dim": dim, "queries": nq, "clusters": clusters, "gen_s": round(gen_s, 1),
-          "scann_build_s": round(build_s, 1), "tune_s": round(tune_s, 1), "num_leaves": index.num_leaves,
+          "scann_build_s": round(build_s, 1), "tune_s": round(tune_s, 1), "num_leaves": num_leaves,
           "scann_config": cfg.to_json(), "qps": qps,
           "default": {"leaves_to_search": default_l, "reorder": default_r,
                       "recall@10": round(float(rec["scann_default"]), 4),
