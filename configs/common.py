@@ -20,8 +20,9 @@ an error naming it):
   rollout     response budget, padding widths, hooks (REX-RAG clones, ...)
   sft         cold-start supervised fine-tuning (steps=0: none)
   rl, optim, critic_optim, trainer     the RL update and its loop
-  judge       a model service rewards call during training (ReZero's correctness): none, the
-              frozen base policy in this process, an HF checkpoint, or an OpenAI-compatible URL
+  judge       the model service rewards call during training (ReZero's correctness, R3-RAG's
+              relevance and Acc_model), `chat_service`: kind none, the frozen base policy in
+              this process, an HF checkpoint, an OpenAI-compatible URL, or the gold rule judge
   eval        evaluation batch size and question cap; retrieval depth at evaluation; benchmark
               suites (configs/suites.py), their data root, the judge model behind `acc`, the
               published row to compare with
@@ -96,7 +97,8 @@ def get_config() -> ConfigDict:
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
-                          weight_decay=0.01, gather=True, context_weight=0.0, log_every=10))
+                          weight_decay=0.01, gather=True, context_weight=0.0, log_every=10,
+                          save_every=100))
 
   c.rl = ConfigDict(dict(
       advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2, dual_clip=None,
@@ -115,11 +117,8 @@ def get_config() -> ConfigDict:
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
       max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
       step_retries=3))
-  # judge.model (the training-time judge rewards call; eval.judge is the evaluation's): "" =
-  # none; "base" = the frozen base policy in this process (the policy without LoRA); an HF
-  # checkpoint directory; or an OpenAI-compatible base URL (with judge.name).
-  c.judge = ConfigDict(dict(model="", name="judge", max_batch=16, max_prompt_tokens=1024,
-                            max_new_tokens=32))
+  # The training-time judge rewards call (eval.judge is the evaluation's): see chat_service.
+  c.judge = chat_service("", max_prompt_tokens=1024, max_new_tokens=32)
   # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
   # method: the row of configs/paper_results.json this config reproduces (with the model
   # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
@@ -131,6 +130,28 @@ def get_config() -> ConfigDict:
                             max_prompt_tokens=4096)),
       suites=ConfigDict(suites.SUITES)))
   return c
+
+
+CHAT_KINDS = ("", "url", "checkpoint", "base", "gold", "world")
+
+
+def chat_service(kind: str = "", **overrides) -> ConfigDict:
+  """A model service section (a `ChatModel`: the training judge `judge`, R3-RAG's `teacher`).
+  kind: "" none; "url" an OpenAI-compatible server (`url`, `model` = the served model's name,
+  `api_key_env`, `max_concurrency` / `max_retries` / `timeout`); "checkpoint" an HF directory
+  run in this process; "base" the policy as loaded, before training (with LoRA exactly the
+  frozen base, "the policy without LoRA"), in this process sharing its weights; "gold"
+  (judges) a rule judge reading the data's gold passages; "world" (teachers) the synthetic
+  world's scripted teacher.  In-process models batch `max_batch` prompts of at most
+  `max_prompt_tokens`, answering in at most `max_new_tokens`; `model` names them too."""
+  fields = dict(kind=kind, url="", model="judge", api_key_env="", checkpoint="",
+                max_concurrency=8, max_retries=3, timeout=120.0, max_batch=16,
+                max_prompt_tokens=1024, max_new_tokens=512)
+  unknown = sorted(set(overrides) - set(fields) - {"world"})
+  if unknown:
+    raise ValueError(f"chat_service: unknown fields {unknown}; known: {sorted(fields)}")
+  fields.update(overrides)
+  return ConfigDict(fields)
 
 
 def config_arg(arg: str, known, default: str = "tiny") -> str:

@@ -16,7 +16,7 @@ commit):
     1024 per message, top-2, temperature 0.9;
   - rewards with the code's weights [4, 2, 1, 1, 1, 1] (correctness, format, retry, em_chunk,
     strategy, diversity); correctness asks the judge, which is the frozen base model (the
-    policy without LoRA) in this process (`judge.model="base"`), at temperature 0.1;
+    policy without LoRA) in this process (`judge.kind="base"`), at temperature 0.1;
   - GRPO as the code runs it: group std with eps 1e-4, one on-policy gradient step per batch
     (the ratio is 1, so its clip never acts), KL 0.04 (k3) against the base (adapters
     disabled), token-mean, AdamW lr 5e-6 (b2 0.99, weight decay 0.1), cosine with 10% warmup,
@@ -97,7 +97,7 @@ def get_config(arg: str = "tiny"):
                   "rezero_em_chunk": 1.0, "rezero_strategy": 1.0, "rezero_diversity": 1.0}
   c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
                         "rezero_retry": {"retry_counting": "all_searches"}}
-  c.judge.update(dict(model="base", name="rezero-judge", max_batch=8 if tiny else 16,
+  c.judge.update(dict(kind="base", model="rezero-judge", max_batch=8 if tiny else 16,
                       max_prompt_tokens=1024 if tiny else 4096, max_new_tokens=32))
   c.optim.update(dict(lr=1e-3 if tiny else 5e-6, schedule="cosine", warmup_steps=0,
                       warmup_ratio=0.1, min_lr_ratio=0.0, total_steps=10 if tiny else 1000,

@@ -135,7 +135,7 @@ def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
                                     "rezero_strategy": 1.0, "rezero_diversity": 1.0}
     assert (c.model.lora.rank, c.model.lora.alpha, len(c.model.lora.targets)) == (64, 64.0, 7)
     assert (proto.top_k, proto.max_turns, proto.max_response_tokens) == (2, 20, 4096)
-    assert proto.today == "04 Apr 2025" and c.judge.model == "base"
+    assert proto.today == "04 Apr 2025" and c.judge.kind == "base"
 
 
 @pytest.mark.parametrize("spec,field,value", [
@@ -224,5 +224,7 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
 
 def test_a_bad_judge_is_refused_before_any_work():
   from ragjax.recipes.components import validate
-  with pytest.raises(ValueError, match="judge.model='bsae'"):
-    validate(_config("configs/rezero.py:tiny", **{"judge.model": "bsae"}))
+  with pytest.raises(ValueError, match="judge.kind='bsae'"):
+    validate(_config("configs/rezero.py:tiny", **{"judge.kind": "bsae"}))
+  with pytest.raises(ValueError, match="judge.kind='url' needs judge.url"):
+    validate(_config("configs/rezero.py:tiny", **{"judge.kind": "url"}))

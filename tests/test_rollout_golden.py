@@ -242,7 +242,7 @@ def test_autorefine_documents_refine_and_invalid():
 # ---------------------------------------------------------------- R3-RAG -------------------
 
 def test_r3_rag_steps_dedup_truncation_format_and_max_turns():
-  proto = get_protocol("r3_rag", max_turns=3)
+  proto = get_protocol("r3_rag", max_turns=3, context="stream")
   step1 = ("Step 1:\nThe problem analysis: find the founder.\n"
            "The retrieval query: Quillport Observatory founder?")
   step2 = "Step 2:\nThe problem analysis: check the name.\nThe retrieval query: Mirela Dunst"
@@ -272,10 +272,61 @@ def test_r3_rag_steps_dedup_truncation_format_and_max_turns():
   k = int(t.lengths[2])
   first_obs = (t.labels[2, :k] == RET) & (t.turn[2, :k] == 0)
   assert tok.decode(t.tokens[2, :k][first_obs].tolist()) == (store["p7"] + "\n" + store["p1"])[:512]
-  # row 2 searched in turns 0 and 1; its turn-2 query is past the limit and not served
+  # row 2 searched in every turn: its last-turn query is served too (R3-RAG scores its
+  # documents) and the row then ends without another observation or decode
   assert [c[0] for c in ret.calls] == [["Quillport Observatory founder", "chronicle harbour event"],
-                                       ["Mirela Dunst", "chronicle harbour event"]]
+                                       ["Mirela Dunst", "chronicle harbour event"],
+                                       ["chronicle harbour event"]]
+  assert [t.action for t in batch.meta.rows[2].turns] == ["search"] * 3
   check_logprobs_and_history(batch, pol)
+
+
+def test_r3_rag_restart_each_step_a_fresh_chat_and_its_own_sample():
+  """The paper's layout: every step is a fresh single-turn chat whose user message holds the
+  question, the earlier steps and their documents; each (prompt, step) is a step sample, the
+  sampler keeps the shared prefix and is extended with the rest."""
+  proto = get_protocol("r3_rag", max_turns=3, step_header=True)
+  assert proto.context == "restart"
+  step1 = ("Step 1:\nThe problem analysis: find the founder.\n"
+           "The retrieval query: Quillport Observatory founder")
+  step2 = "Step 2:\nThe problem analysis: check the name.\nThe retrieval query: Mirela Dunst"
+  step3 = "Step 3:\nThe problem analysis: known now.\nThe final answer: Mirela Dunst"
+  scripts = {0: [step1 + EOS, step2 + EOS, step3 + EOS],
+             1: ["The problem analysis: no header.\nThe final answer: x" + EOS]}
+  batch, pol, ret, eng, tok = rollout(proto, scripts, prompts=(Q,))
+  store = {i: (f'"{t}"\n{x}' if t else x) for i, t, x in h.PASSAGES}
+  docs1 = store["p3"] + "\n" + store["p2"]
+  s = batch.samples
+  assert list(s.row) == [0, 0, 0, 1] and list(s.turn) == [0, 1, 2, 0]
+  user = f"The question: {Q}"
+  users = [user, f"{user}\n{step1}\nThe retrieval documents: {docs1}",
+           f"{user}\n{step1}\nThe retrieval documents: {docs1}\n{step2}\nThe retrieval documents: "]
+  t = s.traj
+  for k, (u, step) in enumerate(zip(users, (step1, step2, step3))):
+    n, p = int(t.lengths[k]), int(t.prompt_lengths[k])
+    want = tok.apply_chat_template([{"role": "system", "content": "You are a helpful assistant."},
+                                    {"role": "user", "content": u}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert tok.decode(t.tokens[k, :p].tolist()) == want
+    assert (t.labels[k, :p] == P).all() and (t.labels[k, p:n] == POL).all()
+    assert list(t.tokens[k, p:n]) == tok(step + EOS, add_special_tokens=False)["input_ids"]
+    assert (t.turn[k, p:n] == k).all() and (t.turn[k, :p] == -1).all()
+    # log-probs sit at their sampler slot: the sampler's history was this very sample
+    np.testing.assert_allclose(t.sampler_logprobs[k, p:n], [h.slot_logprob(j) for j in range(p, n)])
+  # the trajectory row is the last sample; the sampler row holds exactly it
+  row0 = batch.traj
+  n = int(row0.lengths[0])
+  assert list(row0.tokens[0, :n]) == list(t.tokens[2, :n])
+  assert pol.state.histories[0][:n] == list(t.tokens[2, :n]) and pol.calls["truncate"] == 2
+  m = batch.meta.rows[0]
+  assert m.answer == "Mirela Dunst" and m.stop_reason == "answer"
+  assert m.doc_ids == [("p3", "p2"), ()]
+  assert m.response_text.startswith(step1 + "\nThe retrieval documents: " + docs1)
+  assert m.response_text.endswith(step3)
+  assert [(r.start, r.end) for r in m.turns] == [(int(t.prompt_lengths[k]), int(t.lengths[k]))
+                                                 for k in range(3)]
+  assert batch.meta.rows[1].stop_reason == "format_step_header"
+  h.check_alignment(batch)
 
 
 # ---------------------------------------------------------------- UR² ----------------------

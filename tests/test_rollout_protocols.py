@@ -104,7 +104,13 @@ def test_r3_parser():
   assert (a.kind, a.answer) == (Kind.ANSWER, "B")
   assert p.parse("The problem analysis: a", final=False).reason == "format_no_query_or_answer"
   assert p.parse("The problem analysis: \nThe final answer: B", final=False).kind == Kind.END
-  assert p.parse("The problem analysis: a\nThe retrieval query: q", final=True).kind == Kind.END
+  # a last-step query is still a search (R3-RAG retrieves and scores it, then stops)
+  assert p.parse("The problem analysis: a\nThe retrieval query: q", final=True).kind == Kind.SEARCH
+  header = get_protocol("r3_rag", step_header=True)
+  assert header.parse("Step 2:\nThe problem analysis: a\nThe final answer: B", final=False).answer == "B"
+  for bad in ("The problem analysis: a\nThe final answer: B",
+              "Step 1:\nThe problem analysis: a\nStep 2:\nThe final answer: B"):
+    assert header.parse(bad, final=False).reason == "format_step_header"
 
 
 def test_ur2_parser_and_answers():

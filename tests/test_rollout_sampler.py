@@ -23,6 +23,7 @@ from ragjax.models.decoder import Decoder, init_params  # noqa: E402
 from ragjax.models.presets import PRESETS  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
+from ragjax.rollout.protocols.base import as_prompt_input  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.rex_rag import EXPLORATION_PROMPTS, RexRagCloneHook  # noqa: E402
 from ragjax.sampling import Sampler, SamplerConfig  # noqa: E402
@@ -64,6 +65,7 @@ class Keep:
     self.s = sampler
     self.eos_ids, self.config = sampler.eos_ids, sampler.config
     self.stop_strings, self.max_extend = sampler.stop_strings, sampler.max_extend
+    self.row_multiple, self.max_prompt_len = sampler.row_multiple, sampler.max_prompt_len
 
   def __getattr__(self, name):
     fn = getattr(self.s, name)
@@ -194,3 +196,23 @@ def test_waves_give_the_trajectories_of_one_big_wave(greedy):
   np.testing.assert_allclose(np.asarray(a.traj.sampler_logprobs),
                              np.asarray(b.traj.sampler_logprobs), atol=1e-5)
   assert a.meta.response_texts == b.meta.response_texts
+
+
+def test_an_over_long_prompt_loses_its_middle_and_is_counted():
+  """A question longer than the sampler's largest prompt bucket keeps its head and tail and the
+  batch runs (issue 28 #7: one long question used to abort a whole evaluation)."""
+  tok = h.tokenizer()
+  cfg = PRESETS["tiny"]
+  proto = get_protocol("search_r1", max_turns=1)
+  sampler = sampler_for(cfg, random_params(cfg, 0), tok, proto)
+  long_q = "Where is Quillport " + "and the Tessaly River " * 80 + "in the end"
+  eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok)
+  with pytest.warns(UserWarning, match="middle is cut"):
+    batch = eng.run(["Who founded it", long_q])
+  assert batch.stats == {"prompts_truncated": 1}
+  full = eng.renderer.prompt_ids(as_prompt_input(long_q))
+  prompt = batch.traj.labels == Source.PROMPT
+  kept = batch.traj.tokens[1][prompt[1]].tolist()
+  assert len(full) > 256 and len(kept) == 256
+  assert kept[:128] == full[:128] and kept[128:] == full[-128:]
+  assert prompt[0].sum() < 256

@@ -143,3 +143,23 @@ def test_attention_windows_change_nothing_but_the_work(model):
   assert full.trace_counts["decode"] == 1
   _two_turns(windowed, obs=obs, seed=3)
   assert windowed.trace_counts["decode"] == 2
+
+
+def test_temperature_ladder_samples_each_row_at_its_own_temperature(model):
+  """R3-RAG's per-sample ladder: sample g of a prompt draws at temperatures[g]; the reported
+  log-probs are under that row's temperature-scaled distribution, and a clone keeps it."""
+  cfg = SAMPLED.replace(temperatures=(0.1, 1.7))
+  sampler = Sampler(*model, None, cfg)
+  state = sampler.prefill(PROMPTS, samples_per_prompt=2, seed=3)
+  np.testing.assert_allclose(np.asarray(state.temperature), [0.1, 1.7, 0.1, 1.7])
+  state, out = sampler.decode(state)
+  for r, temp in enumerate([0.1, 1.7, 0.1, 1.7]):
+    toks = out.token_lists()[r]
+    hist = PROMPTS[r // 2] + toks
+    ref = teacher_forced_logprobs(model[0], model[1], [hist], temperature=temp)[0]
+    want = [ref[len(PROMPTS[r // 2]) - 1 + i, t] for i, t in enumerate(toks)]
+    np.testing.assert_allclose(np.asarray(out.logprobs)[r, :len(toks)], want, atol=1e-4)
+  state = sampler.clone_rows(state, [1], [2])
+  assert float(np.asarray(state.temperature)[2]) == pytest.approx(1.7)
+  with pytest.raises(ValueError, match="temperatures must all be > 0"):
+    SAMPLED.replace(temperatures=(0.5, 0.0))

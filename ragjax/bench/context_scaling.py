@@ -33,18 +33,9 @@ import numpy as np  # noqa: E402
 
 from ragjax.bench.hf_loop import ForwardTimer  # noqa: E402
 from ragjax.bench.rollout import SHAPES, int_list, model_config  # noqa: E402
+from ragjax.bench.timing import best_time  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.sampling import Sampler, SamplerConfig  # noqa: E402
-
-
-def best_of(fn, repeats: int) -> float:
-  fn()
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t0)
-  return best
 
 
 def main(argv=None):
@@ -77,7 +68,8 @@ def main(argv=None):
                          prompt_buckets=(length,), extend_buckets=(16,), eos_ids=())
     sampler = Sampler(cfg, params, None, scfg)
     prompts = ids.tolist()
-    jax_prefill = best_of(lambda: jax.block_until_ready(sampler.prefill(prompts)), args.repeats)
+    jax_prefill = best_time(lambda: jax.block_until_ready(sampler.prefill(prompts)), args.repeats,
+                           warmup=True)
 
     def jax_decode():
       state = jax.block_until_ready(sampler.prefill(prompts))
@@ -92,7 +84,7 @@ def main(argv=None):
     for threads in args.torch_threads:
       torch.set_num_threads(threads)
       with torch.no_grad():
-        pre = best_of(lambda: model(input_ids=tt, logits_to_keep=1), args.repeats)
+        pre = best_time(lambda: model(input_ids=tt, logits_to_keep=1), args.repeats, warmup=True)
         steps = []
         for _ in range(args.repeats + 1):
           timer.reset()

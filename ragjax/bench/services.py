@@ -31,6 +31,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from ragjax.bench.timing import best_time  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _TEXT = ["Who founded the Quillport Observatory, and in which year?",
@@ -81,15 +83,6 @@ def start_server(ckpt: str, port: int, args) -> subprocess.Popen:
       time.sleep(0.2)
   proc.kill()
   raise RuntimeError("server did not come up")
-
-
-def best_time(fn, repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t0)
-  return best
 
 
 def main(argv=None):

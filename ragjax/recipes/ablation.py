@@ -96,16 +96,20 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
     if not same:
       raise ValueError("the two arms' overrides change the shared start (e.g. the cold start's "
                        "sections); an ablation compares RL settings from one start")
+  # A recipe with its own trainer or evaluation layout (R3-RAG: step samples, judge services,
+  # its evaluation protocol) provides them; the rest use the shared parts.
+  make_trainer = getattr(recipe, "make_trainer", parts.make_trainer)
+  evaluate_policies = getattr(recipe, "evaluate_policies", parts.evaluate_policies)
   results = {}
   out = os.path.join(workdir, "ablation")
   for name, cfg in configs.items():
     cfg.workdir = os.path.join(out, name)
     run = parts.validate(cfg)
-    trainer = parts.make_trainer(cfg, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+    trainer = make_trainer(cfg, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
     trainer.train()
     params = trainer.final_params()
     trainer.ckpt.close()
-    results[name] = parts.evaluate_policies(cfg, s, ((name, params, True),), splits=(split,))[0]
+    results[name] = evaluate_policies(cfg, s, ((name, params, True),), splits=(split,))[0]
   a, b = results[name_a], results[name_b]
   if a.qtypes != b.qtypes:
     raise RuntimeError("the arms were evaluated on different questions")

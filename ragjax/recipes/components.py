@@ -21,6 +21,7 @@ from ragjax.models.decoder import init_params
 from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
+from ragjax.recipes.chat_services import check_chat, make_services
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
@@ -45,7 +46,7 @@ def validate(c) -> RunConfig:
   make_hooks(c)
   adapter_from_config(c.model.lora)
   noise_config(c)
-  judge_kind(c)
+  check_chat(c, "judge")
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
@@ -279,44 +280,7 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
                  critic_params=critic, progress=c.progress,
                  adapter=adapter_from_config(c.model.lora),
-                 services=make_services(c, cfg, params, tok, mesh))
-
-
-def judge_kind(c) -> str:
-  """"" (no judge), "base", "url" or "checkpoint", from `judge.model` (an error otherwise)."""
-  j = c.get("judge", None)
-  model = "" if j is None else j.model
-  if not model:
-    return ""
-  if model == "base":
-    return "base"
-  if model.startswith(("http://", "https://")):
-    return "url"
-  if os.path.isdir(model):
-    return "checkpoint"
-  raise ValueError(f"judge.model={model!r}: use '' (none), 'base' (the frozen policy), an HF "
-                   f"checkpoint directory or an http(s) URL")
-
-
-def make_services(c, cfg, params, tok, mesh=None) -> dict:
-  """The model services rewards call (`ctx.services`), from the config's `judge` section:
-  "base" is the policy as loaded (before training; with LoRA exactly the frozen base, the
-  "policy without LoRA"), in this process and sharing its weights; a directory is an HF
-  checkpoint; an http(s) URL an OpenAI-compatible server."""
-  kind = judge_kind(c)
-  if not kind:
-    return {}
-  j = c.judge
-  sizes = dict(max_batch=j.max_batch, max_prompt_tokens=j.max_prompt_tokens,
-               max_new_tokens=j.max_new_tokens)
-  if kind == "url":
-    from ragjax.services.http_client import OpenAIChatClient
-    return {"judge": OpenAIChatClient(j.model, j.name)}
-  from ragjax.services.local import LocalChatModel
-  if kind == "base":
-    return {"judge": LocalChatModel(cfg, params, tok, name=j.name, seed=c.seed, mesh=mesh,
-                                    **sizes)}
-  return {"judge": LocalChatModel.from_checkpoint(j.model, name=j.name, seed=c.seed, **sizes)}
+                 services=make_services(c, cfg, params, tok, mesh, setup))
 
 
 def export_policy(out_dir: str, cfg, params, tok) -> str:

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Optional
 
+from ragjax.recipes.chat_services import eval_chat
 from ragjax.recipes.components import log, open_retriever
 
 
@@ -34,23 +35,13 @@ def out_dir(c, opts: SuiteOptions) -> str:
 
 
 def make_judge(c, suite):
-  """The `acc` judge: an OpenAI-compatible endpoint (`eval.judge.url` + `model`) or an HF
-  checkpoint run in process (`eval.judge.checkpoint`); None when neither is set."""
-  j = c.eval.judge
-  if not suite.judge_template or not (j.url or j.checkpoint):
+  """The `acc` judge (`chat_services.eval_chat`: `eval.judge`); None when the suite has no
+  judge template or no judge is configured."""
+  judged = eval_chat(c) if suite.judge_template else None
+  if judged is None:
     return None
   from ragjax.eval.judging import AnswerJudge
-  if j.url:
-    from ragjax.services import OpenAIChatClient
-    if not j.model:
-      raise ValueError("eval.judge.url needs eval.judge.model (the served model's name)")
-    chat = OpenAIChatClient(j.url, j.model, api_key_env=j.api_key_env or None,
-                            cache_path=j.cache or None)
-    name = f"{j.model} at {j.url}"
-  else:
-    from ragjax.services.local import LocalChatModel
-    chat = LocalChatModel.from_checkpoint(j.checkpoint, max_prompt_tokens=j.max_prompt_tokens)
-    name = f"{os.path.basename(os.path.normpath(j.checkpoint))} (in process)"
+  chat, name = judged
   return AnswerJudge(chat, suite.judge_template, name=name)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 
 from ragjax.data.readers import READERS, as_record, read_examples
@@ -163,9 +164,11 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
                                   seed=c.seed)
   params, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
                       c.rollout.widths, seed=c.seed, mesh=mesh,
-                      log_path=os.path.join(workdir, "sft_metrics.jsonl"), progress=c.progress)
+                      log_path=os.path.join(workdir, "sft_metrics.jsonl"), progress=c.progress,
+                      ckpt_dir=os.path.join(workdir, "sft"), fingerprint=fingerprint)
   parts.export_policy(cache, cfg, params, tok)
   write_json_atomic(meta, {"fingerprint": json_safe(fingerprint)})
+  shutil.rmtree(os.path.join(workdir, "sft"), ignore_errors=True)   # the exported policy supersedes them
   return params
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Optional, Sequence
 
@@ -59,10 +60,14 @@ class Start(parts.Start):
   template: object = None         # a greedy engine over the initial policy (traces, probe)
 
 
+SFT_DIR = "sft"        # the cold start's SFT checkpoints (a killed SFT resumes from them)
+
+
 def start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (the traces are teacher-forced, so sampling
   settings and rollout hooks do not matter)."""
-  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows")
+  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows",
+          "sft.save_every", "sft.log_every")
   return {k: v for k, v in flatten(c).items()
           if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
 
@@ -111,10 +116,12 @@ def start(c, timings: Optional[dict] = None) -> Start:
   sft_params, sft_hist = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
                                  c.rollout.widths, seed=c.seed, mesh=mesh,
                                  log_path=os.path.join(workdir, "sft_metrics.jsonl"),
-                                 progress=c.progress)
+                                 progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
+                                 fingerprint=fingerprint)
   mark("sft", t0)
   parts.export_policy(cache, cfg, sft_params, tok)
   write_json_atomic(meta_path, {"fingerprint": json_safe(fingerprint)})
+  shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)   # the exported policy supersedes them
   return Start(setup, cfg, sft_params, tok, mesh, sft_hist, (rows_t, rows_l), template)
 
 

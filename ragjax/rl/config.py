@@ -53,6 +53,9 @@ class RLConfig:
   batch_filter: str = ""              # registered row filter before advantages ("" = keep all)
   batch_filter_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
+  # Every policy turn is its own sample (R3-RAG; `ragjax.rollout.step_samples`): its turn's
+  # reward on its last token, GAE within the turn.  Needs the critic (advantage "gae").
+  step_samples: bool = False
 
   def __post_init__(self):
     if self.advantage != "gae":
@@ -80,6 +83,17 @@ class RLConfig:
       raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
                        f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
                        f"(set rl.use_sampler_logprobs=False to re-score them)")
+    if self.step_samples:
+      bad = [f"{name}={value!r}" for name, value, ok in (
+          ("advantage", self.advantage, self.advantage == "gae"),
+          ("train_on", tuple(self.train_on), tuple(self.train_on) == ("policy",)),
+          ("behaviour", self.behaviour, not self.behaviour),
+          ("batch_filter", self.batch_filter, not self.batch_filter)) if not ok]
+      if bad:
+        raise ValueError(f"rl.step_samples trains a critic on each turn's own tokens: it needs "
+                         f"rl.advantage='gae', rl.train_on=('policy',), no rl.behaviour and no "
+                         f"rl.batch_filter; got "
+                         f"{', '.join('rl.' + b for b in bad)}")
     if self.group_size < 1:
       raise ValueError(f"rl.group_size must be >= 1, got {self.group_size}")
 
@@ -144,7 +158,10 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "retriever.timeout", "retriever.deadline",
-                  "workdir", "progress", "hardware", "mesh.", "eval.", "probe.")
+                  "workdir", "progress", "hardware", "mesh.", "eval.", "probe.",
+                  # which recipe stages this invocation runs; where and how the judge is reached
+                  "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
+                  "judge.max_retries", "judge.timeout")
 
 
 def resume_mutable(key: str) -> bool:

@@ -2,14 +2,19 @@
 
 Same chunked log-probs, same `make_update` (micro-batches, sharding, optax), so SFT and RL share
 one tested path.  Only the loss differs: masked token cross-entropy.  `run_sft` is the loop
-(bucketed batches, logging) every recipe with a cold start uses.
+(bucketed batches, logging, checkpoints) every recipe with a cold start uses.
+
+With `ckpt_dir`, the loop saves an orbax checkpoint every `sft.save_every` steps (train state
+and the batch sampler's RNG state) and a restarted run resumes from the last one: the same
+batches follow, so a killed SFT finishes with the params an uninterrupted one would have, and
+its metrics log is trimmed to the checkpoint (tested).  A checkpoint written under another
+cold-start config is refused naming the fields (`fingerprint`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import flax.struct
 import jax
@@ -18,9 +23,11 @@ import numpy as np
 
 from ragjax.models.config import DecoderConfig
 from ragjax.rl.batch import trained_positions
+from ragjax.rl.checkpoint import Checkpointer, ConfigMismatchError
 from ragjax.rl.config import OptimConfig
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs
 from ragjax.rl.losses import agg_denominator, aggregate
+from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (NonFiniteError, init_train_state, jit_update, make_update,
                                   nonfinite_keys, place_train_state)
@@ -121,16 +128,19 @@ class SFTConfig:
   gather: bool = True                 # project only trained positions (same loss)
   context_weight: float = 0.0         # LM auxiliary on prompt and documents (see sft_loss_fn)
   log_every: int = 10
+  save_every: int = 100               # checkpoint cadence when the recipe gives a ckpt_dir; 0: never
 
 
 def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
             rows_l: Sequence[np.ndarray], sft: SFTConfig, widths: Sequence[int], *, seed: int,
-            log_path: str, progress: bool = True, mesh=None):
+            log_path: str, progress: bool = True, mesh=None, ckpt_dir: Optional[str] = None,
+            fingerprint: Optional[Mapping[str, Any]] = None):
   """SFT on unpadded trajectories (tokens, labels per row); returns (params, history).
 
   Batches are drawn from one width bucket at a time (chosen in proportion to its size), so
   short traces are not padded to the longest and each width compiles once.  Metrics go to
-  `log_path` (JSONL) every `log_every` steps."""
+  `log_path` (JSONL) every `log_every` steps; `history` is every logged record of the run,
+  including those of the steps before a resume."""
   import tqdm
   optim = OptimConfig(lr=sft.lr, schedule="cosine", warmup_steps=sft.warmup_steps,
                       min_lr_ratio=sft.min_lr_ratio, total_steps=sft.steps,
@@ -140,15 +150,30 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
   loss_fn, denom = sft_loss_fn(model_cfg, context_weight=sft.context_weight)
   updates = {}
   rng = np.random.default_rng(seed)
-  history = []
   widths = tuple(sorted(widths))
   width_of = np.asarray([pick_bucket(widths, len(t), f"trace {i}") for i, t in enumerate(rows_t)])
   buckets = {w: np.flatnonzero(width_of == w) for w in np.unique(width_of)}
   names = sorted(buckets)
   probs = np.asarray([len(buckets[w]) for w in names], np.float64)
   probs /= probs.sum()
-  with open(log_path, "w") as f:
-    for step in tqdm.trange(1, sft.steps + 1, desc="sft", disable=not progress):
+  log = MetricsLog(log_path)
+  ckpt = first = None
+  if ckpt_dir and sft.save_every > 0:
+    ckpt = Checkpointer(ckpt_dir, dict(fingerprint or {}, **{"sft.rows": len(rows_t)}),
+                        max_to_keep=1)
+    first = ckpt.latest_step()
+  if first is not None:       # resume: the state, and the sampler's RNG where it stood
+    try:
+      state, extra = ckpt.restore(state, first)
+    except ConfigMismatchError as e:
+      raise ConfigMismatchError(f"{e}. This is a killed cold start's SFT under another config: "
+                                f"delete {ckpt_dir} to train it afresh") from None
+    rng.bit_generator.state = extra["rng"]
+  log.truncate(first)         # drops the lines of steps past the checkpoint (all when none)
+  history = log.read()
+  try:
+    for step in tqdm.trange((first or 0) + 1, sft.steps + 1, desc="sft", disable=not progress,
+                            initial=first or 0, total=sft.steps):
       width = names[rng.choice(len(names), p=probs)]
       idx = rng.choice(buckets[width], sft.batch_size)
       batch = make_sft_batch(pad_rows([rows_t[i] for i in idx], width, 0, np.int32),
@@ -158,13 +183,20 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
       if shape not in updates:
         updates[shape] = jit_update(make_update(loss_fn, denom, optimizer, 1), state, batch, mesh)
       state, m = updates[shape](state, batch)
-      if step % sft.log_every == 0 or step == sft.steps:
+      saving = ckpt is not None and (step % sft.save_every == 0) and step < sft.steps
+      if step % sft.log_every == 0 or step == sft.steps or saving:
         rec = {"step": step, **{k: float(v) for k, v in jax.device_get(m).items()}}
         bad = nonfinite_keys(rec)
         if bad:    # never hand non-finite weights on (the caller would export them)
           raise NonFiniteError(f"SFT step {step}: non-finite {bad} "
                                f"({ {k: rec[k] for k in bad} }); lower sft.lr")
-        history.append(rec)
-        f.write(json.dumps(rec) + "\n")
-        f.flush()
+        if step % sft.log_every == 0 or step == sft.steps:
+          history.append(rec)
+          log.append(rec)
+      if saving:
+        ckpt.save(step, state, {"rng": rng.bit_generator.state})
+  finally:
+    if ckpt is not None:
+      ckpt.wait()
+      ckpt.close()
   return state.params, history

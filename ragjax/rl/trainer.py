@@ -59,6 +59,7 @@ from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_st
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
 from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
+from ragjax.rollout.step_samples import sample_token_rewards, step_samples
 from ragjax.rollout.trajectory import RolloutBatch
 
 
@@ -266,6 +267,15 @@ class Trainer:
     records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index])) for row in rows]
     results = score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
     rewards = np.asarray([r.total for r in results], np.float32)
+    samples = None
+    if self.rl.step_samples:   # every turn its own sample: tokens, old/ref/values per sample
+      samples = step_samples(batch, self.rl.mini_batch_size or self.rl.micro_batch_size or 8)
+      t = samples.traj
+      tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
+    elif batch.samples is not None:
+      raise ValueError(f"protocol {batch.meta.protocol!r} prompts every turn afresh "
+                       f"(protocol.context='restart'): train on its step samples with "
+                       f"rl.step_samples=True")
     mask = loss_mask(labels, self.rl.train_on)
     attn = attention_mask(labels)
     args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
@@ -291,8 +301,11 @@ class Trainer:
       values = to_host(self._values(self.critic.params, *args))
     score_s = time.perf_counter() - t_score
     if self.rl.uses_critic:
-      token_r = step_token_rewards([r.per_step for r in results],
-                                   [row.step_ends for row in rows], mask)
+      if samples is not None:
+        token_r = sample_token_rewards(samples, [r.per_step for r in results], mask)
+      else:
+        token_r = step_token_rewards([r.per_step for r in results],
+                                     [row.step_ends for row in rows], mask)
       if self.rl.kl_in_reward and ref is not None:
         token_r = token_r - self.rl.kl_coef * np.asarray(
             kl_penalty(jnp.asarray(old), jnp.asarray(ref), "k1")) * mask
@@ -320,8 +333,11 @@ class Trainer:
              "trajectories": len(rows), "tokens": int(attn.sum()),
              "positions": int(tokens.size), "trained_tokens": int(mask.sum()),
              "time/logprob_s": score_s}
+    if samples is not None:
+      stats["step_samples"] = int((samples.row >= 0).sum())
     if self.batch_filter is not None:
       stats["trajectories_generated"] = generated
+    stats.update({f"rollout/{k}": float(v) for k, v in batch.stats.items()})   # engine/hook counters
     for name in self.rl.rewards:
       stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
     for name, fn in self.metric_fns.items():

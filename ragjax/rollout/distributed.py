@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import jax
 
 from ragjax.parallel.distributed import allgather_objects, shard_range, to_host
-from ragjax.rollout.trajectory import RolloutBatch, TrajectoryMeta, assemble
+from ragjax.rollout.trajectory import RolloutBatch, TrajectoryMeta, assemble, assemble_samples
 
 
 class GatheringPolicy:
@@ -52,10 +52,11 @@ class ProcessShardedEngine:
     start, end = shard_range(len(prompts))
     mine = (self.engine.run_rows(prompts[start:end], samples_per_prompt, seed, uids[start:end],
                                  first_row=start * samples_per_prompt)
-            if end > start else ([], [], {}))
+            if end > start else ([], [], {}, []))
     parts = allgather_objects((start, *mine))
     dicts, metas, timings, stats = [], [], {"retrieval_s": 0.0, "retrieval_calls": 0}, {}
-    for first_prompt, d, m, t in parts:
+    samples = []
+    for first_prompt, d, m, t, s in parts:
       for k, v in t.get("stats", {}).items():      # hook counters add up over processes
         stats[k] = stats.get(k, 0) + v
       offset = len(dicts)
@@ -63,6 +64,7 @@ class ProcessShardedEngine:
         metas.append(dataclasses.replace(
             meta, row=meta.row + offset, prompt_index=meta.prompt_index + first_prompt,
             clone_of=None if meta.clone_of is None else meta.clone_of + offset))
+      samples += [(row + offset, sample) for row, sample in s]
       dicts += d
       for k in timings:
         timings[k] = max(timings[k], t.get(k, 0)) if k.endswith("_s") else timings[k] + t.get(k, 0)
@@ -70,4 +72,6 @@ class ProcessShardedEngine:
     timings["rollout_s"] = time.perf_counter() - t0
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas,
                                                        protocol=self.engine.protocol.name),
-                        timings=timings, stats=stats)
+                        timings=timings, stats=stats,
+                        samples=assemble_samples(samples, self.engine.config.widths,
+                                                 self.engine.config.pad_id))

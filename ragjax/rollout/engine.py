@@ -10,6 +10,13 @@ Tokens in, tokens out: the policy's spans are the sampler's own ids (cut only on
 boundaries when the protocol drops what follows an action); only environment / injected text is
 tokenised, segment by segment, so each label is attached while concatenating.
 
+A protocol with `context == "restart"` (R3-RAG) prompts every turn afresh: after a turn that
+continues, the row becomes the protocol's next prompt (`Renderer.context_ids` with
+`Protocol.restart_history`), the sampler row is truncated to the prefix it shares with that
+prompt and extended with the rest.  Each (prompt, turn) is recorded as a step sample
+(`RolloutBatch.samples`; turn spans index their own sample) and the trajectory row is the last
+one.  A search in the last turn is served (its documents recorded) and the row then ends.
+
 `policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
 `retriever` is anything with `search(queries, k) -> hits`; one that also has
 `search_with_context(queries, k, **per_query_lists)` gets the protocol's `retrieval_context` of
@@ -31,13 +38,13 @@ import numpy as np
 
 from ragjax.rollout.hooks import TurnView
 from ragjax.rollout.labels import Source
-from ragjax.rollout.protocols.base import (Action, Kind, Protocol, as_prompt_input, hit_contents,
-                                           hit_id)
+from ragjax.rollout.protocols.base import (Action, Kind, Protocol, RestartStep, as_prompt_input,
+                                           hit_contents, hit_id)
 from ragjax.rollout.renderer import Renderer
 from ragjax.rollout.segments import Segment
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
-                                       assemble)
+                                       assemble, assemble_samples)
 from ragjax.sampling.config import CACHE_FULL, NOT_RUN
 
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
@@ -111,6 +118,11 @@ class _Row:
   stop_reason: str = ""
   records: list = dataclasses.field(default_factory=list)
   seen_docs: list = dataclasses.field(default_factory=list)
+  # restart contexts: earlier turns (RestartStep), finished step samples, the text so far
+  steps: list = dataclasses.field(default_factory=list)
+  samples: list = dataclasses.field(default_factory=list)
+  transcript: list = dataclasses.field(default_factory=list)
+  recorded: bool = True                  # the row's content is already a recorded sample
   # this turn
   action: Optional[Action] = None
   turn_start: int = 0
@@ -130,6 +142,10 @@ class _Row:
     for lst in (self.tokens, self.labels, self.logprobs, self.turns):
       del lst[n:]
 
+  def sample(self) -> dict:
+    return dict(tokens=list(self.tokens), labels=list(self.labels), logprobs=list(self.logprobs),
+                turns=list(self.turns), prompt_len=self.prompt_len, group_id=self.group_id)
+
 
 class RolloutEngine:
   def __init__(self, protocol: Protocol, policy, retriever, tokenizer,
@@ -138,6 +154,7 @@ class RolloutEngine:
     self.config = config
     self.hooks = list(hooks)
     self.renderer = Renderer(protocol, tokenizer, chat=config.chat)
+    self.restart = protocol.context == "restart"
     self.eos_ids = frozenset(int(e) for e in policy.eos_ids or ())
     self.retrieval_calls = 0
     caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
@@ -162,23 +179,25 @@ class RolloutEngine:
     hold one wave, not the batch.  Row b of the whole batch samples with key
     fold_in(PRNGKey(seed), b) whatever its wave, so waves change memory, not trajectories."""
     t_start = time.perf_counter()
-    dicts, metas, timings = self.run_rows(prompts, samples_per_prompt, seed, uids)
+    dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids)
     stats = timings.pop("stats")
     traj = assemble(dicts, self.config.widths, self.config.pad_id)
     timings["rollout_s"] = time.perf_counter() - t_start
     return RolloutBatch(traj=traj, meta=TrajectoryMeta(rows=metas, protocol=self.protocol.name),
-                        timings=timings, stats=stats)
+                        timings=timings, stats=stats,
+                        samples=assemble_samples(samples, self.config.widths, self.config.pad_id))
 
   def run_rows(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
                uids: Optional[Sequence[int]] = None, first_row: int = 0
-               ) -> tuple[list[dict], list[RowMeta], dict]:
+               ) -> tuple[list[dict], list[RowMeta], dict, list]:
     """`run` before assembly: (host row dicts, row records, timings with the hooks' counters
-    under "stats").  `first_row` is the index of these prompts' first row in a larger batch
+    under "stats", a restart protocol's step samples as (batch row, sample dict) pairs).  `first_row` is the index of these prompts' first row in a larger batch
     (rows of one batch split over processes keep the keys they would have had together)."""
     self._retrieval_s, calls0 = 0.0, self.retrieval_calls
     self._seed, self._stats = int(seed), {}
     prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
+    self._inputs = inputs
     if not inputs:
       raise ValueError("run() needs at least one prompt")
     g = int(samples_per_prompt)
@@ -188,7 +207,7 @@ class RolloutEngine:
     if len(uids) != len(inputs):
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
     per_wave = max(1, self.config.wave_rows // g) if self.config.wave_rows else len(inputs)
-    dicts, metas = [], []
+    dicts, metas, samples = [], [], []
     for start in range(0, len(inputs), per_wave):
       wave = slice(start, start + per_wave)
       if self.config.spare_rows == -1:      # sized by the hooks for this wave's rows
@@ -198,17 +217,20 @@ class RolloutEngine:
                  if self.config.spare_rows else 0)
       self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
                      spare)
-      d, m = self._finish(prompt_offset=start, row_offset=len(dicts))
+      d, m, s = self._finish(prompt_offset=start, row_offset=len(dicts))
       dicts += d
       metas += m
+      samples += s
     return dicts, metas, {"retrieval_s": self._retrieval_s,
                           "retrieval_calls": self.retrieval_calls - calls0,
-                          "stats": dict(self._stats)}
+                          "stats": dict(self._stats)}, samples
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
     """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
     self._prompts, self._inputs = list(prompts), list(inputs)
-    prompt_ids = [self.renderer.prompt_ids(x) for x in inputs]
+    # restart contexts are all rendered one way, so consecutive ones share the longest prefix
+    render = self.renderer.context_ids if self.restart else self.renderer.prompt_ids
+    prompt_ids = [self._fit_prompt(render(x), x) for x in inputs]
     extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
     state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
                                 seed=seed, first_row=first_row)
@@ -287,7 +309,8 @@ class RolloutEngine:
       if action.keep is not None and action.keep < len(text):
         keep = tokens_covering(self.tokenizer, body, text, action.keep)
       continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
-      if continuing and eos_tail and self.protocol.observation_role == "inline":
+      if (continuing and eos_tail and self.protocol.observation_role == "inline"
+          and not self.restart):
         keep = min(keep, len(body))      # never continue an inline stream after an eos token
       if keep < len(ids):                # the text of exactly the kept tokens
         text = decode(self.tokenizer, ids[:keep])
@@ -300,6 +323,7 @@ class RolloutEngine:
       row.resume = False
       row.pending = []
       row.append(ids[:keep], Source.POLICY, t, lps[r, :keep])
+      row.recorded = row.recorded and keep == 0
       if int(reasons[r]) == CACHE_FULL:
         row.action = Action(Kind.END, reason="budget")
       elif int(reasons[r]) == NOT_RUN:
@@ -343,8 +367,21 @@ class RolloutEngine:
       elif kind == Kind.END:
         reason = row.action.reason or "end"
         row.done, row.stop_reason = True, ("max_turns" if reason in _FINAL_REASONS else reason)
+      elif kind == Kind.SEARCH and final:    # served and recorded; nothing is decoded after it
+        row.done, row.stop_reason = True, "max_turns"
+      if self.restart:
+        row.transcript.append(row.turn_text + "".join(seg.text for seg in obs))
+        if kind in (Kind.SEARCH, Kind.INVALID):
+          row.steps.append(RestartStep(row.turn_text, row.action.query if kind == Kind.SEARCH
+                                       else None, tuple(hits.get(r, ()))))
       if row.done:
         done_rows.append(r)
+        continue
+      if self.restart and kind in (Kind.SEARCH, Kind.INVALID):
+        if self._restart(row):
+          ext_rows.append(r)
+        else:
+          done_rows.append(r)
         continue
       ids, labels, truncated = self.renderer.tokenize(obs)
       row.records[-1].obs_truncated = truncated
@@ -362,6 +399,31 @@ class RolloutEngine:
     self._extend(ext_rows, [self._rows[r].pending for r in ext_rows])
     if done_rows:
       self._state = self.policy.set_done(self._state, done_rows)
+
+  def _restart(self, row: _Row) -> bool:
+    """Records the row's (prompt, turn) sample and makes its next prompt the row's content;
+    the sampler keeps the shared prefix and is extended with the rest (`pending`).  False when
+    the new prompt leaves no room for a generated token (the row ends: "budget")."""
+    row.samples.append(row.sample())
+    row.recorded = True
+    ids = self.renderer.context_ids(self._inputs[row.prompt_index],
+                                    self.protocol.restart_history(row.steps))
+    if self._capacity is not None and len(ids) + 1 > self._capacity:
+      row.done, row.stop_reason = True, "budget"
+      return False
+    common = 0
+    for a, b in zip(row.tokens, ids):
+      if a != b:
+        break
+      common += 1
+    if common == 0:
+      raise ValueError(f"{self.protocol.name}: consecutive restart prompts share no first token; "
+                       f"the sampler needs at least one to keep")
+    row.tokens, row.labels = list(ids), [int(Source.PROMPT)] * len(ids)
+    row.logprobs, row.turns = [0.0] * len(ids), [-1] * len(ids)
+    row.prompt_len = len(ids)
+    row.pending = list(ids[common:])
+    return True
 
   # ------------------------------------------------------------------------------------------
   def _is_search(self, r) -> bool:
@@ -402,6 +464,20 @@ class RolloutEngine:
       row.seen_docs.extend(hit_id(h) for h in hits)
       out[r] = hits
     return out
+
+  def _fit_prompt(self, ids: list, inp) -> list:
+    """A prompt longer than the policy takes (`max_prompt_len`) loses its middle: the head
+    (instructions) and the tail (the question's end, the generation prompt) stay, as
+    long-context evaluations cut, and the cut is counted in the step's stats
+    (`prompts_truncated`), so one over-long question never aborts a batch."""
+    limit = getattr(self.policy, "max_prompt_len", None)
+    if not limit or len(ids) <= limit:
+      return ids
+    self._stats["prompts_truncated"] = self._stats.get("prompts_truncated", 0) + 1
+    warnings.warn(f"prompt of {len(ids)} tokens is longer than the policy's {limit}: its middle "
+                  f"is cut ({str(getattr(inp, 'question', ''))[:60]!r})", stacklevel=3)
+    head = limit // 2
+    return list(ids[:head]) + list(ids[len(ids) - (limit - head):])
 
   def _retrieval_contexts(self, rows) -> Optional[dict]:
     """{keyword: per-query list} from the protocol's `retrieval_context`, when the retriever
@@ -497,27 +573,31 @@ class RolloutEngine:
     row.records[-1].action = "continue"
 
   # ------------------------------------------------------------------------------------------
-  def _finish(self, prompt_offset: int = 0, row_offset: int = 0) -> tuple[list, list]:
-    """The wave's rows as host dicts and records (originals first, then clones), indexed in
-    the whole batch (`prompt_offset`: the wave's first prompt; `row_offset`: rows before it)."""
+  def _finish(self, prompt_offset: int = 0, row_offset: int = 0) -> tuple[list, list, list]:
+    """The wave's rows as host dicts and records (originals first, then clones) and its step
+    samples as (row, dict) pairs, indexed in the whole batch (`prompt_offset`: the wave's first prompt; `row_offset`: rows before it)."""
     order = sorted(r for r in self._rows if self._rows[r].clone_of is None)
     order += sorted(r for r in self._rows if self._rows[r].clone_of is not None)
     index = {r: row_offset + i for i, r in enumerate(order)}
-    dicts, metas = [], []
+    dicts, metas, samples = [], [], []
     for r in order:
       row = self._rows[r]
       dicts.append(dict(tokens=row.tokens, labels=row.labels, logprobs=row.logprobs,
                         turns=row.turns, prompt_len=row.prompt_len, group_id=row.group_id))
+      response = decode(self.tokenizer, row.tokens[row.prompt_len:])
+      if self.restart:
+        done = row.samples + ([] if row.recorded else [row.sample()])
+        samples += [(index[r], d) for d in done]
+        response = "".join(row.transcript)
       meta = RowMeta(
           row=index[r], group_id=row.group_id, prompt_index=prompt_offset + row.prompt_index,
           sample_index=row.sample_index, sampler_row=r, cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
-          answer=row.answer, stop_reason=row.stop_reason,
-          response_text=decode(self.tokenizer, row.tokens[row.prompt_len:]),
+          answer=row.answer, stop_reason=row.stop_reason, response_text=response,
           turns=row.records)
       meta.extra = self.protocol.annotate(meta)
       metas.append(meta)
-    return dicts, metas
+    return dicts, metas, samples
 
 
 class RowEditor:

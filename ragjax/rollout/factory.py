@@ -32,7 +32,8 @@ def protocol_from_config(c, evaluation: bool = False) -> Protocol:
 
 def sampler_config(c, protocol: Protocol, eos_ids, *, greedy: bool,
                    temperature: Optional[float] = None) -> SamplerConfig:
-  extra = {} if temperature is None else {"temperature": float(temperature)}
+  # An explicit temperature (evaluation's sampled rows) replaces any per-sample ladder.
+  extra = {} if temperature is None else {"temperature": float(temperature), "temperatures": ()}
   return from_dict(SamplerConfig, c.sampler, "sampler", greedy=greedy,
                    stop_strings=protocol.stop_sequences, eos_ids=tuple(eos_ids), **extra)
 

@@ -40,24 +40,30 @@ class Renderer:
     data = [inp.question, *inp.options]
     specials = [t for t in getattr(self.tokenizer, "all_special_tokens", ()) if t]
     if any(s in d for d in data for s in specials):
-      return self._guarded_prompt_ids(inp, data)
+      return self.context_ids(inp)
     text = self.prompt_text(inp)
     if self.chat:                   # the template wrote any BOS it wants
       return encode_text(self.tokenizer, text)
     return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
-  def _guarded_prompt_ids(self, inp: PromptInput, data: list[str]) -> list[int]:
-    """The prompt rendered with a sentinel per data string, the template's text tokenised with
-    its special tokens and each data string tokenised plain."""
+  def context_ids(self, prompt, history: Sequence[Segment] = ()) -> list[int]:
+    """The ids of the prompt with `history` segments right after its question: a restart
+    context (`Protocol.context == "restart"`: the earlier turns live in the user message; all
+    of it is prompt).  The template's text is tokenised with its special tokens, the question,
+    options and plain segments (documents, earlier turns) as text, so no data string becomes a
+    control token."""
+    inp = as_prompt_input(prompt)
+    data = [inp.question, *inp.options]
     marks = [f"\x00RAGJAX_DATA_{i}\x00" for i in range(len(data))]
     masked = dataclasses.replace(inp, question=marks[0], options=tuple(marks[1:]))
     text = self.prompt_text(masked)
     ids, rest = [], text
-    for mark, value in zip(marks, data):
+    for i, (mark, value) in enumerate(zip(marks, data)):
       head, sep, rest = rest.partition(mark)
       if not sep:
         raise ValueError(f"{self.protocol.name}: the prompt does not contain its question verbatim")
-      ids += encode_text(self.tokenizer, head) + encode_text(self.tokenizer, value, plain=True)
+      segs = [Segment(head, Source.PROMPT), Segment(value, Source.PROMPT, plain=True)]
+      ids += tokenize_segments(self.tokenizer, segs + (list(history) if i == 0 else []))[0]
     ids += encode_text(self.tokenizer, rest)
     if not self.chat:              # the BOS / EOS the tokenizer adds around plain prompts
       with_special = self.tokenizer("a", add_special_tokens=True)["input_ids"]

@@ -19,11 +19,17 @@ class Segment:
   """Text the environment (or a method hook) appends, with its label.
 
   `max_tokens` truncates this segment's ids (observation budgets are counted in tokens of the
-  retrieved text, so the closing wrapper tag always survives).
+  retrieved text, so the closing wrapper tag always survives).  `plain`: tokenise special-token
+  strings as text (data); None means plain for retrieved text only.
   """
   text: str
   label: Source
   max_tokens: Optional[int] = None
+  plain: Optional[bool] = None
+
+  @property
+  def is_plain(self) -> bool:
+    return self.label == Source.RETRIEVED if self.plain is None else bool(self.plain)
 
 
 def encode_text(tokenizer, text: str, *, plain: bool = False) -> list[int]:
@@ -43,7 +49,7 @@ def tokenize_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int]
   for seg in segments:
     if not isinstance(seg, Segment):
       raise TypeError(f"expected Segment, got {type(seg).__name__}: {seg!r}")
-    piece = encode_text(tokenizer, seg.text, plain=seg.label == Source.RETRIEVED)
+    piece = encode_text(tokenizer, seg.text, plain=seg.is_plain)
     if seg.max_tokens is not None and len(piece) > seg.max_tokens:
       piece = piece[: seg.max_tokens]
       truncated = True

@@ -128,14 +128,19 @@ class TeacherPolicy:
 
 
 def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], *,
-                   max_new_tokens: int, cache_length: int, chunk: int = 500, seed: int = 0
+                   max_new_tokens: int, cache_length: int, chunk: int = 500, seed: int = 0,
+                   steps: bool = False, on_batch=None
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  """Forced traces run through the real engine: (tokens, labels) per prompt, unpadded.
+  """Forced traces run through the real engine: (tokens, labels) per prompt, unpadded; with
+  `steps`, per step sample instead (`ragjax.rollout.step_samples`: each turn with the context
+  it was generated from, R3-RAG's SFT samples).
 
   `engine` supplies the protocol, retriever, tokenizer, eos ids and loop settings; each chunk of
   `chunk` prompts runs with a `TeacherPolicy` emitting `scripts[i]` in place of its policy, so
-  observations are real retrieval results and labels match RL rollouts exactly."""
+  observations are real retrieval results and labels match RL rollouts exactly.
+  `on_batch(batch, offset)` sees each chunk's `RolloutBatch` (offset = its first prompt)."""
   from ragjax.rollout.engine import RolloutEngine
+  from ragjax.rollout.step_samples import step_samples
   if len(prompts) != len(scripts):
     raise ValueError(f"{len(prompts)} prompts but {len(scripts)} scripts")
   rows_t, rows_l = [], []
@@ -146,7 +151,10 @@ def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], 
                             max_new_tokens=max_new_tokens, cache_length=cache_length)
     forced = RolloutEngine(engine.protocol, teacher, engine.retriever, engine.tokenizer,
                            engine.config)
-    t = forced.run(list(prompts[s:s + chunk]), samples_per_prompt=1, seed=seed).traj
+    batch = forced.run(list(prompts[s:s + chunk]), samples_per_prompt=1, seed=seed)
+    if on_batch is not None:
+      on_batch(batch, s)
+    t = step_samples(batch).traj if steps else batch.traj
     tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
     for i in range(t.num_rows):
       n = int(t.lengths[i])

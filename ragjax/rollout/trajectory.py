@@ -56,7 +56,9 @@ class Trajectory:
 @dataclasses.dataclass
 class TurnRecord:
   """One generation turn of one row.  [start, end) are the token indices (in the row) of the
-  policy tokens this turn kept: `end` is the step boundary that step rewards land on."""
+  policy tokens this turn kept: `end` is the step boundary that step rewards land on.  With a
+  restart-context protocol the indices are in the turn's own step sample
+  (`RolloutBatch.samples`)."""
   turn: int
   action: str                       # search | answer | invalid | end | continue
   text: str                         # the kept policy text of the turn
@@ -148,14 +150,32 @@ class TrajectoryMeta:
 
 
 @dataclasses.dataclass
+class StepSamples:
+  """One training sample per policy turn: [S, T] arrays whose sample holds the context the turn
+  was generated from (trained on nothing) and the turn's own tokens (POLICY), with the
+  trajectory row (`row`, -1 for padding) and turn index (`turn`) it comes from.  A
+  restart-context engine records them as it runs; `ragjax.rollout.step_samples` derives them
+  from stream trajectories (each turn's prefix) and pads them."""
+  traj: Trajectory
+  row: np.ndarray                   # [S] int32
+  turn: np.ndarray                  # [S] int32
+
+  @property
+  def num_samples(self) -> int:
+    return self.traj.num_rows
+
+
+@dataclasses.dataclass
 class RolloutBatch:
   """What the engine returns and the trainer consumes: arrays, row records, timings
-  (`rollout_s`, `retrieval_s`, `retrieval_calls`) and the counters hooks noted (`stats`, e.g.
-  clones a hook could not make for want of spare rows)."""
+  (`rollout_s`, `retrieval_s`, `retrieval_calls`), the counters hooks noted (`stats`, e.g.
+  clones a hook could not make for want of spare rows) and the step samples a restart-context
+  protocol produced (`samples`; None: the rows are the only token sequences)."""
   traj: Trajectory
   meta: TrajectoryMeta
   timings: dict = dataclasses.field(default_factory=dict)
   stats: dict = dataclasses.field(default_factory=dict)
+  samples: Optional[StepSamples] = None
 
   @property
   def rows(self) -> list[RowMeta]:
@@ -214,3 +234,15 @@ def assemble(rows: Sequence[dict], widths: Optional[Sequence[int]] = None,
       turn=pad_rows([r["turns"] for r in rows], width, -1, np.int32),
       lengths=np.asarray([len(r["tokens"]) for r in rows], np.int32),
       prompt_lengths=np.asarray([r["prompt_len"] for r in rows], np.int32))
+
+
+def assemble_samples(samples: Sequence[tuple[int, dict]], widths: Optional[Sequence[int]] = None,
+                     pad_id: int = 0) -> Optional[StepSamples]:
+  """(trajectory row, host sample dict) pairs -> `StepSamples` (None when there are none: the
+  protocol does not restart its context)."""
+  if not samples:
+    return None
+  dicts = [d for _, d in samples]
+  return StepSamples(traj=assemble(dicts, widths, pad_id),
+                     row=np.asarray([r for r, _ in samples], np.int32),
+                     turn=np.asarray([max(d["turns"]) for d in dicts], np.int32))

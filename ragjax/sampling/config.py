@@ -11,6 +11,7 @@ import dataclasses
 from typing import Optional
 
 import jax
+import numpy as np
 
 # Why a row's turn ended (TurnOutput.stop_reason).
 NOT_RUN = 0      # the row was finished (eos, cache full, set_done) before the turn began
@@ -37,6 +38,9 @@ class SamplerConfig:
   prompt_buckets: tuple[int, ...] = (32, 64, 128, 256, 512)
   extend_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
   temperature: float = 1.0
+  # A per-sample ladder: sample g of each prompt draws at temperatures[g % len]; () = every row
+  # at `temperature` (R3-RAG: 0.1, 0.4, 0.7, 1.0 for its 4 samples).
+  temperatures: tuple[float, ...] = ()
   top_p: float = 1.0
   top_k: int = 0
   greedy: bool = False
@@ -62,6 +66,8 @@ class SamplerConfig:
     if not self.greedy and self.temperature <= 0:
       raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got "
                        f"{self.temperature}")
+    if not self.greedy and any(not t > 0 for t in self.temperatures):
+      raise ValueError(f"temperatures must all be > 0, got {self.temperatures!r}")
     if not 0.0 < self.top_p <= 1.0:
       raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
     if self.top_k < 0:
@@ -74,6 +80,12 @@ class SamplerConfig:
                        f"{self.attend_buckets!r}")
     if any(not s for s in self.stop_strings):
       raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
+
+  def row_temperatures(self, prompts: int, samples: int) -> np.ndarray:
+    """[prompts * samples] float32: each prompt-major row's sampling temperature."""
+    ladder = self.temperatures or (self.temperature,)
+    g = np.arange(prompts * samples) % samples
+    return np.asarray([ladder[i % len(ladder)] for i in g], np.float32)
 
   def replace(self, **kw) -> "SamplerConfig":
     return dataclasses.replace(self, **kw)

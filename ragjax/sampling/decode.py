@@ -70,7 +70,7 @@ def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, .
     if num_stops and scfg.forbid_stop_overhang:
       banned = jnp.any(stop_lookup(st.stop_state, None) == OVERHANG, axis=1)
     tok, lp, slp = sample_tokens(st.logits, step_keys, banned, greedy=scfg.greedy,
-                                 temperature=scfg.temperature, top_k=scfg.top_k,
+                                 temperature=st.temperature, top_k=scfg.top_k,
                                  top_p=scfg.top_p)
     tok = constrain_rows(jnp.where(active, tok, scfg.pad_id), mesh)
     if num_stops:

@@ -33,7 +33,8 @@ def constrain_state(state, mesh: Optional[Mesh]):
   wsc = jax.lax.with_sharding_constraint
   cache = {k: wsc(v, cache_sharding(mesh, v.shape)) for k, v in state.cache.items()}
   rest = {f: wsc(getattr(state, f), rows_sharding(mesh, getattr(state, f).shape))
-          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys")}
+          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys",
+                    "temperature")}
   return state.replace(cache=cache, **rest)
 
 

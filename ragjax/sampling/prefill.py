@@ -19,11 +19,12 @@ from ragjax.sampling.layout import constrain_cache, constrain_rows, constrain_st
 from ragjax.sampling.state import SamplerState
 
 
-def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, *, samples: int,
+def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, samples: int,
             cache_length: int, cache_dtype: str, num_stops: int, mesh=None,
             first_row=0) -> SamplerState:
   """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major);
-  row b's key is fold_in(PRNGKey(seed), first_row + b)."""
+  `temperature` [P * samples] is each row's sampling temperature; row b's key is
+  fold_in(PRNGKey(seed), first_row + b)."""
   p, t = tokens.shape
   cache = constrain_cache(init_cache(cfg, p, cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
@@ -37,7 +38,8 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, *, samples: int,
       jnp.asarray(first_row, jnp.uint32) + jnp.arange(b, dtype=jnp.uint32))
   state = SamplerState(cache=cache, tokens=rep(history), lengths=rep(lengths).astype(jnp.int32),
                        logits=rep(logits), finished=jnp.zeros((b,), bool),
-                       stop_state=jnp.zeros((b, num_stops), jnp.int32), keys=keys)
+                       stop_state=jnp.zeros((b, num_stops), jnp.int32), keys=keys,
+                       temperature=jnp.asarray(temperature, jnp.float32))
   return constrain_state(state, mesh)
 
 

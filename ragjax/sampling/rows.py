@@ -31,7 +31,7 @@ def clone(state: SamplerState, source, mesh=None) -> SamplerState:
       cache={k: jnp.take(v, source, axis=1) for k, v in state.cache.items()},
       tokens=take(state.tokens), lengths=take(state.lengths), logits=take(state.logits),
       finished=take(state.finished), stop_state=take(state.stop_state),
-      keys=jnp.where((source != rows)[:, None], fresh, keys))
+      temperature=take(state.temperature), keys=jnp.where((source != rows)[:, None], fresh, keys))
   return constrain_state(state, mesh)
 
 

@@ -15,13 +15,14 @@ _NEG = -jnp.inf
 
 
 def sample_tokens(logits: jnp.ndarray, keys: jnp.ndarray, banned: Optional[jnp.ndarray], *,
-                  greedy: bool, temperature: float, top_k: int, top_p: float):
-  """logits [B, V] float32, keys [B, 2] uint32, banned [B, V] bool or None.
+                  greedy: bool, temperature, top_k: int, top_p: float):
+  """logits [B, V] float32, keys [B, 2] uint32, banned [B, V] bool or None; `temperature` a
+  number or one per row ([B]).
 
   Returns (tokens [B] int32, logprobs [B], sampling_logprobs [B]).
   """
-  temp = 1.0 if greedy else temperature
-  scaled = logits / temp
+  temp = 1.0 if greedy else jnp.asarray(temperature, jnp.float32)
+  scaled = logits / (temp[:, None] if jnp.ndim(temp) == 1 else temp)
   model_lp = jax.nn.log_softmax(scaled, axis=-1)
   masked = scaled if banned is None else jnp.where(banned, _NEG, scaled)
   if greedy:

@@ -14,9 +14,11 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 (`trace_counts` counts traces per function for tests).
 
 * `prefill(prompts, samples_per_prompt, seed)`: one forward per prompt; the G samples share
-  it (cache copied).  Row b's PRNG key is fold_in(PRNGKey(seed), first_row + b); each step
-  folds in the row's length, so a row's samples depend only on (seed, row, position), also
-  when a batch is rolled out in waves (`first_row`: the wave's first row in the batch).
+  it (cache copied).  Sample g of a prompt draws at `temperatures[g]` when the config gives a
+  ladder (R3-RAG's 0.1 / 0.4 / 0.7 / 1.0), else at `temperature`.  Row b's PRNG key is
+  fold_in(PRNGKey(seed), first_row + b); each step folds in the row's length, so a row's
+  samples depend only on (seed, row, position), also when a batch is rolled out in waves
+  (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
   turn in a long cache does not pay for the whole cache (one program per window).
@@ -92,9 +94,10 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, first_row, *, samples):
+  def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, first_row=first_row, samples=samples,
+        self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
+        samples=samples,
         cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
@@ -123,6 +126,11 @@ class Sampler:
     return int(self.config.extend_buckets[-1])
 
   @property
+  def max_prompt_len(self) -> int:
+    """Longest prompt `prefill` takes (the largest prompt bucket)."""
+    return int(self.config.prompt_buckets[-1])
+
+  @property
   def row_multiple(self) -> int:
     """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
     return 1 if self.mesh is None else batch_axis_size(self.mesh)
@@ -148,8 +156,10 @@ class Sampler:
     tokens = np.full((len(prompts), width), self.config.pad_id, np.int32)
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
+    temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), jnp.uint32(first_row), samples=samples_per_prompt)
+                         jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
+                         samples=samples_per_prompt)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)

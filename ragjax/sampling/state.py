@@ -2,7 +2,7 @@
 
 `SamplerState` holds everything a row needs to continue: its KV cache, its token history,
 its length (the next free slot, which is also the next position), the next-token logits, a
-finished flag, the stop-string automaton states and a PRNG key.  Rows are independent, so after
+finished flag, the stop-string automaton states, a PRNG key and its sampling temperature.  Rows are independent, so after
 tool turns they sit at different lengths.  Every array has the batch on axis 0 except the
 cache, whose layout `[L, B, S, KVH, D]` follows `ragjax.models.decoder.init_cache`.
 """
@@ -23,6 +23,7 @@ class SamplerState:
   finished: jnp.ndarray  # [B] bool, no more decoding (eos, cache full, set_done)
   stop_state: jnp.ndarray  # [B, num_stops] int32, automaton state per stop string
   keys: jnp.ndarray      # [B, 2] uint32, per-row PRNG key; step keys fold in the length
+  temperature: jnp.ndarray  # [B] float32, the row's sampling temperature (a per-sample ladder)
 
   @property
   def batch_size(self) -> int:

@@ -1,7 +1,7 @@
 """Rewards: the registry interface (`RewardContext`, `combine_rewards`), tag parsing and the
 built-in rewards.  Answer metrics live in `ragjax.metrics`."""
 
-from ragjax.rl.rewards import autorefine, builtin, rezero, ur2  # noqa: F401  (register the rewards)
+from ragjax.rl.rewards import autorefine, builtin, r3_rag, rezero, ur2  # noqa: F401  (register the rewards)
 from ragjax.rl.rewards.registry import (RewardContext, RewardResult, batched_reward,
                                         combine_rewards, get_reward, register_reward,
                                         registered_rewards, score_rows)

@@ -45,6 +45,15 @@ class PromptInput:
   task: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class RestartStep:
+  """An earlier turn of a restart-context row: its kept text, and its query and hits (None: the
+  turn was an invalid action)."""
+  text: str
+  query: Optional[str] = None
+  hits: tuple = ()
+
+
 def as_prompt_input(x) -> PromptInput:
   if isinstance(x, PromptInput):
     return x
@@ -113,6 +122,9 @@ def first_tag_action(text: str, tags: Sequence[str]) -> Optional[re.Match]:
   return _TAG_RE_CACHE[key].search(text)
 
 
+CONTEXTS = ("stream", "restart")
+
+
 @dataclasses.dataclass(frozen=True)
 class Protocol:
   """Base class; subclasses set the grammar.  All lengths are per the paper's code defaults.
@@ -120,6 +132,11 @@ class Protocol:
   `max_turns` regular generations, then (if `final_turn`) one more with search disabled.
   `force_answer_text`, when set, is appended (ENV) before that final generation; the papers
   append nothing, so it defaults to None.
+
+  `context`: "stream" keeps one growing sequence per row (observations appended, the sampler's
+  cache extended); "restart" prompts every turn afresh, the earlier turns and their
+  observations written into the prompt by `restart_history` (R3-RAG's fresh single-turn chat per
+  step), so every turn is its own (context, turn) training sample (`RolloutBatch.samples`).
   """
   name = "base"
   observation_role = "inline"          # "inline" in the assistant stream, or "user" messages
@@ -133,6 +150,11 @@ class Protocol:
   max_response_tokens: Optional[int] = None   # total budget after the prompt (ReZero: 4096)
   dedup_docs: bool = False                    # skip passages already shown in this trajectory
   max_docs_per_trajectory: Optional[int] = None
+  context: str = "stream"                     # "stream" | "restart" (see the class docstring)
+
+  def __post_init__(self):
+    if self.context not in CONTEXTS:
+      raise ValueError(f"protocol.context must be one of {CONTEXTS}, got {self.context!r}")
 
   # --- prompt -------------------------------------------------------------------------------
   def system_message(self, inp: PromptInput) -> Optional[str]:
@@ -175,6 +197,16 @@ class Protocol:
 
   def invalid_observation(self) -> list[Segment]:
     raise NotImplementedError
+
+  def restart_history(self, steps: Sequence["RestartStep"]) -> list[Segment]:
+    """A restart context's text after the question: each earlier turn (its kept text, as
+    PROMPT data) and its observation (`observation`, or the invalid-action message)."""
+    out = []
+    for st in steps:
+      out.append(Segment(st.text, Source.PROMPT, plain=True))
+      out += (self.observation(st.query, st.hits) if st.query is not None
+              else self.invalid_observation())
+    return out
 
   def retrieval_context(self, inp: PromptInput, response: str) -> Optional[dict]:
     """Per-query keyword arguments for a retriever with `search_with_context` (e.g. UR²'s

@@ -202,6 +202,7 @@ class UR2(Protocol):
   prompts: str = "paper"           # "paper" (App. D.2, the code's CoT) | "compact" (the world)
 
   def __post_init__(self):
+    super().__post_init__()
     check_task(self.task)
     if self.prompts not in PROMPTS:
       raise ValueError(f"UR2 prompts must be one of {PROMPTS}, got {self.prompts!r}")

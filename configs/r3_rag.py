@@ -1,0 +1,176 @@
+"""R3-RAG (Li et al. 2025): cold-start trajectories, SFT, step-level PPO with judge rewards.
+
+  --config=configs/r3_rag.py:tiny          tiny policy on the synthetic world, CPU smoke run
+  --config=configs/r3_rag.py:world         the embedded world at ablation scale
+  --config=configs/r3_rag.py:qwen2.5-7b    the paper's Qwen recipe
+  --config=configs/r3_rag.py:llama-3.1-8b  the paper's Llama recipe
+
+Three stages (`stage`): `data` (teacher trajectories, rejection sampling, best-of-N, into
+`<workdir>/cold_start_data`), `sft` (step samples -> `<workdir>/cold_start_policy`, HF
+safetensors: R3-RAG-CS), `rl` (PPO with a critic, each step a sample, judge rewards ->
+`<workdir>/policy`, then R3-RAG's evaluation); `all` runs them in order, each reusing what an
+earlier run left.  Spec: shared/research/seeds_rex_autorefine_r3.md §3, its [D] decisions.
+
+Real sizes need `model.checkpoint` (the instruct model), `data.train_files` (RL questions;
+`r3.cold_start_files` for the cold-start questions), `data.dev_files`, `retriever.index` or
+`retriever.url`, a teacher (`teacher.url`, e.g. https://api.deepseek.com with
+teacher.api_key_env) and a judge (`judge.url`: Qwen2.5-14B-Instruct behind any OpenAI-compatible
+server, e.g. `python -m ragjax.services.serve`).  Hyperparameters: §3.4 / §3.5 tables
+(actor lr 5e-7, critic 9e-6, KL 0.01 in the reward, 64 prompts x 4 samples at temperatures
+0.1/0.4/0.7/1.0, mini-batch 64, micro 4, GAE gamma = lambda = 1, clip 0.2, warmup 0.03; SFT lr
+7e-6 Qwen / 1e-5 Llama, batch 16 / 8, 3 epochs (LLaMA-Factory's default in the released
+config); teacher: 7 attempts, 0.0 then 0.9, top-3, 256 tokens).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+
+ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config argument
+
+
+def get_config(arg: str = "tiny"):
+  arg = (arg or "tiny").lower()
+  if arg not in ARGS:
+    raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
+  tiny, world = arg == "tiny", arg == "world"
+  small = tiny or world
+  qwen = arg == "qwen2.5-7b"
+  c = common.get_config()
+  c.recipe = "r3_rag"
+  c.stage = "all"                # data | sft | rl | all
+  c.workdir = f"runs/r3_rag_{arg}"
+  c.hardware = "" if small else "h100x8"       # "NVIDIA H100 GPUs"; the scripts assume 8
+  if small:
+    c.model.update(dict(preset="tiny" if tiny else "", checkpoint="", dtype="float32",
+                        param_dtype="float32", scan_layers=False, remat=False))
+  else:
+    c.model.update(dict(preset=arg, checkpoint="", dtype="bfloat16", param_dtype="float32",
+                        scan_layers=True, remat=True))
+  c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
+
+  # The protocol as the paper's RL runs it: a fresh single-turn chat per step (the history in
+  # the user message; context="stream" keeps it in one assistant stream instead), top-2
+  # passages cut to 512 characters (the joined string), passages seen earlier skipped, at most
+  # 10 per trajectory, at most 5 steps, "Step j:" checked.
+  c.protocol = common.ConfigDict(dict(
+      name="r3_rag", context="restart", top_k=2, max_turns=5, obs_max_chars=512,
+      obs_max_tokens=None, dedup_docs=True, max_docs_per_trajectory=10, step_header=True))
+  c.protocol.obs_max_tokens = common.config_dict.placeholder(int)
+  # 512 new tokens per step, prompts up to 4096 tokens; the per-sample temperature ladder.  Only
+  # a question's first prompt is prefilled (a few hundred tokens at most); every later step's
+  # prompt keeps the cached prefix it shares with the last one and extends the rest in
+  # extend_buckets chunks, so prompts never need a 4096-token prefill bucket.
+  c.sampler.update(dict(max_cache_length=4608, max_new_tokens=512,
+                        prompt_buckets=(128, 256, 512), extend_buckets=(16, 32, 64, 128, 256, 512),
+                        temperature=1.0, top_p=1.0))
+  c.sampler.temperatures = (0.1, 0.4, 0.7, 1.0)
+  c.rollout.update(dict(widths=(512, 1024, 2048, 3072, 4608), chat=None))
+
+  # Stage 1: cold-start trajectories (§3.5).  r3.* are the recipe's own paths and choices.
+  # The teacher: any chat_service (configs/common.py); the world's scripted one for small sizes.
+  c.teacher = common.chat_service(
+      "world" if small else "url", model="teacher" if small else "deepseek-chat",
+      url="" if small else "https://api.deepseek.com",
+      api_key_env="" if small else "DEEPSEEK_API_KEY", max_prompt_tokens=4096, max_new_tokens=256,
+      world=common.ConfigDict(dict(wasted_query_rate=0.3, wrong_answer_rate=0.25,
+                                   malformed_rate=0.1)))
+  c.cold_start = common.ConfigDict(dict(
+      attempts=7, first_temperature=0.0, temperature=0.9, max_steps=5, top_k=3, max_tokens=256,
+      format_retries=2, select="best_of_n", answer_judge=True, chunk=64, max_questions=0,
+      seed=0))
+  c.r3 = common.ConfigDict(dict(
+      data_dir="",               # "" = <workdir>/cold_start_data
+      cold_start_files=(),       # question files for the cold start ("" = the train split)
+      disjoint_rl=True,          # RL questions exclude the cold start's (the paper: 8,192 others)
+      rl_questions=0,            # cap on RL questions (the paper: 8,192); 0 = all
+      sft_epochs=3,              # SFT steps = ceil(epochs x samples / sft.batch_size)
+      sft_doc_chars=0,           # documents in SFT inputs cut to this (0 = as retrieved)
+      policy="",                 # "" = <workdir>/cold_start_policy (the SFT stage's output)
+      eval_splits=("dev", "test"), eval_top_k=5, eval_max_turns=5, eval_doc_chars=0))
+
+  # Stage 2: SFT (LLaMA-Factory, full parameters): lr 7e-6 (Qwen) / 1e-5 (Llama), batch 16 / 8.
+  c.sft.update(dict(steps=0, batch_size=16 if qwen else 8, lr=7e-6 if qwen else 1e-5,
+                    warmup_steps=0, min_lr_ratio=0.0, weight_decay=0.0, gather=True,
+                    context_weight=0.0, log_every=10))
+
+  # Stage 3: PPO with a critic, each step a sample; the judge (relevance and Acc_model) is a
+  # chat_service: the gold-passage rule judge on the world, else a served model (the paper:
+  # Qwen2.5-14B-Instruct; judge.url to set).  Evaluation ACC asks eval.judge when it names a
+  # model (the paper: Qwen2.5-72B-Instruct), else this judge.
+  c.judge.update(dict(kind="gold" if small else "url", model="judge" if small else
+                      "Qwen2.5-14B-Instruct", max_prompt_tokens=4096, max_new_tokens=512))
+  c.rl.update(dict(
+      advantage="gae", group_size=4, clip_low=0.2, clip_high=0.2, loss_agg="token-mean",
+      kl_coef=0.01, kl_estimator="k1", kl_in_reward=True, entropy_coef=0.0, value_clip=0.2,
+      gamma=1.0, lam=1.0, train_on=("policy",), use_sampler_logprobs=False, gather=False,
+      temperature=1.0, logprob_chunk=8192, ppo_epochs=1, mini_batch_size=64,
+      micro_batch_size=4, reward_kwargs={}))
+  c.rl.step_samples = True
+  c.rl.rewards = {"r3_rag": 1.0}
+  c.rl.reward_kwargs = {"r3_rag": dict(judge="judge", process=True, answer_judge=True)}
+  c.rl.metrics = ("r3_rag",)
+  c.optim.update(dict(lr=5e-7, schedule="constant", warmup_steps=0, warmup_ratio=0.03,
+                      min_lr_ratio=0.0, total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8,
+                      weight_decay=0.0, grad_clip=1.0))
+  c.critic_optim = common.ConfigDict(dict(
+      lr=9e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.03, min_lr_ratio=0.0,
+      total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip=1.0))
+  # 8,192 RL questions x 4 episodes / 64 prompts per step = 512 steps.
+  c.trainer.update(dict(num_steps=512, batch_prompts=64, eval_every=64, eval_prompts=500,
+                        save_every=16, max_to_keep=2, keep_best_metric="dev/em",
+                        keep_best=False))
+  c.eval.update(dict(batch_size=64, max_questions=0))
+  c.eval.method = "R3-RAG (E5)"   # its row in configs/paper_results.json (--suite r3_rag)
+  c.data.source = "world" if small else "files"
+
+  if tiny:   # the synthetic world, BM25, a tiny policy, short steps; every stage in seconds
+    c.world.update(dict(seed=0, train_worlds=1, num_train=48, num_dev=8, num_test=8,
+                        num_people=30, num_places=10, num_orgs=8, num_works=12,
+                        retry_groups=6))
+    c.tokenizer.vocab_size = 1024
+    c.retriever.backend = "bm25"
+    c.protocol.update(dict(max_turns=3, obs_max_chars=256))
+    # one shape per program (one width, the whole cache attended): few compiles
+    c.sampler.update(dict(max_cache_length=640, max_new_tokens=96, prompt_buckets=(128,),
+                          extend_buckets=(64, 256)))
+    c.sampler.attend_buckets = ()
+    c.rollout.update(dict(widths=(640,), chat=False))
+    c.teacher.world.update(dict(wrong_answer_rate=0.5, malformed_rate=0.2))
+    c.cold_start.update(dict(attempts=3, max_steps=4, top_k=2, format_retries=1, chunk=8,
+                             max_questions=24))
+    c.r3.update(dict(sft_epochs=0, eval_top_k=3, eval_max_turns=3, eval_doc_chars=0))
+    # enough SFT for the tiny policy to write R3-RAG steps (so RL sees searches and answers)
+    c.sft.update(dict(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, log_every=10))
+    c.rl.update(dict(group_size=4, mini_batch_size=8, micro_batch_size=4))
+    c.optim.update(dict(lr=1e-3, total_steps=20))
+    c.critic_optim.update(dict(lr=1e-3, total_steps=20))
+    c.trainer.update(dict(num_steps=2, batch_prompts=2, eval_every=2, eval_prompts=4,
+                          save_every=1, max_to_keep=3, tensorboard=False))
+    c.r3.eval_splits = ("test",)
+    c.eval.update(dict(batch_size=4, max_questions=4))
+  if world:  # the embedded world (configs/world.py's world and policy shape), for ablations
+    c.world.update(dict(seed=0, train_worlds=4, num_train=800, num_dev=64, num_test=128,
+                        num_people=40, num_places=12, num_orgs=10, num_works=20,
+                        retry_groups=8, min_passage_words=12, name_lexicon=300))
+    c.tokenizer.update(dict(vocab_size=2048, syllables=False, digit_pairs=True))
+    c.retriever.update(dict(backend="bm25"))
+    c.model.update(dict(hidden_size=96, intermediate_size=256, num_layers=3, num_heads=4,
+                        num_kv_heads=2, head_dim=24, rope_theta=10000.0))
+    c.protocol.update(dict(max_turns=4, obs_max_chars=320))
+    c.sampler.update(dict(max_cache_length=1024, max_new_tokens=80,
+                          prompt_buckets=(128, 256, 512, 768), extend_buckets=(16, 64, 256)))
+    c.rollout.update(dict(widths=(256, 384, 512, 768, 1024), chat=False))
+    c.cold_start.update(dict(attempts=4, max_steps=5, top_k=2, chunk=100, max_questions=600))
+    c.r3.update(dict(sft_epochs=10, eval_top_k=3, eval_max_turns=4, eval_doc_chars=320))
+    c.sft.update(dict(steps=0, batch_size=32, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1,
+                      context_weight=0.5, log_every=20))
+    c.rl.update(dict(group_size=4, mini_batch_size=32, micro_batch_size=0))
+    c.optim.update(dict(lr=1e-4, total_steps=1000))
+    c.critic_optim.update(dict(lr=1e-3, total_steps=1000))
+    c.trainer.update(dict(num_steps=20, batch_prompts=8, eval_every=10, eval_prompts=64,
+                          save_every=5, max_to_keep=1, keep_best=False))
+    c.eval.update(dict(batch_size=64, max_questions=0))
+  return c

@@ -1,0 +1,17 @@
+"""Wall-clock timing shared by the benchmarks."""
+
+from __future__ import annotations
+
+import time
+
+
+def best_time(fn, repeats: int, warmup: bool = False) -> float:
+  """The fastest of `repeats` calls of `fn` in seconds (after one untimed call if `warmup`)."""
+  if warmup:
+    fn()
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t0)
+  return best

@@ -1,0 +1,280 @@
+"""The R3-RAG recipe: cold-start data -> SFT -> step-level PPO with judge rewards -> evaluation.
+
+    python -m ragjax.train --config=configs/r3_rag.py:tiny [--config.stage=data|sft|rl|all]
+
+Stages (each reuses what an earlier run of the same workdir left; see configs/r3_rag.py):
+  data  teacher trajectories, rejection sampling, best-of-N (`ragjax.rl.r3_cold_start`) into
+        `<workdir>/cold_start_data` (resumable; counts in summary.json);
+  sft   their step samples through the real engine, `run_sft`, exported as HF safetensors to
+        `<workdir>/cold_start_policy` (R3-RAG-CS; kept when its inputs did not change);
+  rl    PPO with a critic initialised from the cold-start policy (also the KL reference), every
+        step a sample (`rl.step_samples`), the `r3_rag` step rewards with the run's judge as a
+        model service; the policy exported to `<workdir>/policy`; then R3-RAG's evaluation
+        (greedy, top-5 complete documents, 5 steps; ACC by the judge, EM and F1) of the
+        cold-start and RL policies, into `<workdir>/results.{md,json}`.
+Model services (`teacher`, `judge`, `eval.judge`) come from their config sections
+(`ragjax.recipes.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
+policy in this process ("base"), the gold-passage rule judge, or the synthetic world's scripted
+teacher.  This module only wires.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+
+from ragjax.recipes import components as parts
+from ragjax.recipes.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
+from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_trajectories,
+                                     sft_step_samples)
+from ragjax.rl.sft import SFTConfig, run_sft
+from ragjax.rollout.factory import make_engine
+from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+
+STAGES = ("data", "sft", "rl", "all")
+DATA_DIR = "cold_start_data"
+COLD_START_DIR = "cold_start_policy"
+COLD_START_META = "ragjax_cold_start.json"
+SFT_DIR = "sft_ckpt"            # SFT checkpoints every sft.save_every steps, until exported
+# What the cold-start policy depends on (a cached one is reused only when all match).
+SFT_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
+                "cold_start", "teacher", "data", "retriever")
+
+
+def validate(c):
+  run = parts.validate(c)
+  if c.stage not in STAGES:
+    raise ValueError(f"stage must be one of {STAGES}, got {c.stage!r}")
+  from_dict(ColdStartConfig, c.cold_start, "cold_start")
+  if c.stage in ("data", "all"):
+    check_chat(c, "teacher", TEACHER_KINDS)
+  kw = dict(run.rl.reward_kwargs.get("r3_rag", {}))
+  if ("r3_rag" in run.rl.rewards and c.judge.kind == "" and
+      (kw.get("process", True) or kw.get("answer_judge", True))):
+    raise ValueError("the r3_rag reward asks the judge (relevance and Acc_model): set "
+                     "judge.kind, or rl.reward_kwargs.r3_rag.process/answer_judge=False")
+  if c.sampler.get("temperatures", ()) and run.rl.use_sampler_logprobs:
+    raise ValueError("sampler.temperatures samples each row at its own temperature, so the "
+                     "sampler's log-probs are not the policy's: set rl.use_sampler_logprobs=False")
+  if c.protocol.get("context", "restart") == "restart" and not run.rl.step_samples:
+    raise ValueError("protocol.context='restart' prompts every step afresh: set "
+                     "rl.step_samples=True")
+  return run
+
+
+def paths(c) -> dict:
+  w = os.path.abspath(c.workdir)
+  return {"workdir": w, "data": c.r3.data_dir or os.path.join(w, DATA_DIR),
+          "cold_start": c.r3.policy or os.path.join(w, COLD_START_DIR),
+          "policy": os.path.join(w, parts.POLICY_DIR)}
+
+
+def protocol_variant(c, **fields):
+  """A copy of the config with protocol fields replaced (the SFT and evaluation layouts)."""
+  c = c.copy_and_resolve_references()
+  c.protocol.update(fields)
+  return c
+
+
+# --- stages -----------------------------------------------------------------------------------
+def cold_start_questions(c, setup) -> list:
+  from ragjax.data.readers import as_record, read_examples
+  if c.r3.cold_start_files:
+    return [as_record(e) for f in c.r3.cold_start_files for e in read_examples(f)]
+  return setup.splits["train"]
+
+
+def data_stage(c, setup) -> dict:
+  p = paths(c)
+  cfg = from_dict(ColdStartConfig, c.cold_start, "cold_start")
+  teacher = make_chat(c, "teacher", setup=setup)
+  # the answer judge of rejection sampling (Acc_model); a "base" judge is the policy, which
+  # this stage does not load: exact matching alone then
+  judge = make_chat(c, "judge", setup=setup) if c.judge.kind != "base" else None
+  summary = generate_cold_start(cold_start_questions(c, setup), teacher, setup.retriever,
+                                p["data"], cfg, judge=judge, progress=c.progress)
+  parts.log(f"cold-start data: kept {summary['kept']} of {summary['questions']}, rejected "
+            f"{summary['rejected']} -> {p['data']}")
+  return summary
+
+
+def sft_fingerprint(c, data_dir: str) -> dict:
+  with open(os.path.join(data_dir, "trajectories.jsonl"), "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  keep = {k: v for k, v in flatten(c).items() if k.split(".")[0] in SFT_SECTIONS
+          and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env"))}
+  return {**keep, "r3.sft_epochs": c.r3.sft_epochs, "r3.sft_doc_chars": c.r3.sft_doc_chars,
+          "trajectories_sha256": digest}
+
+
+def sft_stage(c, setup) -> dict:
+  """SFT on the step samples (or the cached cold-start policy); returns its summary."""
+  p = paths(c)
+  meta_path = os.path.join(p["cold_start"], COLD_START_META)
+  fingerprint = json_safe(sft_fingerprint(c, p["data"]))
+  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
+    parts.log(f"cold start: reusing {p['cold_start']} (same data and SFT config)")
+    return read_json(meta_path)["summary"]
+  mesh = parts.make_mesh(c)
+  cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
+  records = read_trajectories(p["data"])
+  if not records:
+    raise ValueError(f"{p['data']}: the cold start kept no trajectory; nothing to train on")
+  cs = from_dict(ColdStartConfig, c.cold_start, "cold_start")
+  layout = protocol_variant(c, top_k=cs.top_k, max_turns=cs.max_steps, dedup_docs=True,
+                            obs_max_chars=c.r3.sft_doc_chars or None)
+  engine = make_engine(layout, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
+  eos = tok.decode([cfg.eos_ids[0] if cfg.eos_ids else tok.eos_token_id])
+  rows_t, rows_l, stats = sft_step_samples(engine, records, eos_text=eos,
+                                           max_new_tokens=c.sampler.max_new_tokens,
+                                           cache_length=c.sampler.max_cache_length,
+                                           seed=c.seed)
+  sft = from_dict(SFTConfig, c.sft, "sft")
+  if c.r3.sft_epochs:
+    sft = dataclasses.replace(sft, steps=math.ceil(c.r3.sft_epochs * len(rows_t) / sft.batch_size))
+  parts.log(f"SFT: {stats['samples']} step samples from {stats['trajectories']} trajectories "
+            f"({stats['incomplete']} replays did not reach their answer, "
+            f"{stats['doc_mismatches']} steps retrieved other passages than stored), "
+            f"{sft.steps} steps")
+  os.makedirs(p["workdir"], exist_ok=True)
+  params, history = run_sft(cfg, params, rows_t, rows_l, sft, c.rollout.widths, seed=c.seed,
+                            mesh=mesh, log_path=os.path.join(p["workdir"], "sft_metrics.jsonl"),
+                            progress=c.progress, ckpt_dir=os.path.join(p["workdir"], SFT_DIR),
+                            fingerprint=fingerprint)
+  parts.export_policy(p["cold_start"], cfg, params, tok)
+  summary = {**stats, "steps": sft.steps, "final": history[-1] if history else {}}
+  write_json_atomic(meta_path, {"fingerprint": fingerprint, "summary": summary})
+  # the exported policy supersedes the SFT checkpoints (a killed SFT resumed from them)
+  shutil.rmtree(os.path.join(p["workdir"], SFT_DIR), ignore_errors=True)
+  return summary
+
+
+def start(c) -> parts.Start:
+  """Data, retriever and the cold-start policy: where RL (and each ablation arm) starts."""
+  from ragjax.models.hf_io import load_decoder, load_tokenizer
+  p = paths(c)
+  setup = parts.load_data(c, p["workdir"])
+  if not os.path.exists(os.path.join(p["cold_start"], "config.json")):
+    raise FileNotFoundError(f"{p['cold_start']}: no cold-start policy; run the sft stage first "
+                            f"(--config.stage=sft) or set r3.policy")
+  mesh = parts.make_mesh(c)
+  from ragjax.models.sharded import decoder_shardings
+  cfg, params = load_decoder(
+      p["cold_start"], dtype=c.model.dtype, param_dtype=c.model.param_dtype,
+      scan_layers=c.model.scan_layers, remat=c.model.remat,
+      shardings=None if mesh is None else lambda cf: decoder_shardings(cf, mesh))
+  return parts.Start(rl_setup(c, setup), cfg, params, load_tokenizer(p["cold_start"]), mesh)
+
+
+def rl_setup(c, setup):
+  """The setup RL trains on: train questions minus the cold start's (`r3.disjoint_rl`), capped
+  at `r3.rl_questions`."""
+  train = setup.splits["train"]
+  if c.r3.disjoint_rl and not c.r3.cold_start_files:
+    path = paths(c)["data"]
+    used = set()
+    for name in ("trajectories.jsonl", "rejected.jsonl"):
+      f = os.path.join(path, name)
+      if os.path.exists(f):
+        with open(f) as fh:
+          used |= {str(json.loads(l)["id"]) for l in fh if l.strip()}
+    train = [r for r in train if str(r["id"]) not in used]
+  if c.r3.rl_questions:
+    train = train[:c.r3.rl_questions]
+  if not train:
+    raise ValueError("no RL questions left after removing the cold start's (r3.disjoint_rl)")
+  return dataclasses.replace(setup, splits={**setup.splits, "train": train})
+
+
+def eval_config(c):
+  return protocol_variant(c, top_k=c.r3.eval_top_k, max_turns=c.r3.eval_max_turns,
+                          obs_max_chars=c.r3.eval_doc_chars or None)
+
+
+def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
+  """The PPO trainer: sampling engine (the config's protocol), a greedy dev engine in the
+  evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
+  from ragjax.rl.trainer import Trainer
+  from ragjax.rl.config import config_fingerprint
+  judge = make_chat(c, "judge", policy=(cfg, params, tok), setup=setup, mesh=mesh)
+  engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
+  greedy = make_engine(eval_config(c), cfg, params, tok, setup.retriever, greedy=True,
+                       mesh=mesh, hooks=[])
+  return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
+                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 fingerprint=config_fingerprint(c),
+                 workdir=os.path.join(os.path.abspath(c.workdir), parts.RL_DIR), seed=c.seed,
+                 mesh=mesh, critic_params=parts.init_critic(cfg, params), progress=c.progress,
+                 services={} if judge is None else {"judge": judge})
+
+
+def evaluate_policies(c, s: parts.Start, systems, splits=("dev", "test")) -> list:
+  """EM results (`SystemResult`) of each (name, params, with_retrieval) in R3-RAG's evaluation
+  layout: what `ragjax.ablate` compares."""
+  return [r.system for r in evaluate_r3_policies(c, s, systems, splits)]
+
+
+def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
+  from ragjax.eval.r3_rag import evaluate_r3
+  from ragjax.retrieval.types import NullRetriever
+  judged = eval_chat(c)      # eval.judge when it names a model, else the training judge
+  judge = (judged[0] if judged is not None else
+           make_chat(c, "judge", policy=(s.cfg, s.params, s.tokenizer), setup=s.setup,
+                     mesh=s.mesh))
+  ec = eval_config(c)
+  out = []
+  for split in splits:
+    recs = s.setup.splits[split][:c.eval.max_questions or None]
+    for name, params, with_retrieval in systems:
+      ret = s.setup.retriever if with_retrieval else NullRetriever()
+      engine = make_engine(ec, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[])
+      out.append(evaluate_r3(name, engine, recs, split, judge=judge,
+                             batch_size=c.eval.batch_size, seed=c.seed))
+  return out
+
+
+def rl_stage(c, run) -> dict:
+  from ragjax.eval.r3_rag import r3_table
+  p = paths(c)
+  s = start(c)
+  trainer = make_trainer(c, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+  history = trainer.train()
+  params = trainer.final_params()
+  trainer.ckpt.close()
+  parts.export_policy(p["policy"], s.cfg, params, s.tokenizer)
+  results = evaluate_r3_policies(c, s, (("R3-RAG-CS (cold start)", s.params, True),
+                                        ("R3-RAG (RL)", params, True)),
+                                 tuple(c.r3.eval_splits))
+  table = r3_table(results)
+  with open(os.path.join(p["workdir"], "results.md"), "w") as f:
+    f.write("# R3-RAG: cold start vs RL (R3-RAG's evaluation layout)\n\n" + table + "\n")
+  summary = {"steps": len(history), "policy": p["policy"], "table": table,
+             "results": [{"system": r.system.name, "split": r.system.split,
+                          "acc": sum(r.acc) / max(len(r.acc), 1),
+                          "em": sum(r.system.em) / max(len(r.system.em), 1),
+                          "f1": sum(r.f1) / max(len(r.f1), 1), "judge": r.judge}
+                         for r in results]}
+  write_json_atomic(os.path.join(p["workdir"], "results.json"), summary)
+  print(table)
+  return summary
+
+
+def run(c) -> dict:
+  run_cfg = validate(c)
+  p = paths(c)
+  os.makedirs(p["workdir"], exist_ok=True)
+  out = {}
+  setup = None
+  if c.stage in ("data", "sft", "all"):
+    setup = parts.load_data(c, p["workdir"])
+  if c.stage in ("data", "all"):
+    out["data"] = data_stage(c, setup)
+  if c.stage in ("sft", "all"):
+    out["sft"] = sft_stage(c, setup)
+  if c.stage in ("rl", "all"):
+    out["rl"] = rl_stage(c, run_cfg)
+  return out
