@@ -100,7 +100,8 @@ def test_server_speaks_search_r1_protocol(bm25_dir):
     r = requests.post(url + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=30)
     assert r.status_code == 200
     body = r.json()
-    assert list(body) == ["result"] and len(body["result"]) == 2
+    assert list(body) == ["result", "timing"] and len(body["result"]) == 2   # clients read "result"
+    assert body["timing"]["batch_queries"] == 2 and body["timing"]["total_s"] > 0
     ref = in_proc.search(queries, 3)
     for row, ref_row in zip(body["result"], ref):
       assert [set(x) for x in row] == [{"document", "score"}] * len(ref_row)

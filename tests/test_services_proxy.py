@@ -170,7 +170,8 @@ def test_proxy_cli_serves_search_r1_retrieve_over_a_real_chat_server(tmp_path):
   assert served[0][0].id == "summary:" + ",".join(ids)
   # A random model does not write the label: the code's reply, as the paper's code returns it.
   assert served[0][0].contents == UR2_NO_FINAL_INFORMATION and local.stats()["unparsed"] == 2
-  assert body == {"result": [[{"id": served[0][0].id, "contents": UR2_NO_FINAL_INFORMATION}]]}
+  assert body["result"] == [[{"id": served[0][0].id, "contents": UR2_NO_FINAL_INFORMATION}]]
+  assert set(body) == {"result", "timing"} and body["timing"]["batch_queries"] == 1
 
 
 def test_proxy_routes_corpora_by_task_and_takes_contexts_over_http():

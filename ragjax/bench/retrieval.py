@@ -1,17 +1,29 @@
-"""Retrieval benchmark: ScaNN vs exact on >= 1M clustered vectors, recall on real multi-hop
-questions, and the memory a 21M x 768 index would need.
+"""Retrieval benchmark: tuned ScaNN vs exact on 1M clustered vectors, resident memory in a fresh
+process and its projection to 21M x 768, recall on real multi-hop questions, and (see
+`ragjax.bench.retrieval_scale`) a 1M-passage build, encode throughput and server queries/s.
 
-    python -m ragjax.bench.retrieval [--n 1000000] [--queries 500] [--skip-text] [--encode]
+    python -m ragjax.bench.retrieval [--n 1000000] [--queries 1000] [--repeats 3]
+        [--skip-synthetic] [--skip-memory] [--skip-text] [--skip-scale] [--encode]
 
-1. Synthetic: N clustered unit vectors (Gaussian blobs around random centres, 384-d).  Exact
-   top-10 with the JAX blocked matmul (`ExactIndex`) is the ground truth; ScaNN is built once
-   with the default build settings and swept over search-time settings (leaves probed, reorder
-   depth); recall@10 and queries/s are measured in the same run on the same machine.
-2. Text (when ../shared/data is present): recall@1/3/10 of supporting paragraphs on the 31k
-   passage corpus for HotpotQA (1668) and 2Wiki (164) questions, for BM25, MiniLM-exact and
-   MiniLM-ScaNN.  MiniLM embeddings are cached (tensorstore, resumable) under --cache-dir;
-   without a finished cache the MiniLM rows are skipped unless --encode is given.
-3. Projected memory of a 21M x 768 index with the chosen ScaNN settings, next to exact float32.
+1. Synthetic: N clustered unit vectors (Gaussian blobs around random centres, 384-d); queries are
+   perturbed database points, split in half: `ragjax.retrieval.tune` sweeps leaves probed and
+   re-scoring depth on the first half (exact top-10 from the JAX blocked matmul `ExactIndex`
+   as ground truth) and picks the fastest setting meeting recall 0.95; recall@10 and queries/s
+   are measured on the held-out half, for exact, ScaNN's untuned default and the tuned setting,
+   in alternating rounds (best of --repeats; the machine is shared).  The index is built the
+   way `build` builds one: trained on a seeded sample, rows added in streaming, re-scoring rows
+   on disk.
+2. Memory: a fresh process loads the index and runs the held-out queries; its anonymous resident
+   bytes (what must stay in RAM) and file-backed ones (re-scoring pages the kernel may drop) are
+   read from /proc/self/status, and queries/s measured with those pages evicted first (cold)
+   and again (warm).  The same at 768-d on a smaller N, beside ScaNN's in-RAM int8 re-scoring
+   copy (the previous design) built on the same vectors; both projected to 21M x 768.
+3. Text (when ../shared/data is present): supporting-paragraph recall on the 31k-passage corpus
+   for BM25, MiniLM exact and MiniLM ScaNN (tuned on a random half of the HotpotQA questions;
+   top-10 agreement with exact on the other half and on 2Wiki).  The MiniLM embeddings are
+   cached (tensorstore, resumable) under --cache-dir; --encode builds or resumes them.
+4. Scale (`ragjax.bench.retrieval_scale`): passage encode throughput, the server's queries/s at
+   batch 64 with its time split, and a 1M-passage build's peak memory.
 
 Prints tables and one JSON line (last line of stdout).
 """
@@ -19,9 +31,10 @@ Prints tables and one JSON line (last line of stdout).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -31,6 +44,7 @@ SHARED_DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
 CORPUS = "corpus/derived_multihop_wiki_passages_31144.jsonl"
 QUESTION_SETS = {"hotpotqa_1668": "flashrag_format/derived_hotpotqa_dev_with_context_1668.jsonl",
                  "2wiki_164": "2wikimultihopqa/derived_2wiki_dev_with_context_164.json"}
+WIKI18 = (21_000_000, 768)
 
 
 def clustered(n: int, dim: int, clusters: int, seed: int, spread: float = 0.6):
@@ -48,127 +62,174 @@ def clustered(n: int, dim: int, clusters: int, seed: int, spread: float = 0.6):
   return out, centres
 
 
-_RSS_PROBE = """
-import sys
-def rss():
-  for line in open("/proc/self/status"):
-    if line.startswith("VmRSS:"):
-      return int(line.split()[1]) * 1024
+def perturbed_queries(db: np.ndarray, nq: int, seed: int = 1) -> np.ndarray:
+  rng = np.random.default_rng(seed)
+  dim = db.shape[1]
+  q = db[rng.integers(0, len(db), nq)] + 0.6 / np.sqrt(dim) * rng.standard_normal((nq, dim), dtype=np.float32)
+  return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+def best_of(fns: dict, repeats: int) -> dict:
+  """{name: best seconds} running each fn once per round, rounds alternating, after a warm-up."""
+  for fn in fns.values():
+    fn()
+  best = {name: float("inf") for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      t0 = time.perf_counter()
+      fn()
+      best[name] = min(best[name], time.perf_counter() - t0)
+  return best
+
+
+_RSS_PROBE = r"""
+import json, os, sys, time
+import numpy as np
+import scann
 from ragjax.retrieval.scann_index import ScannIndex
-import scann, numpy as np
-before = rss()
-index = ScannIndex.load(sys.argv[1])
-index.search(np.zeros((1, index.dim), np.float32), 10)
-print(rss() - before)
+
+def status():
+  out = {}
+  for line in open("/proc/self/status"):
+    key = line.split(":")[0]
+    if key in ("VmRSS", "RssAnon", "RssFile"):
+      out[key] = int(line.split()[1]) * 1024
+  return out
+
+directory, queries, leaves, reorder, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+q = np.load(queries)
+before = status()
+index = ScannIndex.load(directory)
+loaded = status()
+path = os.path.join(directory, "reorder.npy")
+if index.reorder_vectors is not None:        # evict the re-scoring rows: the first pass reads the disk
+  fd = os.open(path, os.O_RDONLY)
+  os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+  os.close(fd)
+t0 = time.perf_counter()
+index.search(q, 10, leaves_to_search=leaves, reorder=reorder)
+cold = time.perf_counter() - t0
+warm = float("inf")
+for _ in range(repeats):
+  t0 = time.perf_counter()
+  index.search(q, 10, leaves_to_search=leaves, reorder=reorder)
+  warm = min(warm, time.perf_counter() - t0)
+after = status()
+print(json.dumps({"n": index.n, "dim": index.dim, "queries": len(q),
+                  "anon_bytes": after["RssAnon"] - before["RssAnon"],
+                  "loaded_anon_bytes": loaded["RssAnon"] - before["RssAnon"],
+                  "file_bytes": after["RssFile"] - before["RssFile"],
+                  "cold_qps": round(len(q) / cold, 1), "warm_qps": round(len(q) / warm, 1)}))
 """
 
 
-def _loaded_rss(directory: str) -> int:
-  """Resident bytes a fresh process gains by loading (and querying) the serialized searcher."""
-  import subprocess
-  import sys
+def fresh_process_memory(directory: str, queries: np.ndarray, leaves: int, reorder: int,
+                         scratch: str, repeats: int = 3) -> dict:
+  """What a fresh process holds after loading the index at `directory` and searching `queries`."""
+  qpath = os.path.join(scratch, "probe_queries.npy")
+  np.save(qpath, queries)
   env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  out = subprocess.run([sys.executable, "-c", _RSS_PROBE, directory], capture_output=True, text=True,
-                       env=env, check=True)
-  return int(out.stdout.strip().splitlines()[-1])
+  out = subprocess.run([sys.executable, "-c", _RSS_PROBE, directory, qpath, str(leaves), str(reorder),
+                        str(repeats)], capture_output=True, text=True, env=env, check=True)
+  res = json.loads(out.stdout.strip().splitlines()[-1])
+  res["anon_bytes_per_vector"] = round(res["anon_bytes"] / res["n"], 1)
+  res["file_bytes_per_vector"] = round(res["file_bytes"] / res["n"], 1)
+  res["disk_bytes"] = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+  return res
 
 
-def recall_at(rows, ref_rows) -> float:
-  k = ref_rows.shape[1]
-  return float(np.mean([len(set(a[:k]) & set(b)) / k for a, b in zip(rows, ref_rows)]))
-
-
-def timed(fn, *a, repeat: int = 1, **kw):
-  fn(*a, **kw)                               # warm-up (compile / caches)
-  t0 = time.perf_counter()
-  for _ in range(repeat):
-    out = fn(*a, **kw)
-  return out, (time.perf_counter() - t0) / repeat
-
-
-def synthetic(n: int, dim: int, nq: int, k: int, out_dir: str) -> dict:
+def synthetic(n: int, dim: int, nq: int, k: int, out_dir: str, repeats: int) -> dict:
   from ragjax.retrieval.exact import ExactIndex
   from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
+  from ragjax.retrieval.tune import per_query_recall, split, tune
   t0 = time.time()
-  db, centres = clustered(n, dim, clusters=max(100, n // 500), seed=0)
-  queries, _ = clustered(nq, dim, clusters=max(100, n // 500), seed=0)   # same centres (seed), new points
-  rng = np.random.default_rng(1)
-  queries = db[rng.integers(0, n, nq)] + 0.6 / np.sqrt(dim) * rng.standard_normal((nq, dim), dtype=np.float32)
-  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  clusters = max(100, n // 500)
+  db, _ = clustered(n, dim, clusters=clusters, seed=0)
+  queries = perturbed_queries(db, nq)
   gen_s = time.time() - t0
-
   exact = ExactIndex(db, block=32768)
-  (ref_rows, _), exact_s = timed(exact.search, queries, k, batch=nq)
-  exact_qps = nq / exact_s
-  del exact
-
+  truth, _ = exact.search(queries, k, batch=nq)
   cfg = ScannConfig()
+  sdir = os.path.join(out_dir, f"scann_synthetic_{n}x{dim}")
   t0 = time.time()
-  index = ScannIndex.build(db, cfg, k=k)
+  index = ScannIndex.build_streaming(lambda a, b: db[a:b], n, dim, cfg, directory=sdir)
   build_s = time.time() - t0
-  sdir = os.path.join(out_dir, "scann_synthetic")
-  index.save(sdir)
-  artifact = {os.path.basename(p): os.path.getsize(p) for p in glob.glob(os.path.join(sdir, "*"))}
-  loaded_rss = _loaded_rss(sdir)
-  leaves = index.num_leaves
-  default_leaves = cfg.leaves_to_search(leaves)
-  sweep = []
-  for frac in (0.01, 0.02, 0.05, 0.1, 0.2):
-    for reorder in (10, 50, 100, 200, 400):   # 10 = k: no rescoring, i.e. AH codes only
-      lts = max(1, round(leaves * frac))
-      (rows, _), s = timed(index.search, queries, k, leaves_to_search=lts, reorder=reorder, repeat=2)
-      sweep.append({"leaves_to_search": lts, "frac": frac, "reorder": reorder,
-                    "recall@10": round(recall_at(rows, ref_rows), 4), "qps": round(nq / s, 1),
-                    "qps_ratio": round((nq / s) / exact_qps, 1)})
-  (rows, _), s = timed(index.search, queries, k, repeat=2)
-  default = {"leaves_to_search": default_leaves, "reorder": cfg.reorder,
-             "recall@10": round(recall_at(rows, ref_rows), 4), "qps": round(nq / s, 1),
-             "qps_ratio": round((nq / s) / exact_qps, 1)}
-  return {"n": n, "dim": dim, "queries": nq, "clusters": max(100, n // 500), "gen_s": round(gen_s, 1),
-          "exact_qps": round(exact_qps, 1), "scann_build_s": round(build_s, 1), "num_leaves": leaves,
-          "scann_config": cfg.to_json(), "default": default, "sweep": sweep, "artifact_bytes": artifact,
-          "loaded_rss_bytes": loaded_rss}
+  t0 = time.time()
+  tuned = tune(index, queries, truth, k=k, target=0.95, holdout=0.5, repeats=repeats)
+  tune_s = time.time() - t0
+  _, held = split(nq, 0.5, 0)
+  hq, ht = queries[held], truth[held]
+  default_l, default_r = index.leaves_to_search, index.reorder_depth
+  tl, tr = tuned["leaves_to_search"], tuned["reorder"]
+  secs = best_of({
+      "exact": lambda: exact.search(hq, k, batch=len(hq)),
+      "scann_default": lambda: index.search(hq, k, leaves_to_search=default_l, reorder=default_r),
+      "scann_tuned": lambda: index.search(hq, k, leaves_to_search=tl, reorder=tr)}, repeats)
+  qps = {name: round(len(hq) / s, 1) for name, s in secs.items()}
+  rec = {"scann_default": per_query_recall(index.search(hq, k, leaves_to_search=default_l,
+                                                        reorder=default_r)[0], ht).mean(),
+         "scann_tuned": per_query_recall(index.search(hq, k, leaves_to_search=tl, reorder=tr)[0], ht).mean()}
+  num_leaves = index.num_leaves
+  del exact, index      # unmapped here, so the probe's eviction of the re-scoring rows takes effect
+  memory = fresh_process_memory(sdir, hq, tl, tr, out_dir, repeats)
+  return {"n": n, "dim": dim, "queries": nq, "clusters": clusters, "gen_s": round(gen_s, 1),
+          "scann_build_s": round(build_s, 1), "tune_s": round(tune_s, 1), "num_leaves": num_leaves,
+          "scann_config": cfg.to_json(), "qps": qps,
+          "default": {"leaves_to_search": default_l, "reorder": default_r,
+                      "recall@10": round(float(rec["scann_default"]), 4),
+                      "x_exact": round(qps["scann_default"] / qps["exact"], 1)},
+          "tuned": {**{key: v for key, v in tuned.items() if key != "sweep"},
+                    "recall@10_heldout": round(float(rec["scann_tuned"]), 4),
+                    "x_exact": round(qps["scann_tuned"] / qps["exact"], 1)},
+          "sweep": tuned["sweep"], "memory": memory}
 
 
-def memory_projection(syn: dict, n: int = 21_000_000, dim: int = 768) -> dict:
-  """Scales the measured resident bytes/vector of the loaded synthetic index to n x dim.
-
-  Nearly all of a ScaNN index's size is per-vector and linear in the dimension (AH codes, int8
-  reorder copy), so bytes/vector scale with dim; the tree adds num_leaves x dim x 4 bytes.
-  """
+def memory_768(n: int, out_dir: str, repeats: int, nq: int = 200) -> dict:
+  """Disk re-scoring vs ScaNN's in-RAM int8 copy on the same n x 768 vectors, fresh processes."""
+  from ragjax.retrieval.exact import ExactIndex
   from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
-  cfg = ScannConfig(**syn["scann_config"])
-  n0, d0 = syn["n"], syn["dim"]
-  resident_bpv = syn["loaded_rss_bytes"] / n0
-  disk = syn["artifact_bytes"]
-  disk_bpv = sum(disk.values()) / n0
-  leaves = cfg.leaves_for(n)
-  tree = leaves * dim * 4
-  exact = n * dim * 4
-  proj_bpv = resident_bpv * dim / d0
-  total = proj_bpv * n + tree
-  # Without the int8 reorder copy (recall: the sweep's reorder=10 rows) the index keeps AH codes only.
-  ah_bpv = (syn["loaded_rss_bytes"] - disk.get("int8_dataset.npy", 0)) / n0 * dim / d0
-  ah_only = ah_bpv * n + tree
-  return {"n": n, "dim": dim, "exact_float32_gb": round(exact / 1e9, 1),
-          "measured_resident_bytes_per_vector_at_%d" % d0: round(resident_bpv, 1),
-          "measured_disk_bytes_per_vector_at_%d" % d0: round(disk_bpv, 1),
-          "projected_bytes_per_vector": round(proj_bpv, 1),
-          "formula_bytes_per_vector": ScannIndex.bytes_per_vector(dim, cfg),
-          "scann_total_gb": round(total / 1e9, 2),
-          "scann_without_reorder_copy_gb": round(ah_only / 1e9, 2),
-          "ratio_vs_exact": round(exact / total, 1), "num_leaves": leaves}
+  from ragjax.retrieval.tune import per_query_recall
+  dim = WIKI18[1]
+  db, _ = clustered(n, dim, clusters=max(100, n // 500), seed=2)
+  queries = perturbed_queries(db, nq, seed=3)
+  truth, _ = ExactIndex(db, block=32768).search(queries, 10, batch=nq)
+  out = {"n": n, "dim": dim}
+  for name, cfg in (("disk_bfloat16", ScannConfig()),
+                    ("ram_int8", ScannConfig(reorder_store="ram", reorder_dtype="int8"))):
+    d = os.path.join(out_dir, f"scann_{name}_{n}x{dim}")
+    t0 = time.time()
+    index = ScannIndex.build(db, cfg, directory=d)
+    build_s = time.time() - t0
+    leaves, depth = index.leaves_to_search, index.reorder_depth
+    rec = per_query_recall(index.search(queries, 10)[0], truth).mean()
+    del index
+    out[name] = {"build_s": round(build_s, 1), "leaves_to_search": leaves, "reorder": depth,
+                 "recall@10": round(float(rec), 4),
+                 **fresh_process_memory(d, queries, leaves, depth, out_dir, repeats)}
+  return out
 
 
-def text_recall(cache_dir: str, encode: bool, k: int = 10, corpus: str = "",
+def memory_projection(measured: dict, num_leaves_at: int, n: int = WIKI18[0], dim: int = WIKI18[1]) -> dict:
+  """Scales measured anonymous resident bytes/vector to n x dim (linear in dim when measured at
+  another dim: AH codes are dim / 4 bytes) plus the tree centroids (sqrt(n) x dim x 4 bytes)."""
+  bpv = measured["anon_bytes"] / measured["n"] * dim / measured["dim"]
+  tree = int(round(np.sqrt(n))) * dim * 4 if num_leaves_at > 1 else 0
+  return {"bytes_per_vector": round(bpv, 1), "resident_gb": round((bpv * n + tree) / 1e9, 2),
+          "reorder_file_gb": round(n * dim * 2 / 1e9, 1)}
+
+
+def text_recall(cache_dir: str, encode: bool, repeats: int, k: int = 10, corpus: str = "",
                 question_sets: dict | None = None, tag: str = "multihop31k") -> dict:
+  """BM25 / MiniLM exact / MiniLM ScaNN recall; the ScaNN index is built and tuned with the
+  user's commands (`build_index(..., "scann")` over the cached embeddings, then
+  `python -m ragjax.retrieval.tune --queries <HotpotQA file>`), and its top-10 agreement with
+  exact search is measured on the held-out half and on 2Wiki (questions of another dataset)."""
   from ragjax.retrieval import embed_store
   from ragjax.retrieval.bm25 import BM25Index
-  from ragjax.retrieval.exact import ExactIndex
-  from ragjax.retrieval.index import build_index
+  from ragjax.retrieval.index import build_index, open_index, read_meta
   from ragjax.retrieval.recall import read_questions, recall_table
-  from ragjax.retrieval.scann_index import ScannConfig, ScannIndex
   from ragjax.retrieval.store import PassageStore
+  from ragjax.retrieval.tune import per_query_recall, split
   corpus = corpus or os.path.join(SHARED_DATA, CORPUS)
   question_sets = question_sets or {n: os.path.join(SHARED_DATA, p) for n, p in QUESTION_SETS.items()}
   out: dict = {"corpus": corpus}
@@ -183,44 +244,60 @@ def text_recall(cache_dir: str, encode: bool, k: int = 10, corpus: str = "",
   questions = {name: read_questions(path) for name, path in question_sets.items()}
   backends: dict = {}
 
-  def run(name, rows_fn):
+  def run(name, search):
     res = {}
     for qname, qs in questions.items():
       t0 = time.time()
-      rows, scores = rows_fn(qs)
-      hits = store.hits(rows, scores)
+      hits = search([q.question for q in qs])
       res[qname] = {"seconds": round(time.time() - t0, 2),
                     **{str(kk): v for kk, v in recall_table(qs, hits, (1, 3, k)).items()}}
     backends[name] = res
 
-  run("bm25", lambda qs: bm25.search([q.question for q in qs], k))
+  run("bm25", lambda qs: store.hits(*bm25.search(qs, k)))
   progress = embed_store.read_progress(os.path.join(dense_dir, "embeddings"))
   complete = progress is not None and progress["done_rows"] == progress["n"]
-  if not complete and encode:
-    build_index(corpus, dense_dir, "exact", progress=True, chunk_rows=1024)
-    complete = True
-  if complete:
-    from ragjax.retrieval.index import EncoderSpec
-    emb = embed_store.load_embeddings(os.path.join(dense_dir, "embeddings"))
-    dense_store = PassageStore(dense_dir)
-    assert dense_store.ids() == store.ids(), "dense and BM25 stores disagree on row order"
-    encoder = EncoderSpec(batch_size=64).load()
-    qvecs = {qn: encoder.encode([q.question for q in qs], kind="query") for qn, qs in questions.items()}
-    exact = ExactIndex(emb)
-    t0 = time.time()
-    scann = ScannIndex.build(emb, ScannConfig())
-    out["minilm_scann_build_s"] = round(time.time() - t0, 1)
-    out["minilm_scann_leaves"] = scann.num_leaves
-    lookup = {id(qs): qn for qn, qs in questions.items()}
-    run("minilm_exact", lambda qs: exact.search(qvecs[lookup[id(qs)]], k))
-    run("minilm_scann", lambda qs: scann.search(qvecs[lookup[id(qs)]], k))
-    out["minilm_scann_vs_exact_recall@10"] = {
-        qn: round(recall_at(scann.search(v, k)[0], exact.search(v, k)[0]), 4) for qn, v in qvecs.items()}
-  else:
+  if not complete and not encode:
     done = 0 if progress is None else progress["done_rows"]
     out["minilm_skipped"] = (f"MiniLM embeddings of the corpus not cached ({done}/{len(store)} rows in "
                              f"{dense_dir}); rerun with --encode to build/resume them")
+    out["backends"] = backends
+    return out
+  t0 = time.time()                        # encodes only what is missing, then builds ScaNN
+  build_index(corpus, dense_dir, "scann", progress=not complete, chunk_rows=1024)
+  out["minilm_scann_build_s"] = round(time.time() - t0, 1)
+  tune_set = "hotpotqa_1668"
+  env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  t0 = time.time()
+  r = subprocess.run([sys.executable, "-m", "ragjax.retrieval.tune", "--index", dense_dir, "--queries",
+                      question_sets[tune_set], "--repeats", str(repeats)],
+                     capture_output=True, text=True, env=env)
+  if r.returncode != 0:
+    raise RuntimeError(f"tune failed: {r.stderr[-2000:]}")
+  out["tune_s"] = round(time.time() - t0, 1)
+  out["tune_stdout"] = r.stdout.strip().splitlines()[:-1]
+  meta = read_meta(dense_dir)
+  out["tuned"] = meta["search"]["tuned"]
+  out["minilm_scann_leaves"] = meta["scann_num_leaves"]
+  scann = open_index(dense_dir)                         # searches with the tuned setting
+  exact = open_index(dense_dir, backend="exact", encoder=scann.encoder)
+  default = (scann.index.config.leaves_to_search(scann.index.num_leaves), scann.index.config.reorder)
+  setting = (scann.index.leaves_to_search, scann.index.reorder_depth)
+  qvecs = {qn: scann.encode([q.question for q in qs]) for qn, qs in questions.items()}
+  truth = {qn: exact.index.search(v, k)[0] for qn, v in qvecs.items()}
+  _, held = split(len(qvecs[tune_set]), 0.5, 0)         # the tuner's held-out half
+  agreement = {}
+  for name, (leaves, depth) in (("default", default), ("tuned", setting)):
+    per = {}
+    for qn, v in qvecs.items():
+      rows = held if qn == tune_set else np.arange(len(v))
+      got = scann.index.search(v[rows], k, leaves_to_search=leaves, reorder=depth)[0]
+      per[qn + ("_heldout" if qn == tune_set else "")] = round(float(per_query_recall(got, truth[qn][rows]).mean()), 4)
+    agreement[name] = {"leaves_to_search": leaves, "reorder": depth, **per}
+  out["top10_agreement_with_exact"] = agreement
+  run("minilm_exact", lambda qs: exact.search(qs, k))
+  run("minilm_scann_tuned", lambda qs: scann.search(qs, k))
   out["backends"] = backends
+  out["index_dir"] = dense_dir
   return out
 
 
@@ -228,47 +305,67 @@ def main(argv=None) -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--n", type=int, default=1_000_000)
   ap.add_argument("--dim", type=int, default=384)
-  ap.add_argument("--queries", type=int, default=500)
+  ap.add_argument("--queries", type=int, default=1000, help="synthetic queries (half tune, half held out)")
+  ap.add_argument("--n768", type=int, default=200_000, help="vectors for the 768-d memory comparison")
+  ap.add_argument("--repeats", type=int, default=3, help="timing rounds, best of")
   ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/ragjax"))
   ap.add_argument("--skip-synthetic", action="store_true")
+  ap.add_argument("--skip-memory", action="store_true")
   ap.add_argument("--skip-text", action="store_true")
+  ap.add_argument("--skip-scale", action="store_true")
+  ap.add_argument("--scale-passages", type=int, default=1_000_000, help="passages in the bounded-memory build")
   ap.add_argument("--encode", action="store_true", help="encode (or resume) the 31k corpus if not cached")
   args = ap.parse_args(argv)
   os.makedirs(args.cache_dir, exist_ok=True)
-  result: dict = {"bench": "retrieval"}
+  result: dict = {"bench": "retrieval", "date": time.strftime("%Y-%m-%d")}
   if not args.skip_synthetic:
-    syn = synthetic(args.n, args.dim, args.queries, 10, args.cache_dir)
+    syn = synthetic(args.n, args.dim, args.queries, 10, args.cache_dir, args.repeats)
     result["synthetic"] = syn
-    result["memory_21m_768"] = memory_projection(syn)
-    print(f"\n1. ScaNN vs exact, {syn['n']:,} clustered {syn['dim']}-d vectors, {syn['queries']} queries, "
-          f"exact {syn['exact_qps']} q/s, ScaNN build {syn['scann_build_s']} s, {syn['num_leaves']} leaves")
-    print(f"{'leaves':>7} {'reorder':>8} {'recall@10':>10} {'q/s':>9} {'x exact':>8}")
+    result["projection_from_%d" % args.dim] = memory_projection(syn["memory"], syn["num_leaves"])
+    print(f"\n1. ScaNN vs exact, {syn['n']:,} clustered {syn['dim']}-d vectors, {syn['num_leaves']} leaves; "
+          f"build {syn['scann_build_s']} s (sample + streaming add), tune {syn['tune_s']} s")
+    print(f"{'leaves':>7} {'depth':>6} {'recall@10':>10} {'lower bd':>9}   (tuning half)")
     for row in syn["sweep"]:
-      print(f"{row['leaves_to_search']:>7} {row['reorder']:>8} {row['recall@10']:>10.4f} {row['qps']:>9.1f} "
-            f"{row['qps_ratio']:>8.1f}")
-    d = syn["default"]
-    print(f"default: leaves {d['leaves_to_search']} reorder {d['reorder']}: recall@10 {d['recall@10']}, "
-          f"{d['qps']} q/s = {d['qps_ratio']}x exact")
-    m = result["memory_21m_768"]
-    print(f"\n3. 21M x 768: exact float32 {m['exact_float32_gb']} GB; ScaNN (AH + int8 reorder) "
-          f"{m['scann_total_gb']} GB ({m['projected_bytes_per_vector']} B/vector, {m['ratio_vs_exact']}x smaller); "
-          f"AH codes only {m['scann_without_reorder_copy_gb']} GB")
+      print(f"{row['leaves_to_search']:>7} {row['reorder']:>6} {row['recall']:>10.4f} {row['lower_bound']:>9.4f}")
+    d, t = syn["default"], syn["tuned"]
+    print(f"held-out {args.queries // 2} queries: exact {syn['qps']['exact']} q/s; default "
+          f"({d['leaves_to_search']} leaves, depth {d['reorder']}) recall@10 {d['recall@10']} at "
+          f"{d['x_exact']}x exact; tuned ({t['leaves_to_search']} leaves, depth {t['reorder']}) "
+          f"recall@10 {t['recall@10_heldout']} at {t['x_exact']}x exact")
+    m = syn["memory"]
+    print(f"fresh process: {m['anon_bytes_per_vector']} B/vector anonymous, {m['file_bytes_per_vector']} "
+          f"B/vector file pages; cold {m['cold_qps']} q/s, warm {m['warm_qps']} q/s")
+  if not args.skip_memory:
+    mem = memory_768(args.n768, args.cache_dir, args.repeats)
+    result["memory_768"] = mem
+    leaves = int(round(np.sqrt(args.n768)))
+    result["projection_21m_768"] = {name: memory_projection(mem[name], leaves)
+                                    for name in ("disk_bfloat16", "ram_int8")}
+    print(f"\n2. Memory at {mem['n']:,} x 768 (fresh process), projected to 21M x 768:")
+    for name in ("disk_bfloat16", "ram_int8"):
+      m, p = mem[name], result["projection_21m_768"][name]
+      print(f"{name:>13}: recall@10 {m['recall@10']}, {m['anon_bytes_per_vector']} B/vector anonymous "
+            f"-> {p['resident_gb']} GB; warm {m['warm_qps']} q/s, cold {m['cold_qps']} q/s")
   if not args.skip_text:
     if os.path.isdir(SHARED_DATA):
-      text = text_recall(args.cache_dir, args.encode)
+      text = text_recall(args.cache_dir, args.encode, args.repeats)
       result["text"] = text
-      print("\n2. Supporting-paragraph recall on the 31k multi-hop corpus")
-      print(f"{'backend':>14} {'questions':>14} {'R@1':>7} {'R@3':>7} {'R@10':>7} {'ans@10':>7}")
+      print("\n3. Supporting-paragraph recall on the 31k multi-hop corpus")
+      print(f"{'backend':>18} {'questions':>14} {'R@1':>7} {'R@3':>7} {'R@10':>7} {'ans@10':>7}")
       for b, per in text["backends"].items():
         for qn, row in per.items():
-          print(f"{b:>14} {qn:>14} {row['1']['support_recall']:>7.4f} {row['3']['support_recall']:>7.4f} "
+          print(f"{b:>18} {qn:>14} {row['1']['support_recall']:>7.4f} {row['3']['support_recall']:>7.4f} "
                 f"{row['10']['support_recall']:>7.4f} {row['10']['answer_recall']:>7.4f}")
-      if "minilm_scann_vs_exact_recall@10" in text:
-        print("MiniLM ScaNN top-10 vs exact top-10:", text["minilm_scann_vs_exact_recall@10"])
+      if "top10_agreement_with_exact" in text:
+        print("MiniLM ScaNN top-10 agreement with exact:", text["top10_agreement_with_exact"])
       if "minilm_skipped" in text:
         print("MiniLM rows skipped:", text["minilm_skipped"])
     else:
       result["text"] = {"skipped": f"{SHARED_DATA} not present"}
+  if not args.skip_scale:
+    from ragjax.bench import retrieval_scale
+    text_index = (result.get("text") or {}).get("index_dir")
+    result["scale"] = retrieval_scale.run(args.cache_dir, args.repeats, args.scale_passages, text_index)
   print(json.dumps(result))
 
 

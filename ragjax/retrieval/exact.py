@@ -5,12 +5,13 @@ score matrix (1M rows x 256 queries would be 1 GB); each block's top-k is merged
 running top-k.  With a mesh, database rows are split over the mesh's batch axes with
 `shard_map`: every device scans its own rows and the per-device top-k lists are merged on the
 host side of the jit, so a 21M-row index can be spread over many accelerators.
+`search_chunks` gives the same answer for a matrix too large for memory, streamed in slices.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,12 @@ def _scan_topk(q, db, ids, k: int, block: int):
   init = (jnp.full((nq, k), -jnp.inf, jnp.float32), jnp.full((nq, k), -1, jnp.int32))
   (s, i), _ = jax.lax.scan(step, init, (db, ids))
   return s, i
+
+
+@functools.lru_cache(maxsize=None)
+def _single_device_fn(k: int, block: int):
+  """One compiled search per (k, block) shared by every index (the chunks of `search_chunks`)."""
+  return jax.jit(functools.partial(_scan_topk, k=k, block=block))
 
 
 class ExactIndex:
@@ -85,7 +92,7 @@ class ExactIndex:
       return self._fns[k]
     scan = functools.partial(_scan_topk, k=k, block=self.block)
     if self.shards == 1:
-      fn = jax.jit(scan)
+      fn = _single_device_fn(k, self.block)
     else:
       local = jax.shard_map(scan, mesh=self.mesh,
                             in_specs=(P(), P(self._axes, None), P(self._axes)),
@@ -124,3 +131,22 @@ class ExactIndex:
     if not rows:
       return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
     return np.concatenate(rows), np.concatenate(scores)
+
+
+def search_chunks(chunks: Iterable[tuple[int, np.ndarray]], queries: np.ndarray, k: int, *,
+                  block: int = 16384, batch: int = 256) -> tuple[np.ndarray, np.ndarray]:
+  """Exact top-k over a matrix that arrives as row slices `(start, [m, D])` (e.g.
+  `embed_store.iter_chunks` of a corpus too large for memory): each slice is searched with
+  `ExactIndex` and the lists merged, ties broken by row.  Same result as one `ExactIndex`
+  over the whole matrix, holding one slice at a time."""
+  queries = np.asarray(queries, np.float32)
+  rows = np.full((queries.shape[0], k), -1, np.int64)
+  scores = np.full((queries.shape[0], k), -np.inf, np.float32)
+  for start, part in chunks:
+    r, s = ExactIndex(part, block=block).search(queries, k, batch=batch)
+    r = np.where(r >= 0, r + start, -1)
+    cat_r, cat_s = np.concatenate([rows, r], 1), np.concatenate([scores, s], 1)
+    tie = np.where(cat_r >= 0, cat_r, np.iinfo(np.int64).max)
+    order = np.lexsort((tie, -cat_s), axis=-1)[:, :k]
+    rows, scores = np.take_along_axis(cat_r, order, 1), np.take_along_axis(cat_s, order, 1)
+  return rows, scores

@@ -1,10 +1,11 @@
 """The index directory: one layout that `serve`, `evaluate` and the rollout open with one call.
 
 ```
-DIR/index.json        backend, encoder settings, sizes, ScaNN config, ingest summary
+DIR/index.json        backend, encoder settings, sizes, ScaNN config, ingest summary, and the
+                      tuned search setting ("search", from `python -m ragjax.retrieval.tune`)
 DIR/passages.arrow    the passage store (row i = embedding row i)
 DIR/embeddings/       tensorstore array + progress.json (dense backends; resumable)
-DIR/scann/            serialized ScaNN searcher (backend "scann")
+DIR/scann/            serialized ScaNN searcher + reorder.npy re-scoring rows (backend "scann")
 DIR/bm25/             bm25s index (backend "bm25")
 ```
 """
@@ -66,15 +67,8 @@ def read_meta(directory: str) -> dict:
     return json.load(f)
 
 
-def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann", *,
-                encoder_spec: EncoderSpec = EncoderSpec(), encoder=None,
-                scann_config: ScannConfig = ScannConfig(), on_error: str = "skip",
-                chunk_rows: int = 2048, progress: bool = True, mesh=None) -> dict:
-  """Ingests `corpus`, writes the store, encodes (resumably) and builds `backend`; returns meta."""
-  if backend not in BACKENDS:
-    raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-  os.makedirs(out_dir, exist_ok=True)
-  corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
+def _ingest(corpus: list, out_dir: str, on_error: str) -> dict:
+  """Writes the passage store once (a resumed build finds it) and returns the ingest record."""
   report = IngestReport()
   store_path = os.path.join(out_dir, "passages.arrow")
   ingest_path = os.path.join(out_dir, "ingest.json")
@@ -83,41 +77,91 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
       ingest = json.load(f)
     if ingest["corpus"] != [os.path.abspath(p) for p in corpus]:
       raise CorpusError(f"{out_dir} was built from {ingest['corpus']}, not {corpus}; use a new --out")
-  else:
-    n = write_store(read_passages(corpus, on_error=on_error, report=report), out_dir)
-    if n == 0:
-      os.remove(store_path)
-      first = f"; the first: {report.issues[0]}" if report.issues else ""
-      raise CorpusError(f"no usable passages in {', '.join(map(str, corpus))} "
-                        f"({report.summary()}){first}")
-    ingest = {"corpus": [os.path.abspath(p) for p in corpus], "summary": report.summary(),
-              "issues": [str(i) for i in report.issues[:1000]], "num_issues": len(report.issues)}
-    with open(ingest_path, "w") as f:
-      json.dump(ingest, f, indent=1)
-  store = PassageStore(out_dir)
-  meta = {"backend": backend, "n": len(store), "ingest": ingest["summary"]}
-  if backend == "bm25":
-    from ragjax.retrieval.bm25 import BM25Index
-    BM25Index.build(store.contents()).save(os.path.join(out_dir, "bm25"))
-  else:
-    encoder = encoder or encoder_spec.load(mesh=mesh)
-    fp = encoder_fingerprint(encoder, encoder_spec)
-    emb_dir = os.path.join(out_dir, "embeddings")
-    embed_store.build_embeddings(
-        emb_dir, len(store), encoder.dim, lambda a, b: store.contents(list(range(a, b))),
-        lambda texts: encoder.encode(texts, kind="passage"), fp, chunk_rows=chunk_rows,
-        progress=progress)
-    meta["encoder"] = dataclasses.asdict(encoder_spec)
-    meta["dim"] = encoder.dim
-    if backend == "scann":
-      from ragjax.retrieval.scann_index import ScannIndex
-      vecs = embed_store.load_embeddings(emb_dir)
-      index = ScannIndex.build(vecs, scann_config)
-      index.save(os.path.join(out_dir, "scann"))
-      meta["scann"] = scann_config.to_json()
-      meta["scann_num_leaves"] = index.num_leaves
-  with open(os.path.join(out_dir, META), "w") as f:
+    return ingest
+  n = write_store(read_passages(corpus, on_error=on_error, report=report), out_dir)
+  if n == 0:
+    os.remove(store_path)
+    first = f"; the first: {report.issues[0]}" if report.issues else ""
+    raise CorpusError(f"no usable passages in {', '.join(map(str, corpus))} "
+                      f"({report.summary()}){first}")
+  ingest = {"corpus": [os.path.abspath(p) for p in corpus], "summary": report.summary(),
+            "issues": [str(i) for i in report.issues[:1000]], "num_issues": len(report.issues)}
+  with open(ingest_path, "w") as f:
+    json.dump(ingest, f, indent=1)
+  return ingest
+
+
+def write_meta(directory: str, meta: dict) -> None:
+  """DIR/index.json, replaced atomically (the tuner rewrites it under a running reader)."""
+  path = os.path.join(directory, META)
+  with open(path + ".tmp", "w") as f:
     json.dump(meta, f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
+def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann", *,
+                encoder_spec: EncoderSpec = EncoderSpec(), encoder=None,
+                scann_config: ScannConfig = ScannConfig(), on_error: str = "skip",
+                chunk_rows: int = 2048, progress: bool = True, mesh=None,
+                process_index: int = 0, process_count: int = 1, gather=None,
+                encode_only: bool = False) -> dict:
+  """Ingests `corpus`, writes the store, encodes (resumably) and builds `backend`; returns meta.
+
+  Memory stays bounded for corpora far larger than RAM: passages stream into the Arrow store,
+  embeddings into tensorstore one chunk at a time, and ScaNN trains on a sample and adds the
+  rest chunk by chunk (`ScannIndex.build_streaming`).  With `process_count` > 1 (one process per
+  host, `gather` = `allgather_objects`), process 0 writes the store and every process encodes
+  its share of the chunks; `encode_only` stops there (the caller shuts the processes down and
+  process 0 calls again to build the index, finding the store and the embeddings done).
+  """
+  if backend not in BACKENDS:
+    raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+  os.makedirs(out_dir, exist_ok=True)
+  corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
+  gather = gather or (lambda obj: [obj])
+  ingest, error = None, None
+  if process_index == 0:
+    try:
+      ingest = _ingest(corpus, out_dir, on_error)
+    except (OSError, ValueError) as e:
+      error = f"{type(e).__name__}: {e}"
+      if process_count == 1:
+        raise
+  error = gather(error)[0]
+  if error:
+    raise CorpusError(error)
+  store = PassageStore(out_dir)
+  meta = {"backend": backend, "n": len(store), "ingest": ingest["summary"] if ingest else None}
+  if backend == "bm25":
+    if process_index == 0 and not encode_only:
+      from ragjax.retrieval.bm25 import BM25Index
+      BM25Index.build(store.contents()).save(os.path.join(out_dir, "bm25"))
+      write_meta(out_dir, meta)
+    return meta
+  encoder = encoder or encoder_spec.load(mesh=mesh)
+  emb_dir = os.path.join(out_dir, "embeddings")
+  meta["encoded_chunks"] = embed_store.build_embeddings(
+      emb_dir, len(store), encoder.dim, lambda a, b: store.contents(list(range(a, b))),
+      lambda texts: encoder.encode(texts, kind="passage"), encoder_fingerprint(encoder, encoder_spec),
+      chunk_rows=chunk_rows, progress=progress, process_index=process_index,
+      process_count=process_count, gather=gather)
+  if encode_only or process_index != 0:
+    return meta
+  meta["encoder"] = dataclasses.asdict(encoder_spec)
+  meta["dim"] = encoder.dim
+  if backend == "scann":
+    from ragjax.retrieval.scann_index import ScannIndex
+    scann_dir = os.path.join(out_dir, "scann")
+    if scann_config.reorder_store == "ram":        # ScaNN's in-memory copy needs every vector
+      index = ScannIndex.build(embed_store.load_embeddings(emb_dir), scann_config, directory=scann_dir)
+    else:
+      arr = embed_store.open_embeddings(emb_dir)
+      index = ScannIndex.build_streaming(
+          lambda a, b: embed_store.read_rows(arr, a, b), len(store), encoder.dim, scann_config,
+          directory=scann_dir, chunk_rows=max(chunk_rows, 32768), progress=progress)
+    meta["scann"] = scann_config.to_json()
+    meta["scann_num_leaves"] = index.num_leaves
+  write_meta(out_dir, {k: v for k, v in meta.items() if k != "encoded_chunks"})
   return meta
 
 
@@ -125,6 +169,8 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
                cache_size: int = 0, allow_pickle: bool = False,
                query_batch_size: int = QUERY_BATCH_SIZE):
   """Opens DIR as a `Retriever`.  `backend="exact"` serves a ScaNN index's embeddings exactly.
+  A ScaNN index searches with the setting `python -m ragjax.retrieval.tune` recorded in
+  DIR/index.json ("search"), if any, else with its build config's defaults.
 
   The query encoder (when `encoder` is not given) runs `query_batch_size`-row calls; keep it
   fixed between a run and its resume so query vectors are bit-identical.
@@ -151,6 +197,8 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
         raise FileNotFoundError(f"{directory} has no ScaNN index; build with --backend scann "
                                 f"or open with backend='exact'")
       index = ScannIndex.load(os.path.join(directory, "scann"), allow_pickle=allow_pickle)
+      tuned = meta.get("search") or {}
+      index.set_search(tuned.get("leaves_to_search"), tuned.get("reorder"))
     else:
       from ragjax.retrieval.exact import ExactIndex
       index = ExactIndex(embed_store.load_embeddings(os.path.join(directory, "embeddings")), mesh=mesh)

@@ -27,21 +27,32 @@ def _split_empty(queries: list[str]) -> list[int]:
 
 
 class DenseRetriever:
-  """Encoder (kind="query") -> ScaNN or exact index -> passages."""
+  """Encoder (kind="query") -> ScaNN or exact index -> passages.
+
+  The three stages are separate methods so the server can run them over the queries of many
+  requests at once and time each (`ragjax.retrieval.batcher`)."""
 
   def __init__(self, store: PassageStore, encoder, index: VectorIndex):
     if encoder.dim != index.dim:
       raise ValueError(f"encoder dim {encoder.dim} does not match index dim {index.dim}")
     self.store, self.encoder, self.index = store, encoder, index
 
+  def encode(self, queries: Sequence[str]) -> np.ndarray:
+    return self.encoder.encode(list(queries), kind="query")
+
+  def search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return self.index.search(vectors, k)
+
+  def fetch(self, rows: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
+    return self.store.hits(rows, scores)
+
   def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
     queries = check_search_args(queries, k)
     out: list[list[Hit]] = [[] for _ in queries]
     live = _split_empty(queries)
     if live:
-      vecs = self.encoder.encode([queries[i] for i in live], kind="query")
-      rows, scores = self.index.search(vecs, k)
-      for i, hits in zip(live, self.store.hits(rows, scores)):
+      rows, scores = self.search_vectors(self.encode([queries[i] for i in live]), k)
+      for i, hits in zip(live, self.fetch(rows, scores)):
         out[i] = hits
     return out
 

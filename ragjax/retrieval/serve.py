@@ -19,8 +19,17 @@ deeply to parse) is 400; wrong field types, more than --max-queries queries, a q
 than --max-query-chars characters, topk outside 1..--max-topk, or a query holding a lone
 surrogate (`"\\ud800"`: not Unicode text; rejected rather than silently altered) are 422.
 Search-R1's trainer sends one request per rollout step (batch x samples queries), hence the
-default of 4096 queries.  A request is searched in chunks, holding the index lock one chunk at
-a time, so one large request does not stall every other client for its whole duration.
+default of 4096 queries.
+
+Query side (`ragjax.retrieval.batcher`): the queries of all concurrent requests go through one
+encoder call per batch (fixed shapes at a few bucketed token widths, compiled for the two
+narrowest at start-up), and query vectors are cached by text (--cache-size entries; results
+are the same with or without the cache, and whatever a query is batched with).  A request is
+submitted in chunks of 256 queries, one after another, so one large request does not stall
+every other client for its whole duration.  Each reply carries `"timing"`: seconds queued,
+encoding, searching and fetching passages, the batch size it rode in and how many of its
+queries came from the cache (Search-R1 clients ignore the extra key).  A ScaNN index searches
+with its tuned setting (`python -m ragjax.retrieval.tune`), reported by `/health`.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import argparse
 import dataclasses
 import json
 import re
-import threading
+import time
 from typing import Optional
 
 from starlette.requests import Request   # module level: FastAPI resolves the annotation by name
@@ -47,7 +56,7 @@ class Limits:
   max_query_chars: int = 4096
   max_topk: int = 100
   max_body_bytes: int = 8 << 20
-  chunk: int = 256                  # queries searched per turn of the index lock
+  chunk: int = 256                  # queries per submitted chunk (and per encoder batch)
 
 
 class RequestError(ValueError):
@@ -120,29 +129,29 @@ def parse_request_with_contexts(body: bytes, limits: Limits, default_topk: int
 
 
 def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] = None,
-             limits: Limits = Limits()):
+             limits: Limits = Limits(), cache_size: int = 10_000):
   from fastapi import FastAPI
   from fastapi.responses import JSONResponse
   from starlette.concurrency import run_in_threadpool
 
+  from ragjax.retrieval.batcher import QueryBatcher, Timing
+
   if not 1 <= default_topk <= limits.max_topk:
     raise ValueError(f"default topk {default_topk} is outside 1..{limits.max_topk}")
   app = FastAPI(title="ragjax retrieval")
-  lock = threading.Lock()   # backends hold one index; serialise batches rather than interleave
-
-  takes_context = hasattr(retriever, "search_with_context")
+  # One worker owns the index and the encoder: requests are batched, never interleaved.
+  batcher = QueryBatcher(retriever, max_batch=limits.chunk, cache_size=cache_size)
+  app.state.batcher = batcher
 
   def search(queries: list[str], k: int, contexts: dict):
-    hits = []
+    hits, timing = [], Timing()
+    t0 = time.perf_counter()
     for s in range(0, len(queries), limits.chunk):
-      part = queries[s:s + limits.chunk]
-      with lock:
-        if contexts and takes_context:
-          hits.extend(retriever.search_with_context(
-              part, k, **{name: v[s:s + limits.chunk] for name, v in contexts.items()}))
-        else:     # a plain index has one corpus and no use for the contexts
-          hits.extend(retriever.search(part, k))
-    return hits
+      part, t = batcher.submit(queries[s:s + limits.chunk], k,
+                               {name: v[s:s + limits.chunk] for name, v in contexts.items()})
+      hits.extend(part)
+      timing.add(t)
+    return hits, {**timing.to_json(), "total_s": round(time.perf_counter() - t0, 6)}
 
   async def read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length", "")
@@ -165,8 +174,9 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
   async def retrieve(request: Request):
     queries, k, with_scores, contexts = parse_request_with_contexts(
         await read_body(request), limits, default_topk)
-    hits = await run_in_threadpool(search, queries, k, contexts)
-    return JSONResponse({"result": [[h.to_search_r1(with_scores) for h in row] for row in hits]})
+    hits, timing = await run_in_threadpool(search, queries, k, contexts)
+    return JSONResponse({"result": [[h.to_search_r1(with_scores) for h in row] for row in hits],
+                         "timing": timing})
 
   @app.get("/health")
   def health():
@@ -183,7 +193,8 @@ def main(argv=None):
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None,
                   help="override the index's backend (e.g. exact search over a ScaNN index's embeddings)")
   ap.add_argument("--topk", type=positive_int, default=3, help="default k when a request omits topk")
-  ap.add_argument("--cache-size", type=non_negative_int, default=0, help="server-side LRU cache entries")
+  ap.add_argument("--cache-size", type=non_negative_int, default=10_000,
+                  help="query texts whose vectors the server keeps (LRU; 0 = no cache)")
   ap.add_argument("--query-batch-size", type=positive_int, default=None,
                   help="rows per query-encoder call (dense backends; default: see index.QUERY_BATCH_SIZE)")
   defaults = Limits()
@@ -203,15 +214,29 @@ def main(argv=None):
   import uvicorn
   from ragjax.retrieval.index import QUERY_BATCH_SIZE, open_index, read_meta
   try:
-    retriever = open_index(args.index, backend=args.backend, cache_size=args.cache_size,
-                           allow_pickle=args.allow_pickle,
-                           query_batch_size=args.query_batch_size or QUERY_BATCH_SIZE)
     meta = read_meta(args.index)
+    backend = args.backend or meta["backend"]
+    # Dense backends cache query vectors in the batcher; BM25 caches (query, k) hits.
+    retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle,
+                           cache_size=args.cache_size if backend == "bm25" else 0,
+                           query_batch_size=args.query_batch_size or QUERY_BATCH_SIZE)
   except (OSError, ValueError) as e:
     ap.error(f"--index: {e}")
-  info = {"backend": args.backend or meta["backend"], "passages": meta["n"], "dim": meta.get("dim")}
-  uvicorn.run(make_app(retriever, args.topk, info, limits), host=args.host, port=args.port,
-              log_level="warning")
+  info = {"backend": backend, "passages": meta["n"], "dim": meta.get("dim")}
+  index = getattr(retriever, "index", None)
+  if backend == "scann" and index is not None:
+    info["search"] = {"leaves_to_search": index.leaves_to_search, "num_leaves": index.num_leaves,
+                      "reorder": index.reorder_depth, "reorder_store": index.config.reorder_store,
+                      "tuned": bool(meta.get("search"))}
+    tuned = (meta.get("search") or {}).get("tuned") or {}
+    for key in ("recall_tune", "recall_heldout", "target", "k"):
+      if key in tuned:
+        info["search"][key] = tuned[key]
+  if hasattr(retriever, "encode"):           # compile the two narrowest query buckets now
+    retriever.encode(["warm up"])
+    retriever.encode([" ".join(["warm"] * 40)])
+  uvicorn.run(make_app(retriever, args.topk, info, limits, cache_size=args.cache_size),
+              host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":
