@@ -10,7 +10,7 @@ import os
 import sys
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -61,8 +61,14 @@ def scenarios(draw):
   return proto, rows, scripts, chat, room, new_tokens, clone_p, train_injected
 
 
+SEARCH_TR = "<search>Tessaly River</search>"
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
+@example(sc=(get_protocol("rex_rag", max_turns=1), 3,   # a clone's probe prompt overflowing the
+             {**{r: [SEARCH_TR] for r in range(7)},     # cache (found by this test, 2026-11-23)
+              2: ["<answer>Tessaly River</answer>"]}, False, 40, 64, 0.5, False))
 def test_any_text_rolls_out_aligned(sc):
   proto, rows, scripts, chat, room, new_tokens, clone_p, train_injected = sc
   tok = h.tokenizer(chat)

@@ -562,6 +562,11 @@ class RolloutEngine:
   def _insert(self, r: int, segments: Sequence[Segment], t: int):
     row = self._rows[r]
     ids, labels, _ = self.renderer.tokenize(segments)
+    if self._capacity is not None:     # never past the cache: keep what leaves a token's room
+      room = max(self._capacity - 1 - len(row.tokens), 0)
+      if len(ids) > room:
+        ids, labels = list(ids)[:room], list(labels)[:room]
+        self._stats["inserts_cut"] = self._stats.get("inserts_cut", 0) + 1
     row.append(ids, Source.INJECTED, t)
     if ids:
       row.labels[-len(ids):] = labels
@@ -569,6 +574,9 @@ class RolloutEngine:
 
   def _resume(self, r: int):
     row = self._rows[r]
+    if self._over_budget(row, 0):      # an insert filled the cache: nothing more can be decoded
+      row.done, row.stop_reason = True, "budget"
+      return
     row.resume, row.done, row.stop_reason = True, False, ""
     row.records[-1].action = "continue"
 
