@@ -6,27 +6,22 @@ import json
 import os
 import subprocess
 import sys
-from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 
 
-def train_env(devices: int = 1, cache: Optional[str] = None) -> dict:
-  """CPU, `devices` fake devices, this checkout (and tests/, for gin plug-ins) on the path;
-  `cache`: a persistent compilation cache shared by the runs of one test module."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-  if cache:
-    env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  return env
+def train_env(devices: int = 1) -> dict:
+  """CPU, `devices` fake devices, this checkout (and tests/, for gin plug-ins) on the path
+  (and the run's compilation cache, from conftest.py's environment)."""
+  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
+              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
 
 
-def train(args, devices: int = 1, cache: Optional[str] = None) -> subprocess.Popen:
+def train(args, devices: int = 1) -> subprocess.Popen:
   """`python -m ragjax.train ARGS` (the `--config=FILE:ARG` flag must come first)."""
   return subprocess.Popen([sys.executable, "-m", "ragjax.train", *args], cwd=ROOT,
-                          env=train_env(devices, cache), stdout=subprocess.PIPE,
+                          env=train_env(devices), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
 
 

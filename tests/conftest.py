@@ -1,11 +1,20 @@
-"""Test-wide settings: 8 fake CPU devices so sharded paths are testable, float32 matmuls."""
+"""Test-wide settings: 8 fake CPU devices so sharded paths are testable, float32 matmuls, and
+one persistent JAX compilation cache for the whole run (both xdist workers and every
+subprocess a test starts inherit it), so a program compiled by one test is loaded by the next."""
 
 import os
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")   # the same in both workers of one run
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"ragjax-tests-jax-cache-{_RUN}")
+                      if _RUN else tempfile.mkdtemp(prefix="ragjax-tests-jax-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 

@@ -26,26 +26,24 @@ REZERO = ["--config=configs/rezero.py:tiny", "--gin_file", os.path.join(TESTS, "
           "--config.retriever.noise.kind=drop_gold", "--config.retriever.noise.p=0.5"]
 
 
-def _train(workdir, config, *args, cache=None):
-  """Resumed runs share the first runs' compilation cache (`cache`)."""
-  return train([config, f"--config.workdir={workdir}", *COMMON, *args], cache=cache)
+def _train(workdir, config, *args):
+  return train([config, f"--config.workdir={workdir}", *COMMON, *args])
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """Both recipes for 2 steps, then each resumed from a copy for a third (in parallel)."""
-  cache = str(tmp_path_factory.mktemp("jax_cache"))
   ar, rz = str(tmp_path_factory.mktemp("autorefine")), str(tmp_path_factory.mktemp("rezero"))
-  procs = [_train(ar, *AUTOREFINE, "--config.trainer.num_steps=2", cache=cache),
-           _train(rz, *REZERO, "--config.trainer.num_steps=2", cache=cache)]
+  procs = [_train(ar, *AUTOREFINE, "--config.trainer.num_steps=2"),
+           _train(rz, *REZERO, "--config.trainer.num_steps=2")]
   for p in procs:
     _finish(p)
   resumed = [str(tmp_path_factory.mktemp("autorefine_resumed")),
              str(tmp_path_factory.mktemp("rezero_resumed"))]
   for src, dst in zip((ar, rz), resumed):
     shutil.copytree(src, dst, dirs_exist_ok=True)
-  procs = [_train(resumed[0], *AUTOREFINE, "--config.trainer.num_steps=3", cache=cache),
-           _train(resumed[1], *REZERO, "--config.trainer.num_steps=3", cache=cache)]
+  procs = [_train(resumed[0], *AUTOREFINE, "--config.trainer.num_steps=3"),
+           _train(resumed[1], *REZERO, "--config.trainer.num_steps=3")]
   for p in procs:
     _finish(p)
   return ar, rz, resumed

@@ -17,12 +17,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
 
 
-def _probe(workdir, *extra, cache=None):
+def _probe(workdir, *extra):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  if cache:  # the resumed process reuses the first runs' compiled executables
-    env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "resume_probe.py"),
                            "--workdir", workdir, "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -31,10 +28,9 @@ def _probe(workdir, *extra, cache=None):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   full = str(tmp_path_factory.mktemp("full"))
-  cache = str(tmp_path_factory.mktemp("jax_cache"))
   killed = str(tmp_path_factory.mktemp("killed"))
-  p_full = _probe(full, cache=cache)
-  p_kill = _probe(killed, "--pause_after", str(STEPS // 2), cache=cache)
+  p_full = _probe(full)
+  p_kill = _probe(killed, "--pause_after", str(STEPS // 2))
   for line in p_kill.stdout:                      # wait for step N/2's checkpoint on disk
     if line.startswith(f"CHECKPOINTED {STEPS // 2}"):
       break
@@ -45,7 +41,7 @@ def runs(tmp_path_factory):
   assert not os.path.exists(os.path.join(killed, "final.npz"))
   out, _ = p_full.communicate(timeout=600)
   assert p_full.returncode == 0, out[-3000:]
-  p_res = _probe(killed, cache=cache)
+  p_res = _probe(killed)
   out, _ = p_res.communicate(timeout=600)
   assert p_res.returncode == 0, out[-3000:]
   return full, killed

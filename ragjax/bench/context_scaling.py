@@ -94,11 +94,11 @@ def main(argv=None):
       hf[threads] = (pre, min(steps[1:]))
     threads = min(hf, key=lambda n: hf[n][0] + hf[n][1] * args.steps)
     hf_prefill, hf_step = hf[threads]
-    rows.append({"context": length, "ragjax_prefill_s": round(jax_prefill, 4),
-                 "transformers_prefill_s": round(hf_prefill, 4),
+    rows.append({"context": length, "ragjax_prefill_s": float(f"{jax_prefill:.4g}"),
+                 "transformers_prefill_s": float(f"{hf_prefill:.4g}"),
                  "prefill_ratio": round(hf_prefill / jax_prefill, 2),
-                 "ragjax_decode_step_ms": round(jax_step * 1e3, 2),
-                 "transformers_decode_step_ms": round(hf_step * 1e3, 2),
+                 "ragjax_decode_step_ms": float(f"{jax_step * 1e3:.4g}"),
+                 "transformers_decode_step_ms": float(f"{hf_step * 1e3:.4g}"),
                  "decode_ratio": round(hf_step / jax_step, 2), "torch_threads": threads})
   print(json.dumps({"bench": "context_scaling", "preset": args.preset,
                     "params": cfg.num_params(), "batch": args.batch, "steps": args.steps,
