@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ragjax.bench.timing import best_time  # noqa: E402
 from ragjax.models.config import DecoderConfig, as_dtype, decoder_config_to_hf  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.hf_io import params_to_hf_tensors  # noqa: E402
@@ -82,16 +83,6 @@ def _weight_matmul_floor(params, batch: int, repeats: int = 20) -> float:
   return (time.perf_counter() - t) / repeats
 
 
-def _time(fn, repeats: int) -> float:
-  fn()                                                   # warm-up (compiles)
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t)
-  return best
-
-
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--preset", default=None, help="model preset (default: a small CPU model)")
@@ -130,7 +121,7 @@ def main(argv=None):
     jax.block_until_ready(out.tokens)
     return out
 
-  t_ours = _time(run_ragjax, args.repeats)
+  t_ours = best_time(run_ragjax, args.repeats, warmup=True)
   # The decode loop alone, for the roofline (best of `repeats`).
   t_decode = float("inf")
   for _ in range(max(args.repeats, 1)):
@@ -162,7 +153,7 @@ def main(argv=None):
         torch.cuda.synchronize()
       return out
 
-    t_hf = _time(run_hf, args.repeats)
+    t_hf = best_time(run_hf, args.repeats, warmup=True)
     hf_out = run_hf()[:, args.prompt_len:].cpu().numpy()
     result["transformers_tokens_per_s"] = round(n_tokens / t_hf, 1)
     result["ratio"] = round(t_hf / t_ours, 2)
