@@ -48,6 +48,8 @@ def main(argv):
   if len(arms) != 2:
     raise app.UsageError("the two arms need different names", exitcode=2)
   with exit_on_user_error("ragjax.ablate"):
+    from ragjax.parallel.cpu_threads import pin
+    pin(flags.FLAGS.config.get("cpu_threads", 0))   # before JAX's CPU backend starts
     from ragjax.recipes.ablation import ablate
     report = ablate(flags.FLAGS.config, arms, split=flags.FLAGS.split)
   print(report["table"])
