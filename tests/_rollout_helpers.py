@@ -135,7 +135,7 @@ def slot_logprob(slot: int) -> float:
 
 class ScriptedPolicy:
   """A `ragjax.rollout.policy.Policy` over forced text: row r emits `scripts[r][i]` on its
-  i-th decode.  Like the real sampler it stops right after the token that completes a stop
+  i-th decode (text, or a list of token ids: byte-level pieces that need not be valid UTF-8).  Like the real sampler it stops right after the token that completes a stop
   string, on eos, at the per-turn budget, or when the cache is full."""
 
   def __init__(self, tok, scripts: dict, stop_strings=(), max_new_tokens: int = 64,
@@ -172,7 +172,8 @@ class ScriptedPolicy:
       script = self.scripts.get(r, [])
       text = script[state.cursor[r]] if state.cursor[r] < len(script) else self.tok.eos_token
       state.cursor[r] += 1
-      ids = self.tok(text, add_special_tokens=False)["input_ids"]
+      ids = (list(text) if isinstance(text, list)
+             else self.tok(text, add_special_tokens=False)["input_ids"])
       out, why = [], BUDGET     # a script that ends without a stop reads as a spent budget
       for tid in ids:
         if len(state.histories[r]) >= state.cache_length:

@@ -23,3 +23,9 @@ jax.config.update("jax_default_matmul_precision", "highest")
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 SHARED_DATA = os.path.abspath(os.path.join(SHARED, "data"))
 
+
+
+def pytest_addoption(parser):
+  parser.addoption("--fuzz-count", type=int, default=150,
+                   help="generated policy turns per protocol in tests/test_rollout_fuzz.py "
+                        "(RELIABILITY.md's full run: 10000)")
