@@ -20,6 +20,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from ragjax.errors import flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
@@ -33,8 +34,7 @@ flags.mark_flag_as_required("b")
 def parse_arm(spec: str) -> tuple[str, list[str]]:
   name, sep, rest = spec.partition(":")
   if not sep or not name.strip():
-    raise app.UsageError(f"arm {spec!r}: write NAME:FIELD=VALUE;... (NAME: for no overrides)",
-                         exitcode=2)
+    raise ValueError(f"arm {spec!r}: write NAME:FIELD=VALUE;... (NAME: for no overrides)")
   return name.strip(), [o.strip() for o in rest.split(";") if o.strip()]
 
 
@@ -44,10 +44,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
-  arms = dict((parse_arm(flags.FLAGS.a), parse_arm(flags.FLAGS.b)))
-  if len(arms) != 2:
-    raise app.UsageError("the two arms need different names", exitcode=2)
   with exit_on_user_error("ragjax.ablate"):
+    arms = dict((parse_arm(flags.FLAGS.a), parse_arm(flags.FLAGS.b)))
+    if len(arms) != 2:
+      raise ValueError("the two arms need different names")
     from ragjax.parallel.cpu_threads import pin
     pin(flags.FLAGS.config.get("cpu_threads", 0))   # before JAX's CPU backend starts
     from ragjax.recipes.ablation import ablate
@@ -58,4 +58,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  sys.exit(app.run(main, flags_parser=flags_parser("ragjax.ablate")))

@@ -38,3 +38,41 @@ def exit_on_user_error(program: str, code: int = 2):
     msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     print(f"{program}: error: {' '.join(msg.split())}", file=sys.stderr)
     sys.exit(code)
+
+
+def flags_parser(program: str, code: int = 2):
+  """`app.run(main, flags_parser=flags_parser("ragjax.train"))`: absl parses the flags (and
+  ml-collections loads the `--config` file and applies `--config.FIELD=V`) before `main` runs,
+  outside `exit_on_user_error`; this parser gives those mistakes one line too: a missing config
+  file, a config argument the file refuses, an unknown or mistyped field."""
+  def parse(argv):
+    from absl import flags
+    try:
+      missing = [a for a in argv[1:] if a.startswith("--config=")
+                 and not os.path.exists(a.split("=", 1)[1].split(":", 1)[0])]
+      if missing:
+        raise FileNotFoundError(f"config file not found: {missing[0].split('=', 1)[1]}")
+      return flags.FLAGS(argv)
+    except Exception as e:  # noqa: BLE001  (every flag mistake is the user's; traceback on demand)
+      if os.environ.get("RAGJAX_TRACEBACK"):
+        raise
+      print(f"{program}: error: {flag_error(e, argv)}", file=sys.stderr)
+      sys.exit(code)
+  return parse
+
+
+def flag_error(e: BaseException, argv) -> str:
+  """One line for an exception raised while parsing the command line."""
+  if isinstance(e, AttributeError):       # ml-collections: an override of a field that is absent
+    key = str(e).strip("\"' ")
+    arg = next((a for a in argv if a.startswith("--config.") and key in a.split("=", 1)[0]),
+               key)
+    return (f"unknown config field in {arg!r}: the config has no {key!r} (the schema and its "
+            f"fields: configs/common.py)")
+  lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+  if any(line.startswith("Traceback") for line in lines):
+    lines = lines[-1:]                    # absl wraps the config file's own error: its last line
+  msg = " ".join(" ".join(lines).split())
+  if not isinstance(e, USER_ERRORS) and type(e).__module__ != "absl.flags._exceptions":
+    msg = f"{type(e).__name__}: {msg} (RAGJAX_TRACEBACK=1 shows the traceback)"
+  return msg

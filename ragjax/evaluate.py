@@ -27,6 +27,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from ragjax.data.readers import READERS
+from ragjax.errors import flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
@@ -88,6 +89,8 @@ def main(argv):
     from ragjax.data.world import ENTITY_QTYPES, QTYPES
     qtypes, groups = QTYPES, {"entity": ENTITY_QTYPES}
   with exit_on_user_error("ragjax.evaluate"):
+    from ragjax.models.config import read_hf_config
+    read_hf_config(f.checkpoint)     # a wrong directory fails now, not after the index is built
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
@@ -95,4 +98,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  sys.exit(app.run(main, flags_parser=flags_parser("ragjax.evaluate")))

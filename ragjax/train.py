@@ -15,6 +15,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from ragjax.errors import flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
@@ -78,4 +79,4 @@ def dry_run(config, target: str = None) -> int:
 if __name__ == "__main__":
   if not os.path.exists(DEFAULT_CONFIG) and not any(a.startswith("--config") for a in sys.argv):
     sys.exit(f"the default config {DEFAULT_CONFIG} is missing; pass --config=FILE")
-  app.run(main)
+  app.run(main, flags_parser=flags_parser("ragjax.train"))

@@ -18,14 +18,13 @@ import os
 import sys
 
 import numpy as np
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 from test_services_fixtures import ScriptedChat  # noqa: E402
 
 from ragjax import registry  # noqa: E402
-from ragjax.rl import rewards as _rewards  # noqa: E402,F401  (registers the rewards and metrics)
+import ragjax.rl.rewards  # noqa: E402,F401  (registers the rewards and metrics)
 from ragjax.rl.rewards.registry import RewardContext, score_rows  # noqa: E402
 from ragjax.rollout.dump import batch_records  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402

@@ -236,9 +236,11 @@ def main(argv=None):
     model = OpenAIChatClient(args.chat_url, args.chat_model or _discover_model(args.chat_url),
                              api_key_env=args.api_key_env, cache_path=args.chat_cache)
   else:
+    from ragjax.errors import exit_on_user_error
     from ragjax.services.local import LocalChatModel
-    model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
-                                           max_prompt_tokens=args.chat_max_prompt_tokens)
+    with exit_on_user_error("ragjax.services.proxy"):
+      model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
+                                             max_prompt_tokens=args.chat_max_prompt_tokens)
     if args.chat_cache:
       from ragjax.services.cache import CachedChatModel
       model = CachedChatModel(model, args.chat_cache, model.name)

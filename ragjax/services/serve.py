@@ -241,10 +241,12 @@ def main(argv=None):
   ap.add_argument("--dtype", default=None, help="compute dtype override, e.g. bfloat16")
   args = ap.parse_args(argv)
   import uvicorn
-  model = LocalChatModel.from_checkpoint(args.checkpoint, name=args.model_name, dtype=args.dtype,
-                                         max_batch=args.max_batch,
-                                         max_prompt_tokens=args.max_prompt_tokens,
-                                         max_new_tokens=args.max_new_tokens)
+  from ragjax.errors import exit_on_user_error
+  with exit_on_user_error("ragjax.services.serve"):   # a wrong directory: one line, exit 2
+    model = LocalChatModel.from_checkpoint(args.checkpoint, name=args.model_name,
+                                           dtype=args.dtype, max_batch=args.max_batch,
+                                           max_prompt_tokens=args.max_prompt_tokens,
+                                           max_new_tokens=args.max_new_tokens)
   batcher = RequestBatcher(model, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
   app = make_app(model, batcher=batcher, max_messages=args.max_messages,
                  max_chars=args.max_chars)
