@@ -31,15 +31,11 @@ import time
 import numpy as np
 import requests
 
+from ragjax.bench import serving
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUESTIONS = os.path.join(REPO, "..", "shared", "data", "flashrag_format",
                          "derived_hotpotqa_dev_with_context_1668.jsonl")
-
-
-def _env() -> dict:
-  env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  env.setdefault("JAX_PLATFORMS", "cpu")
-  return env
 
 
 def encode_throughput(index_dir: str, repeats: int, passages: int = 512) -> dict:
@@ -56,37 +52,6 @@ def encode_throughput(index_dir: str, repeats: int, passages: int = 512) -> dict
     best = min(best, time.perf_counter() - t0)
   return {"passages": len(texts), "passages_per_s": round(len(texts) / best, 1),
           "mean_tokens": round(float(encoder.tokenize(texts)[1].sum(1).mean()), 1)}
-
-
-def _start_server(index_dir: str, *extra: str) -> tuple[subprocess.Popen, str]:
-  import socket
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.serve", "--index", index_dir,
-                           "--port", str(port), *extra], env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-  url = f"http://127.0.0.1:{port}"
-  deadline = time.time() + 300
-  while time.time() < deadline:
-    if proc.poll() is not None:
-      raise RuntimeError(f"server exited with {proc.returncode}")
-    try:
-      if requests.get(url + "/health", timeout=1).ok:
-        return proc, url
-    except requests.RequestException:
-      time.sleep(0.5)
-  proc.kill()
-  raise RuntimeError("server did not start in 300 s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-  proc.terminate()
-  try:
-    proc.wait(timeout=20)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    proc.wait()
 
 
 def _serve_pass(url: str, batches: list[list[str]], clients: int) -> tuple[float, list[dict]]:
@@ -123,7 +88,7 @@ def server_throughput(index_dir: str, repeats: int, batch: int = 64, batches: in
   texts = list(dict.fromkeys(read_queries(QUESTIONS)))[:batch * batches]
   groups = [texts[i:i + batch] for i in range(0, len(texts), batch)]
   in_proc = open_index(index_dir)
-  proc, url = _start_server(index_dir, "--cache-size", "0")
+  proc, url = serving.start("ragjax.retrieval.serve", "--index", index_dir, "--cache-size", "0")
   try:
     runs: dict = {}
 
@@ -144,16 +109,16 @@ def server_throughput(index_dir: str, repeats: int, batch: int = 64, batches: in
           runs[name] = {"seconds": secs, "split": _mean_split(timings)}
     health = requests.get(url + "/health", timeout=10).json()
   finally:
-    _stop(proc)
+    serving.stop(proc)
   for r in runs.values():
     r["qps"] = round(len(texts) / r["seconds"], 1)
     r["seconds"] = round(r["seconds"], 2)
-  proc, url = _start_server(index_dir)                  # default cache by query text
+  proc, url = serving.start("ragjax.retrieval.serve", "--index", index_dir)  # cache by query text
   try:
     first, t_first = _serve_pass(url, groups, 1)
     second, t_second = _serve_pass(url, groups, 1)
   finally:
-    _stop(proc)
+    serving.stop(proc)
   runs["server_cached"] = {"first_pass_qps": round(len(texts) / first, 1),
                            "second_pass_qps": round(len(texts) / second, 1),
                            "second_pass_split": _mean_split(t_second),
@@ -202,7 +167,7 @@ def synthetic_corpus(path: str, n: int, seed: int = 0) -> str:
 
 def _peak_memory_build(args: list[str]) -> dict:
   """Runs the build command, sampling /proc/<pid>/status: peak anonymous and total resident."""
-  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.build", *args], env=_env(),
+  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.build", *args], env=serving.child_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   peak = {"RssAnon": 0, "VmHWM": 0, "RssFile": 0}
   t0 = time.time()

@@ -23,17 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from ragjax.bench import serving  # noqa: E402
 from ragjax.bench.timing import best_time  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _TEXT = ["Who founded the Quillport Observatory, and in which year?",
          "The Tessaly River flows through Quillport into the Amber Sea.",
@@ -56,33 +52,6 @@ def make_checkpoint(out_dir: str, hidden: int, layers: int, seed: int = 0) -> No
                       eos_token_id=tok.convert_tokens_to_ids(EOS))
   params = init_params(cfg, jax.random.PRNGKey(seed))
   save_decoder(out_dir, cfg, params, tokenizer=tok)
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def start_server(ckpt: str, port: int, args) -> subprocess.Popen:
-  import requests
-  env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "ragjax.services.serve", "--checkpoint", ckpt, "--port", str(port),
-       "--model-name", "bench", "--max-batch", str(args.max_batch), "--max-new-tokens",
-       str(args.max_tokens), "--max-prompt-tokens", "256", "--max-wait-ms", str(args.max_wait_ms)],
-      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  t_end = time.time() + 180
-  while time.time() < t_end:
-    if proc.poll() is not None:
-      raise RuntimeError(f"server exited: {proc.stdout.read().decode()[-2000:]}")
-    try:
-      if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).ok:
-        return proc
-    except requests.RequestException:
-      time.sleep(0.2)
-  proc.kill()
-  raise RuntimeError("server did not come up")
 
 
 def main(argv=None):
@@ -110,10 +79,11 @@ def main(argv=None):
                                            max_prompt_tokens=256, max_new_tokens=args.max_tokens)
     kw = dict(max_tokens=args.max_tokens, temperature=0.0)
     ref = model.generate(prompts, **kw)                                     # warm-up
-    port = free_port()
-    proc = start_server(ckpt, port, args)
+    proc, url = serving.start(
+        "ragjax.services.serve", "--checkpoint", ckpt, "--model-name", "bench", "--max-batch",
+        str(args.max_batch), "--max-new-tokens", str(args.max_tokens), "--max-prompt-tokens",
+        "256", "--max-wait-ms", str(args.max_wait_ms))
     try:
-      url = f"http://127.0.0.1:{port}"
       batched = OpenAIChatClient(url, "bench", max_concurrency=args.prompts, timeout=300)
       got = batched.complete(prompts, **kw)                                  # warm-up
       before = requests.get(url + "/health", timeout=10).json()
@@ -126,8 +96,7 @@ def main(argv=None):
       serial.complete(prompts[:1], **kw)                                     # warm-up batch 1
       t_serial = best_time(lambda: serial.complete(prompts, **kw), 1)
     finally:
-      proc.terminate()
-      proc.wait(timeout=30)
+      serving.stop(proc)
   n = args.prompts
   tokens = sum(c.completion_tokens for c in ref)
   out = {
