@@ -291,8 +291,9 @@ def int_list(text: str) -> list[int]:
   return [int(x) for x in text.split(",") if x]
 
 
-def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(description: str) -> argparse.ArgumentParser:
+  """The flags of the rollout benchmarks (this one and bench.rollout_memory)."""
+  ap = argparse.ArgumentParser(description=description)
   ap.add_argument("--preset", default="small",
                   help=f"{sorted(SHAPES)} or a ragjax.models.presets name (random weights)")
   ap.add_argument("--turns", type=int_list, default=[4],
@@ -320,7 +321,11 @@ def main(argv=None):
                        "fastest (on a shared CPU one thread is often faster)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--workdir", default=None, help="where the corpus, index and export go")
-  args = ap.parse_args(argv)
+  return ap
+
+
+def main(argv=None):
+  args = parser(__doc__.splitlines()[0]).parse_args(argv)
   args.batch_list = args.batch
   workdir = args.workdir or tempfile.mkdtemp(prefix="ragjax_bench_rollout_")
   setup = Setup(args, workdir)
