@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 import requests
+
+from ragjax.bench.serving import free_port, stop  # noqa: F401  (re-exported to the tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,12 +69,6 @@ def run_module(*args) -> subprocess.CompletedProcess:
                         text=True, timeout=300)
 
 
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def start_server(index_dir: str, port: int, *extra: str) -> subprocess.Popen:
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
   env.pop("XLA_FLAGS", None)
@@ -93,14 +88,7 @@ def start_server(index_dir: str, port: int, *extra: str) -> subprocess.Popen:
   raise RuntimeError("server did not come up within 90 s")
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-  if proc.poll() is None:
-    proc.terminate()
-    try:
-      proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
+stop_server = stop      # ragjax.bench.serving.stop: terminate, then kill after 20 s
 
 
 @contextlib.contextmanager

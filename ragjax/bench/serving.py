@@ -52,6 +52,9 @@ def start(module: str, *args: str, timeout: float = 300.0) -> tuple[subprocess.P
 
 
 def stop(proc: subprocess.Popen) -> None:
+  """Terminates a server (if it still runs), then kills it after 20 s."""
+  if proc.poll() is not None:
+    return
   proc.terminate()
   try:
     proc.wait(timeout=20)
