@@ -99,11 +99,17 @@ def scripts_for(rng, tok, rows: int, turns: int) -> dict:
   return out
 
 
+def builtin(category: str) -> list:
+  """The plug-ins ragjax ships (other tests register their own doubles in the same process)."""
+  return [n for n in registry.names(category)
+          if getattr(registry.lookup(category, n), "__module__", "").startswith("ragjax.")]
+
+
 def reward_calls(protocol: str):
-  """(reward, kwargs) pairs: every registered reward this protocol's rows can be scored by,
+  """(reward, kwargs) pairs: every built-in reward this protocol's rows can be scored by,
   UR²'s per task."""
   calls = []
-  for name in registry.names("reward"):
+  for name in builtin("reward"):
     if method_of(name) not in (None, protocol):
       continue
     if name in ("ur2_answer", "ur2_format"):
@@ -158,7 +164,7 @@ def test_fuzzed_outputs_never_crash_and_stay_aligned(protocol_name, request):
         reward_values += len(results)
       except Exception as e:  # noqa: BLE001
         failures.append((f"reward {name} {kw}", repr(e)[-600:], scripts))
-    for name in registry.names("metric"):
+    for name in builtin("metric"):
       if name in STATE_METRICS or method_of(name) not in (None, protocol_name):
         continue
       try:
