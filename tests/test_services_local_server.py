@@ -176,6 +176,8 @@ def test_server_answers_bad_requests_with_4xx_naming_the_field():
         ({"messages": ok, "n": 2}, 400, "n"),
         ({"messages": ok, "stream": True}, 400, "stream"),
         ({"messages": ok, "model": "gpt-4"}, 404, "model"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, None),           # was a 500 (found by the soak)
+        (b'{"messages": [{"role": "user", "content": "a \\ud800 b"}]}', 400, "messages"),  # was 500
     ]
     for body, status, param in cases:
       kw = {"data": body} if isinstance(body, bytes) else {"json": body}

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 import time
 from typing import Optional
 
 from starlette.requests import Request   # module level: FastAPI resolves the annotation by name
 
+from ragjax.http_body import RequestError, parse_json, read_body
 from ragjax.retrieval.argtypes import non_negative_int, port, positive_int
 from ragjax.retrieval.types import Retriever
 
@@ -57,14 +57,6 @@ class Limits:
   max_topk: int = 100
   max_body_bytes: int = 8 << 20
   chunk: int = 256                  # queries per submitted chunk (and per encoder batch)
-
-
-class RequestError(ValueError):
-  """A request the server will not run: HTTP `status` and the message for `detail`."""
-
-  def __init__(self, status: int, message: str):
-    super().__init__(message)
-    self.status = status
 
 
 def parse_contexts(payload: dict, n: int) -> dict[str, list[str]]:
@@ -92,14 +84,7 @@ def parse_request(body: bytes, limits: Limits, default_topk: int) -> tuple[list[
 def parse_request_with_contexts(body: bytes, limits: Limits, default_topk: int
                                 ) -> tuple[list[str], int, bool, dict]:
   """`parse_request` plus the request's per-query `contexts` (empty when it sends none)."""
-  try:
-    payload = json.loads(body.decode("utf-8"))
-  except UnicodeDecodeError as e:
-    raise RequestError(400, f"request body is not UTF-8 ({e.reason} at byte {e.start})") from None
-  except RecursionError:
-    raise RequestError(400, "request body is nested too deeply to parse") from None
-  except ValueError as e:
-    raise RequestError(400, f"request body is not JSON: {e}") from None
+  payload = parse_json(body)
   if not isinstance(payload, dict):
     raise RequestError(422, f"request body must be a JSON object, got {type(payload).__name__}")
   queries = payload.get("queries")
@@ -153,19 +138,6 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
       timing.add(t)
     return hits, {**timing.to_json(), "total_s": round(time.perf_counter() - t0, 6)}
 
-  async def read_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
-      raise RequestError(413, f"request body of {declared} bytes; the limit is "
-                              f"{limits.max_body_bytes} (--max-body-bytes)")
-    parts, size = [], 0
-    async for part in request.stream():
-      size += len(part)
-      if size > limits.max_body_bytes:
-        raise RequestError(413, f"request body over {limits.max_body_bytes} bytes (--max-body-bytes)")
-      parts.append(part)
-    return b"".join(parts)
-
   @app.exception_handler(RequestError)
   async def refuse(_, e: RequestError):
     return JSONResponse({"detail": str(e)}, status_code=e.status)
@@ -173,7 +145,7 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
   @app.post("/retrieve")
   async def retrieve(request: Request):
     queries, k, with_scores, contexts = parse_request_with_contexts(
-        await read_body(request), limits, default_topk)
+        await read_body(request, limits.max_body_bytes), limits, default_topk)
     hits, timing = await run_in_threadpool(search, queries, k, contexts)
     return JSONResponse({"result": [[h.to_search_r1(with_scores) for h in row] for row in hits],
                          "timing": timing})

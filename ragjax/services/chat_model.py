@@ -14,6 +14,7 @@ greedy.  Every failure to get a reply is a `ChatServiceError`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
 Message = dict          # {"role": "system" | "user" | "assistant", "content": str}
@@ -84,6 +85,9 @@ def check_sampling(max_tokens, temperature, top_p) -> None:
     raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_messages(messages, where: str = "messages") -> list[Message]:
   """One conversation as a list of {"role", "content"} dicts with string content.
 
@@ -113,6 +117,10 @@ def check_messages(messages, where: str = "messages") -> list[Message]:
       content = "".join(parts)
     if not isinstance(content, str):
       raise ValueError(f"{field}.content must be a string, got {type(content).__name__}")
+    bad = _SURROGATE.search(content)
+    if bad:                          # JSON can carry "\ud800"; no tokenizer can encode it
+      raise ValueError(f"{field}.content holds a lone surrogate U+{ord(bad[0]):04X} at "
+                       f"character {bad.start()} (not Unicode text)")
     out.append({"role": role, "content": content})
   return out
 

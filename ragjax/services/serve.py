@@ -12,7 +12,9 @@ clients go through one `RequestBatcher`, so a judge shared by several trainer pr
 their requests together.  Bad requests are 4xx in OpenAI's error form (`{"error": {"message",
 "type", "param"}}`) naming the field: malformed JSON, a wrong field, more than
 `--max-messages` messages or `--max-chars` characters, `max_tokens` above the cap, a prompt
-longer than `--max-prompt-tokens` tokens (400); another model name (404); a full queue (503,
+longer than `--max-prompt-tokens` tokens, JSON nested too deeply, a lone surrogate (400); a
+body over `--max-body-bytes` (413, refused before it is read whole); another model name
+(404); a full queue (503,
 which clients retry).  `GET /health` reports the model and the batcher's counters;
 `GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise.
 """
@@ -29,6 +31,7 @@ from typing import Optional
 
 from fastapi import Request
 
+from ragjax.http_body import RequestError as BodyError, parse_json, read_body
 from ragjax.services.batcher import Overloaded, RequestBatcher
 from ragjax.services.chat_model import check_messages, check_sampling, check_stop
 from ragjax.services.local import LocalChatModel, PromptTooLong
@@ -105,8 +108,9 @@ def parse_request(body, *, model_name: str, max_messages: int, max_chars: int,
 def make_app(model: LocalChatModel, *, batcher: Optional[RequestBatcher] = None,
              model_name: Optional[str] = None, max_messages: int = 64, max_chars: int = 200_000,
              max_tokens_cap: Optional[int] = None, default_max_tokens: int = 256,
-             max_wait_ms: float = 5.0):
-  """The FastAPI app; `app.state.batcher` is the batcher (made here unless given)."""
+             max_wait_ms: float = 5.0, max_body_bytes: int = 8 << 20):
+  """The FastAPI app; `app.state.batcher` is the batcher (made here unless given).  A body over
+  `max_body_bytes` is refused (413) before it is read whole."""
   from fastapi import FastAPI
   from fastapi.responses import JSONResponse
   from starlette.concurrency import run_in_threadpool
@@ -124,11 +128,10 @@ def make_app(model: LocalChatModel, *, batcher: Optional[RequestBatcher] = None,
 
   @app.post("/v1/chat/completions")
   async def chat_completions(request: Request):
-    raw = await request.body()
     try:
-      body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-      return error(400, f"the request body is not valid JSON: {e}")
+      body = parse_json(await read_body(request, max_body_bytes))
+    except BodyError as e:           # too large, not UTF-8, not JSON, nested too deeply
+      return error(e.status, str(e))
     try:
       req = parse_request(body, model_name=name, max_messages=max_messages, max_chars=max_chars,
                           max_tokens_cap=cap, default_max_tokens=min(default_max_tokens, cap))
@@ -238,6 +241,8 @@ def main(argv=None):
   ap.add_argument("--max-messages", type=int, default=64)
   ap.add_argument("--max-chars", type=int, default=200_000)
   ap.add_argument("--max-queue", type=int, default=1024)
+  ap.add_argument("--max-body-bytes", type=int, default=8 << 20,
+                  help="largest request body (413 above it)")
   ap.add_argument("--dtype", default=None, help="compute dtype override, e.g. bfloat16")
   args = ap.parse_args(argv)
   import uvicorn
@@ -249,7 +254,7 @@ def main(argv=None):
                                            max_new_tokens=args.max_new_tokens)
   batcher = RequestBatcher(model, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
   app = make_app(model, batcher=batcher, max_messages=args.max_messages,
-                 max_chars=args.max_chars)
+                 max_chars=args.max_chars, max_body_bytes=args.max_body_bytes)
   uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
