@@ -207,3 +207,35 @@ def test_protocol_records_the_chat_the_rewards_read():
   # a search that ran out of budget was never shown: no information message after it
   r.turns, r.stop_reason = turns[:2], "budget"
   assert [m["role"] for m in proto.annotate(r)["messages"]] == ["assistant", "user", "assistant"]
+
+
+class CountingJudge(ScriptedJudge):
+  """A judge that counts prompt tokens like `LocalChatModel` (`encode`, `max_prompt_tokens`)."""
+
+  def __init__(self, tok, max_prompt_tokens):
+    super().__init__()
+    self.tok, self.max_prompt_tokens = tok, max_prompt_tokens
+
+  def encode(self, messages):
+    return self.tok("\n\n".join(m["content"] for m in messages))["input_ids"]
+
+
+def test_judge_room_is_checked_before_training():
+  import os
+  import sys
+  sys.path.insert(0, os.path.dirname(__file__))
+  import _rollout_helpers as h
+  tok = h.tokenizer(False)
+  long_q = dict(EXAMPLE, question="Which " + "very " * 60 + "long question?")
+  from ragjax.services.templates import get_template
+  fixed = len(CountingJudge(tok, 0).encode(get_template("rezero_correctness").render(
+      question=long_q["question"], answer="April 11, 1970", student_answer="")))
+  # Room for the template with the longest question, a 32-token turn and 8 spare: accepted.
+  z.check_judge_room(CountingJudge(tok, fixed + 40), [EXAMPLE, long_q], 32)
+  with pytest.raises(ValueError) as e:                 # one token short
+    z.check_judge_room(CountingJudge(tok, fixed + 39), [EXAMPLE, long_q], 32)
+  msg = str(e.value)
+  assert f"judge.max_prompt_tokens={fixed + 39}" in msg and "sampler.max_new_tokens=32" in msg
+  assert f"reach {fixed + 40}" in msg
+  # A judge without a token count (a remote endpoint) keeps its own limit.
+  z.check_judge_room(ScriptedJudge(), [long_q], 10_000)

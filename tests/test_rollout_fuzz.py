@@ -3,9 +3,13 @@
 full run) go through the real rollout engine as a scripted policy's output, then through every
 registered reward, every metric that reads rows, the trajectory dump and both viewer renderings.
 
-The turns are hostile on purpose: unclosed, nested, repeated and mis-cased tags; the other
-protocols' grammars; tags split across turns; empty and 10,000-character queries; raw
+The turns are hostile on purpose (`ragjax.tools.fuzz_outputs`, the generator
+`python -m ragjax.tools.fuzz` also uses): unclosed, nested, repeated and mis-cased tags; the
+other protocols' grammars; tags split across turns; empty and 10,000-character queries; raw
 byte-level token ids that are not valid UTF-8; a bare end-of-turn token; control characters.
+This test is the cross product (every registered reward and metric on every protocol's rows,
+with a scripted judge); `tests/test_tools_fuzz.py` runs each method config's own pipeline with
+its real judges.
 Asserted: no stage raises; every row ends with a stop reason; labels, masks, turns and
 log-probs line up with the tokens (`check_alignment`); retrieved and environment tokens are
 never trained; the viewer escapes every span.  The figures line (`FUZZ ...`) is what
@@ -15,6 +19,7 @@ behind the `ChatModel` interface: the judge's own parsing is fuzzed here too).
 
 import collections
 import os
+import random
 import sys
 
 import numpy as np
@@ -32,14 +37,10 @@ from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import PROTOCOLS, get_protocol  # noqa: E402
 from ragjax.rollout.renderer import Renderer  # noqa: E402
 from ragjax.rollout.viewer import page_html, terminal_text  # noqa: E402
+from ragjax.tools.fuzz_outputs import Fuzzer  # noqa: E402
 
-TAGS = ["search", "answer", "think", "information", "documents", "refine", "result"]
-GRAMMARS = ["<|begin_of_query|>{}<|end_of_query|>", "\\boxed{{{}}}", "<search>{}</search>",
-            "<answer>{}</answer>", "Step 1:\nThe problem analysis: x.\nThe retrieval query: {}",
-            "Step 2:\nThe problem analysis: y.\nThe final answer: {}",
-            "<refine>{}</refine>", "the correct answer is: {}", "<think>{}</think>"]
 WORDS = ["Tessaly River", "Amber Sea", "Mirela Dunst", "chronicle harbour event", "1912", "B",
-         "yes", "", " ", "😀", "é", "\x1b[31m", "<script>alert(1)</script>", "\u202e", "\x00"]
+         "yes", "<script>alert(1)</script>"]
 # Metrics that read the trainer's state rather than the rows' text (covered elsewhere).
 STATE_METRICS = {"rex_rag": "reads the trainer's method state (tests/test_rl_rex_rag.py)"}
 EXAMPLE = {"id": "q0", "question": "Where is Quillport?", "golden_answers": ["Tessaly River", "B"],
@@ -62,41 +63,9 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("protocol_name", sorted(PROTOCOLS))
 
 
-def hostile_turn(rng, tok) -> object:
-  """One generated turn: text, or a list of raw token ids."""
-  kind = rng.integers(12)
-  word = WORDS[rng.integers(len(WORDS))]
-  tag = TAGS[rng.integers(len(TAGS))]
-  if kind == 0:                                      # raw byte-level ids (invalid UTF-8)
-    return [int(i) for i in rng.integers(0, len(tok), rng.integers(1, 12))]
-  if kind == 1:
-    return tok.eos_token                             # only the end-of-turn token
-  if kind == 2:                                      # unclosed
-    return f"<{tag}> {word}"
-  if kind == 3:                                      # nested
-    return f"<{tag}><{tag}>{word}</{tag}></{tag}>"
-  if kind == 4:                                      # repeated
-    return "".join(f"<{tag}>{word}{i}</{tag}>" for i in range(rng.integers(2, 5)))
-  if kind == 5:                                      # mis-cased
-    t = "".join(c.upper() if rng.random() < 0.5 else c for c in tag)
-    return f"<{t}>{word}</{t.swapcase()}>"
-  if kind == 6:                                      # an empty or a 10k-character query
-    return f"<{tag}>{'' if rng.random() < 0.5 else 'x' * 10_000}</{tag}>"
-  if kind == 7:                                      # a tag cut in half (the rest next turn)
-    whole = GRAMMARS[rng.integers(len(GRAMMARS))].format(word)
-    return whole[:rng.integers(1, max(len(whole), 2))]
-  return GRAMMARS[rng.integers(len(GRAMMARS))].format(word)   # any protocol's grammar
-
-
-def scripts_for(rng, tok, rows: int, turns: int) -> dict:
-  out = {}
-  for r in range(rows):
-    items = [hostile_turn(rng, tok) for _ in range(turns)]
-    if rng.random() < 0.3:                           # junk around an action
-      items = [f"{WORDS[rng.integers(len(WORDS))]}{t}" if isinstance(t, str) else t
-               for t in items]
-    out[r] = items
-  return out
+def scripts_for(rng, fuzzer: Fuzzer, rows: int) -> dict:
+  """Each row's turns: hostile outputs of `ragjax.tools.fuzz_outputs` (the one generator)."""
+  return {r: fuzzer.row_script(rng)[0] for r in range(rows)}
 
 
 def builtin(category: str) -> list:
@@ -122,6 +91,7 @@ def reward_calls(protocol: str):
 def test_fuzzed_outputs_never_crash_and_stay_aligned(protocol_name, request):
   count = int(request.config.getoption("--fuzz-count"))
   rng = np.random.default_rng(sum(map(ord, protocol_name)))
+  pyrng = random.Random(sum(map(ord, protocol_name)))
   judge = ScriptedChat(lambda m: WORDS[len(str(m)) % len(WORDS)] + " Relevance: x <answer>")
   emitted, rollouts, reasons, reward_values = 0, 0, collections.Counter(), 0
   failures = []
@@ -133,8 +103,7 @@ def test_fuzzed_outputs_never_crash_and_stay_aligned(protocol_name, request):
     chat = bool(rng.integers(2))
     tok = h.tokenizer(chat)
     rows = int(rng.integers(1, 5))
-    turns = proto.max_turns + int(proto.final_turn)
-    scripts = scripts_for(rng, tok, rows, turns)
+    scripts = scripts_for(pyrng, Fuzzer(protocol_name, tok, WORDS), rows)
     prompt_len = len(Renderer(proto, tok).prompt_ids(EXAMPLE["question"]))
     room = int(rng.choice([24, 200, 3000]))
     pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences,

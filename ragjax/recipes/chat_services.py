@@ -91,6 +91,11 @@ def make_services(c, cfg, params, tok, mesh=None, setup=None) -> dict:
   `judge` section ({} for none).  "base" is the policy as loaded (before training; with LoRA
   exactly the frozen base), in this process and sharing its weights."""
   judge = make_chat(c, "judge", policy=(cfg, params, tok), setup=setup, mesh=mesh)
+  if judge is not None and c.rl.rewards.get("rezero_correctness", 0.0) and setup is not None:
+    from ragjax.rl.rewards.rezero import check_judge_room
+    kwargs = dict(c.rl.get("reward_kwargs", {}).get("rezero_correctness", {}))
+    check_judge_room(judge, setup.splits.get("train", []), int(c.sampler.max_new_tokens),
+                     kwargs.get("judge_input", "answer"))
   return {} if judge is None else {"judge": judge}
 
 

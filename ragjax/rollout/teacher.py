@@ -51,6 +51,10 @@ class TeacherPolicy:
     self.eos_ids = tuple(eos_ids) or (tokenizer.eos_token_id,)
     self.max_new_tokens, self.cache_length = max_new_tokens, cache_length
     self.max_extend = cache_length
+    # A stop string of c characters spans at most 4c byte-level tokens (+1 for a partial
+    # character before it): decoding that tail after each token finds every stop the whole
+    # turn's text would, without decoding the turn again per token (a 10k-token turn).
+    self.stop_window = 4 * max((len(x) for x in self.stop_strings), default=0) + 2
 
   def set_params(self, params) -> None:
     """A scripted policy has no weights; accepted so it can stand wherever a sampler does."""
@@ -66,8 +70,10 @@ class TeacherPolicy:
     script = self.scripts[r]
     i = state.cursor[r]
     state.cursor[r] += 1
-    if i < len(script):
+    if i < len(script) and isinstance(script[i], str):
       ids = self.tok(script[i], add_special_tokens=False)["input_ids"]
+    elif i < len(script):
+      ids = [int(x) for x in script[i]]
     else:
       ids = [self.eos_ids[0]]
     out, why = [], BUDGET
@@ -80,7 +86,8 @@ class TeacherPolicy:
       state.histories[r].append(tid)
       if tid in self.eos_ids:
         return out, EOS
-      if self.stop_strings and any(s in self.tok.decode(out) for s in self.stop_strings):
+      tail = self.tok.decode(out[-self.stop_window:]) if self.stop_strings else ""
+      if any(s in tail for s in self.stop_strings):
         return out, STOP
     return out, why
 

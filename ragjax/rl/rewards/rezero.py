@@ -89,6 +89,37 @@ def _judge(chat):
   return _JUDGES[key][1]
 
 
+def check_judge_room(judge, records: Sequence[Mapping], turn_tokens: int,
+                     judge_input: str = "answer") -> None:
+  """Refuse, before training, a judge whose prompt limit a policy turn can overflow.
+
+  The judge quotes one assistant turn (its `<answer>` content, or the whole message), which is
+  at most `turn_tokens` (`sampler.max_new_tokens`) long; the rest of its prompt is the template
+  with the question and gold answer.  A judge that counts tokens (`encode` and
+  `max_prompt_tokens`, as `LocalChatModel`) is checked against the longest question and gold
+  answer in `records`; a remote judge keeps its own limit.  Without this check the first long
+  answer stops the run mid-step (the fuzz tool found it with a 3,400-token answer)."""
+  limit, encode = getattr(judge, "max_prompt_tokens", None), getattr(judge, "encode", None)
+  if limit is None or encode is None or not records:
+    return
+  def longest(key):
+    vals = [str(v[0] if isinstance(v, (list, tuple)) and v else v)
+            for r in records for v in [r.get(key, "")]]
+    return max(vals, key=len)
+  from ragjax.services.templates import get_template
+  rendered = get_template("rezero_correctness").render(question=longest("question"),
+                                           answer=longest("golden_answers"), student_answer="")
+  fixed = len(encode(rendered))
+  # A turn's text re-tokenised after the template can merge differently at its edges: 8 spare.
+  need = fixed + turn_tokens + 8
+  if need > limit:
+    raise ValueError(
+        f"judge.max_prompt_tokens={limit} is too small for rezero_correctness "
+        f"(judge_input={judge_input!r}): the template with the longest question takes {fixed} "
+        f"tokens and a policy turn up to sampler.max_new_tokens={turn_tokens}, so a prompt can "
+        f"reach {need}; raise judge.max_prompt_tokens or lower sampler.max_new_tokens")
+
+
 @register_reward("rezero_correctness")
 @batched_reward
 def rezero_correctness(ctxs: Sequence[RewardContext], judge_input: str = "answer") -> list[float]:
