@@ -93,10 +93,11 @@ def get_config() -> ConfigDict:
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
   # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many
   # as a KV cache of kv_budget_gb per device holds: the KV cache and prefill hold one wave
-  # (see `--dry_run`).
+  # (see `--dry_run`).  refill: a wave's rows that finish take the next prompts' groups
+  # (continuous batching; fixed waves when False or when hooks clone rows).
   c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
-                              kv_budget_gb=0.0, widths=(512, 1024, 2048, 4096), hooks={},
-                              chat=None))
+                              kv_budget_gb=0.0, refill=True, widths=(512, 1024, 2048, 4096),
+                              hooks={}, chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,

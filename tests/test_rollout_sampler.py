@@ -174,28 +174,57 @@ def test_rex_rag_clone_truncate_extend_on_the_real_sampler(chain_sampler):
 
 
 @pytest.mark.parametrize("greedy", [True, False])
-def test_waves_give_the_trajectories_of_one_big_wave(greedy):
-  """EngineConfig.wave_rows: three prompts x 2 samples in waves of 2 rows (one prompt each)
-  give the same tokens, labels and log-probs as all 6 rows at once, sampled or greedy (row
-  keys are the batch's, whatever the wave)."""
+def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
+  """Continuous batching (`EngineConfig.refill`): rows that finish give their sampler rows to
+  the next prompts' groups while the other rows go on.  A 704-slot cache makes the rows of the
+  long (cut) prompts end one turn before the others, so refills happen mid-wave: five prompts
+  x 2 samples in 4 sampler rows take 12 decode calls instead of the fixed waves' 14, and give
+  the tokens, labels and log-probs of all 10 rows at once."""
   tok = h.tokenizer()
   cfg = PRESETS["tiny"]
   params = random_params(cfg, 0)
-  proto = get_protocol("search_r1", max_turns=2)
-  sampler = sampler_for(cfg, params, tok, proto, greedy=greedy)
-  prompts = ["Where is Quillport", "Who founded it", "What flows through Quillport"]
-  out = {}
-  for wave in (0, 2):
-    eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(wave_rows=wave))
-    out[wave] = eng.run(prompts, samples_per_prompt=2, seed=7)
-  a, b = out[0], out[2]
-  assert [m.prompt_index for m in b.rows] == [0, 0, 1, 1, 2, 2]
-  assert [m.row for m in b.rows] == list(range(6))
-  np.testing.assert_array_equal(np.asarray(a.traj.tokens), np.asarray(b.traj.tokens))
-  np.testing.assert_array_equal(np.asarray(a.traj.labels), np.asarray(b.traj.labels))
-  np.testing.assert_allclose(np.asarray(a.traj.sampler_logprobs),
-                             np.asarray(b.traj.sampler_logprobs), atol=1e-5)
-  assert a.meta.response_texts == b.meta.response_texts
+  proto = get_protocol("search_r1", max_turns=4)
+  conf = SamplerConfig(max_cache_length=704, max_new_tokens=16, prompt_buckets=(256,),
+                       extend_buckets=(32, 128, 256), stop_strings=proto.stop_sequences,
+                       eos_ids=(tok.eos_token_id,), greedy=greedy)
+
+  class CountingSampler(Sampler):
+    decodes = 0
+
+    def decode(self, state):
+      CountingSampler.decodes += 1
+      return super().decode(state)
+
+  sampler = CountingSampler(cfg, params, tok, conf)
+  prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
+  out, decodes = {}, {}
+  for wave, refill in ((0, True), (4, True), (4, False)):
+    eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok,
+                        EngineConfig(wave_rows=wave, refill=refill))
+    CountingSampler.decodes = 0
+    with pytest.warns(UserWarning, match="middle is cut"):
+      out[wave, refill] = eng.run(prompts, samples_per_prompt=2, seed=7)
+    decodes[wave, refill] = CountingSampler.decodes
+  one, refilled, fixed = out[0, True], out[4, True], out[4, False]
+  turns = [len(m.turns) for m in one.rows]
+  assert turns == [4, 4, 5, 5, 4, 4, 5, 5, 4, 4]            # staggered endings
+  assert refilled.stats["refilled_groups"] == 3 and "refilled_groups" not in fixed.stats
+  assert decodes == {(0, True): 5, (4, True): 12, (4, False): 14}
+  # prompt 2 took the rows prompt 0 freed while prompt 1 was still decoding its last turn
+  assert [m.sampler_row for m in refilled.rows] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+  assert [m.row for m in refilled.rows] == list(range(10))
+  for other in (refilled, fixed):
+    np.testing.assert_array_equal(np.asarray(one.traj.tokens), np.asarray(other.traj.tokens))
+    np.testing.assert_array_equal(np.asarray(one.traj.labels), np.asarray(other.traj.labels))
+    np.testing.assert_allclose(np.asarray(one.traj.sampler_logprobs),
+                               np.asarray(other.traj.sampler_logprobs), atol=1e-5)
+    assert one.meta.response_texts == other.meta.response_texts
+    assert [m.stop_reason for m in one.rows] == [m.stop_reason for m in other.rows]
+  # a hook that clones takes the wave's spare rows: its waves stay fixed
+  hooked = RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(wave_rows=4),
+                         hooks=[RexRagCloneHook(p=0.0)])
+  assert not hooked.refills() and not eng.refills()        # eng: refill=False
+  assert RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(wave_rows=4)).refills()
 
 
 def test_an_over_long_prompt_loses_its_middle_and_is_counted():

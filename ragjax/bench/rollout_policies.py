@@ -3,7 +3,8 @@
 * `TimedPolicy` delegates every `ragjax.rollout.policy.Policy` call to a `Sampler`, waits for
   the result, and books its wall time and the model positions it computed (padded batch x
   width, what the device really runs) and the real tokens it fed, by kind: prefill, decode,
-  extend, other (set_done, truncate, clone).
+  extend, other (set_done, truncate, clone); a refill (continuous batching) is booked as
+  prefill.
 * `RePrefillPolicy` is the engine's design without extend: observations are kept on the host,
   and every `decode` re-prefills each live row's whole history (prompt, every turn, every
   document) into a fresh cache before decoding, as a loop without prefix caching does
@@ -72,6 +73,14 @@ class TimedPolicy:
                 for t in token_lists)
     self.positions["extend"] += state.batch_size * width                # the whole batch runs
     self.tokens["extend"] += sum(len(t) for t in token_lists)
+    return state
+
+  def refill(self, state, rows, prompts, samples_per_prompt=1, seed=0, first_row=0):
+    state = self._run("prefill", self.sampler.refill, state, rows, prompts, samples_per_prompt,
+                      seed, first_row)
+    width = max(pick_bucket(self.sampler.config.prompt_buckets, len(p), "prompt") for p in prompts)
+    self.positions["prefill"] += len(prompts) * width
+    self.tokens["prefill"] += sum(len(p) for p in prompts)
     return state
 
   def set_done(self, state, rows):

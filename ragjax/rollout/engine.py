@@ -65,11 +65,14 @@ class EngineConfig:
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   `wave_rows`: at most this many sampler rows at once (0: the whole batch; see `run`); the
   spare rows are shared among the waves in proportion to their prompts.
+  `refill`: with `wave_rows`, rows that finish free their sampler rows for the next prompts'
+  groups (continuous batching; needs a policy with `refill` and no hooks, else fixed waves).
   """
   max_response_tokens: Optional[int] = None
   spare_rows: int = 0
   widths: Optional[tuple[int, ...]] = None
   wave_rows: int = 0
+  refill: bool = True
   pad_id: int = 0
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
@@ -111,6 +114,9 @@ class _Row:
   prompt_index: int
   sample_index: int
   sampler_len: int                       # the sampler's length for this row
+  slot: int                              # the sampler row it decodes in
+  turn: int = 0                          # the row's own turn (rows refilled later lag behind)
+  released: bool = False                 # its finished slot went back to the free list
   clone_of: Optional[int] = None
   cloned_at_turn: Optional[int] = None
   done: bool = False
@@ -176,8 +182,11 @@ class RolloutEngine:
 
     With `EngineConfig.wave_rows`, the prompts run in waves of at most that many sampler rows
     (whole groups, so a group never splits), one after the other: the KV cache and prefill
-    hold one wave, not the batch.  Row b of the whole batch samples with key
-    fold_in(PRNGKey(seed), b) whatever its wave, so waves change memory, not trajectories."""
+    hold one wave, not the batch.  With `EngineConfig.refill` (the default) the waves are not
+    fixed: when G sampler rows are free, the next prompt's group is prefilled into them while
+    the other rows go on, so short rows do not wait for the wave's longest.  Row b of the whole
+    batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or slot, so waves change
+    memory and speed, not trajectories."""
     t_start = time.perf_counter()
     dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids)
     stats = timings.pop("stats")
@@ -207,16 +216,18 @@ class RolloutEngine:
     if len(uids) != len(inputs):
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
     per_wave = max(1, self.config.wave_rows // g) if self.config.wave_rows else len(inputs)
+    refill = per_wave < len(inputs) and self.refills()
     dicts, metas, samples = [], [], []
-    for start in range(0, len(inputs), per_wave):
-      wave = slice(start, start + per_wave)
+    for start in range(0, len(inputs), len(inputs) if refill else per_wave):
+      wave = slice(start, len(inputs) if refill else start + per_wave)
+      held = min(per_wave, len(inputs[wave]))
       if self.config.spare_rows == -1:      # sized by the hooks for this wave's rows
-        spare = self.spare_rows(len(inputs[wave]) * g)
+        spare = self.spare_rows(held * g)
       else:
-        spare = (-(-self.config.spare_rows * len(inputs[wave]) // len(inputs))
+        spare = (-(-self.config.spare_rows * held // len(inputs))
                  if self.config.spare_rows else 0)
       self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
-                     spare)
+                     spare, held)
       d, m, s = self._finish(prompt_offset=start, row_offset=len(dicts))
       dicts += d
       metas += m
@@ -225,53 +236,94 @@ class RolloutEngine:
                           "retrieval_calls": self.retrieval_calls - calls0,
                           "stats": dict(self._stats)}, samples
 
-  def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int):
-    """One wave: prefill its prompts (plus spare rows for hooks), then turn after turn."""
-    self._prompts, self._inputs = list(prompts), list(inputs)
+  def refills(self) -> bool:
+    """Whether waves refill freed rows (`EngineConfig.refill`, a policy with `refill`, no
+    hooks: REX-RAG's clones take the wave's spare rows, so its waves stay fixed)."""
+    return bool(self.config.refill and hasattr(self.policy, "refill") and not self.hooks)
+
+  def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int,
+                held: int):
+    """Prefill the first `held` prompts (plus spare rows for hooks), then turn after turn; the
+    rest of the prompts wait in a queue for freed rows (`EngineConfig.refill`)."""
+    self._prompts, self._inputs, self._uids = list(prompts), list(inputs), list(uids)
     # restart contexts are all rendered one way, so consecutive ones share the longest prefix
     render = self.renderer.context_ids if self.restart else self.renderer.prompt_ids
-    prompt_ids = [self._fit_prompt(render(x), x) for x in inputs]
-    extra = spare_prompts(len(inputs), g, spare, getattr(self.policy, "row_multiple", 1))
-    state = self.policy.prefill(prompt_ids + [prompt_ids[0]] * extra, samples_per_prompt=g,
-                                seed=seed, first_row=first_row)
-    n = len(inputs) * g
-    rows = {}
-    for r in range(n):
-      p = r // g
-      rows[r] = _Row(tokens=list(prompt_ids[p]), labels=[int(Source.PROMPT)] * len(prompt_ids[p]),
-                     logprobs=[0.0] * len(prompt_ids[p]), turns=[-1] * len(prompt_ids[p]),
-                     prompt_len=len(prompt_ids[p]), group_id=uids[p], prompt_index=p,
-                     sample_index=r % g, sampler_len=len(prompt_ids[p]))
-    free = list(range(n, n + extra * g))
+    self._prompt_ids = [self._fit_prompt(render(x), x) for x in inputs]
+    extra = spare_prompts(held, g, spare, getattr(self.policy, "row_multiple", 1))
+    state = self.policy.prefill(self._prompt_ids[:held] + [self._prompt_ids[0]] * extra,
+                                samples_per_prompt=g, seed=seed, first_row=first_row)
+    self._rows, self._g = {}, g
+    for p in range(held):
+      self._add_group(p, range(p * g, (p + 1) * g))
+    free = list(range(held * g, (held + extra) * g))
     if free:
       state = self.policy.set_done(state, free)
-    self._state, self._rows, self._free = state, rows, free
+    self._state, self._free = state, free
+    self._queue = list(range(held, len(inputs)))
     self._first_row = first_row
     self._capacity = getattr(state, "cache_length", None)
 
     total_turns = self.protocol.max_turns + (1 if self.protocol.final_turn else 0)
-    for t in range(total_turns):
+    while True:
+      if self._queue:
+        self._refill()
       live = [r for r in sorted(self._rows) if not self._rows[r].done]
       if not live:
         break
-      final = t == total_turns - 1
-      if final and self.protocol.final_turn:
-        self._final_turn_prefix(live, t)
+      last = [r for r in live if self._rows[r].turn == total_turns - 1]
+      if last and self.protocol.final_turn:
+        self._final_turn_prefix(last)
         live = [r for r in live if not self._rows[r].done]
-        if not live:
-          break
-      self._turn(live, t, final)
+      if live:
+        self._turn(live, total_turns)
+      out_of_turns = []
+      for r in sorted(self._rows):          # every row still going decoded this turn
+        row = self._rows[r]
+        if not row.done:
+          row.turn += 1
+          if row.turn >= total_turns:
+            row.done, row.stop_reason = True, "max_turns"
+            out_of_turns.append(r)
+      if out_of_turns and (self._queue or any(not x.done for x in self._rows.values())):
+        self._state = self.policy.set_done(self._state, self._slots(out_of_turns))
 
+  def _add_group(self, p: int, slots) -> None:
+    """Rows of prompt p's G samples (batch rows p * G + g), decoding in sampler rows `slots`."""
+    ids = self._prompt_ids[p]
+    for g, slot in enumerate(slots):
+      self._rows[p * self._g + g] = _Row(
+          tokens=list(ids), labels=[int(Source.PROMPT)] * len(ids), logprobs=[0.0] * len(ids),
+          turns=[-1] * len(ids), prompt_len=len(ids), group_id=self._uids[p], prompt_index=p,
+          sample_index=g, sampler_len=len(ids), slot=int(slot))
+
+  def _refill(self) -> None:
+    """Rows that finished give their sampler rows to the next queued prompts, whole groups."""
     for row in self._rows.values():
-      if not row.done:
-        row.done, row.stop_reason = True, "max_turns"
+      if row.done and not row.released:
+        row.released = True
+        self._free.append(row.slot)
+    k = min(len(self._free) // self._g, len(self._queue))
+    if not k:
+      return
+    self._free.sort()
+    prompts, self._queue = self._queue[:k], self._queue[k:]
+    slots, self._free = self._free[:k * self._g], self._free[k * self._g:]
+    self._state = self.policy.refill(self._state, slots, [self._prompt_ids[p] for p in prompts],
+                                     samples_per_prompt=self._g, seed=self._seed,
+                                     first_row=self._first_row + prompts[0] * self._g)
+    for i, p in enumerate(prompts):
+      self._add_group(p, slots[i * self._g:(i + 1) * self._g])
+    self._stats["refilled_groups"] = self._stats.get("refilled_groups", 0) + k
+
+  def _slots(self, rows) -> list[int]:
+    return [self._rows[r].slot for r in rows]
 
   def spare_rows(self, rows: int) -> int:
     """Spare sampler rows for a run of `rows` rows (see EngineConfig.spare_rows)."""
     return spare_rows_for(self.config.spare_rows, self.hooks, rows)
 
   # ------------------------------------------------------------------------------------------
-  def _final_turn_prefix(self, live, t):
+  def _final_turn_prefix(self, live):
     """Appends the protocol's forced-answer text (ENV) to every live row before the last turn."""
     segs = self.protocol.final_turn_segments()
     if not segs:
@@ -284,14 +336,16 @@ class RolloutEngine:
         row.done, row.stop_reason = True, "budget"
         stop.append(r)
         continue
-      row.append(ids, Source.ENV, t)
+      row.append(ids, Source.ENV, row.turn)
       row.labels[-len(ids):] = labels
       go.append(r)
     self._extend(go, [list(ids) for _ in go])
     if stop:
-      self._state = self.policy.set_done(self._state, stop)
+      self._state = self.policy.set_done(self._state, self._slots(stop))
 
-  def _turn(self, live, t, final):
+  def _turn(self, live, total_turns: int):
+    """Decode one turn of every live row (each at its own turn), parse, hooks, one batched
+    retrieval, observations appended by `extend`."""
     self._state, out = self.policy.decode(self._state)
     toks = np.asarray(out.tokens)
     lens = np.asarray(out.lengths)
@@ -299,7 +353,8 @@ class RolloutEngine:
     reasons = np.asarray(out.stop_reason)
     for r in live:
       row = self._rows[r]
-      ids = toks[r, :lens[r]].tolist()
+      t, final, slot = row.turn, row.turn == total_turns - 1, row.slot
+      ids = toks[slot, :lens[slot]].tolist()
       row.sampler_len += len(ids)
       eos_tail = bool(ids) and ids[-1] in self.eos_ids
       body = ids[:-1] if eos_tail else ids
@@ -322,22 +377,23 @@ class RolloutEngine:
       row.action = action
       row.resume = False
       row.pending = []
-      row.append(ids[:keep], Source.POLICY, t, lps[r, :keep])
+      row.append(ids[:keep], Source.POLICY, t, lps[slot, :keep])
       row.recorded = row.recorded and keep == 0
-      if int(reasons[r]) == CACHE_FULL:
+      if int(reasons[slot]) == CACHE_FULL:
         row.action = Action(Kind.END, reason="budget")
-      elif int(reasons[r]) == NOT_RUN:
+      elif int(reasons[slot]) == NOT_RUN:
         row.action = Action(Kind.END, reason="sampler_finished")
       row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
                                     start=row.turn_start, end=len(row.tokens),
                                     query=action.query if action.kind == Kind.SEARCH else None,
                                     all_queries=action.all_queries, reason=row.action.reason))
 
-    if self.hooks:
-      views = [TurnView(row=r, turn=t, final=final, action=self._rows[r].action,
+    for t in sorted({self._rows[r].turn for r in live}) if self.hooks else ():
+      views = [TurnView(row=r, turn=t, final=t == total_turns - 1, action=self._rows[r].action,
                         text=self._rows[r].turn_text, group_id=self._rows[r].group_id,
                         clone_of=self._rows[r].clone_of,
-                        prompt=self._prompts[self._rows[r].prompt_index]) for r in live]
+                        prompt=self._prompts[self._rows[r].prompt_index])
+               for r in live if self._rows[r].turn == t]
       editor = RowEditor(self, t)
       for hook in self.hooks:
         hook(views, editor)
@@ -348,6 +404,7 @@ class RolloutEngine:
     ext_rows, done_rows = [], []
     for r in live:
       row = self._rows[r]
+      t, final = row.turn, row.turn == total_turns - 1
       kind = row.action.kind
       obs = []
       if row.resume:
@@ -398,7 +455,7 @@ class RolloutEngine:
     self._sync_lengths(ext_rows)
     self._extend(ext_rows, [self._rows[r].pending for r in ext_rows])
     if done_rows:
-      self._state = self.policy.set_done(self._state, done_rows)
+      self._state = self.policy.set_done(self._state, self._slots(done_rows))
 
   def _restart(self, row: _Row) -> bool:
     """Records the row's (prompt, turn) sample and makes its next prompt the row's content;
@@ -508,7 +565,7 @@ class RolloutEngine:
            - len(self._rows[r].pending)]
     if cut:
       lengths = [len(self._rows[r].tokens) - len(self._rows[r].pending) for r in cut]
-      self._state = self.policy.truncate(self._state, cut, lengths)
+      self._state = self.policy.truncate(self._state, self._slots(cut), lengths)
       for r, n in zip(cut, lengths):
         self._rows[r].sampler_len = n
 
@@ -522,7 +579,8 @@ class RolloutEngine:
       sel = [i for i, c in enumerate(chunk) if c]
       if not sel:
         break
-      self._state = self.policy.extend(self._state, [rows[i] for i in sel], [chunk[i] for i in sel])
+      self._state = self.policy.extend(self._state, [self._rows[rows[i]].slot for i in sel],
+                                       [chunk[i] for i in sel])
       for i in sel:
         self._rows[rows[i]].sampler_len += len(chunk[i])
       offset += step
@@ -534,11 +592,12 @@ class RolloutEngine:
     if not self._free:
       raise RuntimeError("no spare sampler rows left to clone into; raise EngineConfig.spare_rows")
     dst = self._free.pop(0)
-    self._state = self.policy.clone_rows(self._state, [src], [dst])
+    self._state = self.policy.clone_rows(self._state, [self._rows[src].slot], [dst])
     row = copy.deepcopy(self._rows[src])
-    row.clone_of, row.cloned_at_turn = src, t
-    self._rows[dst] = row
-    return dst
+    row.clone_of, row.cloned_at_turn, row.slot = src, t, dst
+    new = max(self._rows) + 1            # batch rows: originals, then clones in creation order
+    self._rows[new] = row
+    return new
 
   def _delete_span(self, r: int, start: int, end: Optional[int]):
     row = self._rows[r]
@@ -599,7 +658,7 @@ class RolloutEngine:
         response = "".join(row.transcript)
       meta = RowMeta(
           row=index[r], group_id=row.group_id, prompt_index=prompt_offset + row.prompt_index,
-          sample_index=row.sample_index, sampler_row=r, cloned_at_turn=row.cloned_at_turn,
+          sample_index=row.sample_index, sampler_row=row.slot, cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason, response_text=response,
           turns=row.records)

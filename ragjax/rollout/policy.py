@@ -6,6 +6,10 @@ tests/ implement it too.  Rows are prompt-major (row p * G + g is sample g of pr
 call takes a state and returns the next one, and the state exposes `cache_length` (the most
 tokens a row may hold).  `decode` returns a `ragjax.sampling.state.TurnOutput` whose
 `stop_reason` uses the codes of `ragjax.sampling.config`.
+
+Optional: `refill(state, rows, prompts, samples_per_prompt, seed, first_row)` puts new prompts'
+samples into rows that finished (continuous batching; `ragjax.sampling.Sampler.refill`).  The
+engine uses it for rollouts in waves when the policy has it, and runs fixed waves otherwise.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Row-state edits the multi-turn methods need: clone rows, truncate rows, mark rows done.
+"""Row-state edits the multi-turn methods need: clone, truncate, place, mark rows done.
 
 REX-RAG clones a wrong trajectory, cuts it back before its answer and inserts a probe prompt;
-these functions do that on the cache in place of re-prefilling.  All take whole-batch index
+these functions do that on the cache in place of re-prefilling.  `place` puts freshly
+prefilled prompts into rows that finished (continuous batching).  All take whole-batch index
 or mask arrays so their shapes never change between calls.
 """
 
@@ -53,6 +54,27 @@ def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chose
       cache=cache, lengths=lengths, logits=jnp.where(chosen[:, None], logits, state.logits),
       finished=state.finished & ~chosen,
       stop_state=jnp.where(chosen[:, None], 0, state.stop_state))
+  return constrain_state(state, mesh)
+
+
+def place(state: SamplerState, fresh: SamplerState, dst, src, batch_rows, seed, temperature,
+          mesh=None) -> SamplerState:
+  """Row dst[i] becomes a new sample of fresh row src[i] (a prefilled prompt): its cache,
+  history, length and logits, a clean stop automaton, key fold_in(PRNGKey(seed),
+  batch_rows[i]) (the key it has in one big prefill: `prefill`'s rule) and temperature[i].
+  dst[i] == batch size is dropped (padding)."""
+  put = lambda x, y: x.at[dst].set(jnp.take(y, src, axis=0), mode="drop")
+  base = jax.random.PRNGKey(seed)
+  keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(batch_rows)
+  state = state.replace(
+      cache={k: v.at[:, dst].set(jnp.take(fresh.cache[k], src, axis=1).astype(v.dtype),
+                                 mode="drop") for k, v in state.cache.items()},
+      tokens=put(state.tokens, fresh.tokens), lengths=put(state.lengths, fresh.lengths),
+      logits=put(state.logits, fresh.logits),
+      finished=state.finished.at[dst].set(False, mode="drop"),
+      stop_state=state.stop_state.at[dst].set(0, mode="drop"),
+      keys=state.keys.at[dst].set(keys, mode="drop"),
+      temperature=state.temperature.at[dst].set(temperature, mode="drop"))
   return constrain_state(state, mesh)
 
 

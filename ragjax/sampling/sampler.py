@@ -25,6 +25,10 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
   through the model into the cache (no re-prefill of the history) and reopens the rows.
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
+* `refill(state, rows, prompts, samples_per_prompt, seed, first_row)`: rows that finished
+  take the G samples of new prompts (continuous batching): one forward per prompt, then each
+  row gets the prompt's cache and the key and temperature it would have in one big prefill
+  (row first_row + i of the batch), so refilled rows sample what one big wave would.
 * `clone_rows(state, src_rows, dst_rows)`: dst rows become copies of src rows (cache,
   history, length), with fresh keys.
 * `truncate(state, rows, new_lengths)`: drops the end of rows' histories (REX-RAG's cut
@@ -85,6 +89,7 @@ class Sampler:
     self._truncate = jax.jit(self._counted("truncate", self._truncate_fn), donate_argnums=(1,))
     self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
     self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
+    self._place = jax.jit(self._counted("place", self._place_fn), donate_argnums=(0,))
 
   # ---- jitted bodies (pure) ----
   def _counted(self, name, fn):
@@ -111,6 +116,9 @@ class Sampler:
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
     return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh)
+
+  def _place_fn(self, state, fresh, dst, src, batch_rows, seed, temperature):
+    return rows_lib.place(state, fresh, dst, src, batch_rows, seed, temperature, mesh=self.mesh)
 
   def _clone_fn(self, state, source):
     return rows_lib.clone(state, source, mesh=self.mesh)
@@ -190,6 +198,30 @@ class Sampler:
     end = int((lens + counts)[counts > 0].max()) if counts.any() else 1
     return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
                         window=self.config.attend_window(end))
+
+  def refill(self, state: SamplerState, rows: Sequence[int], prompts: Sequence[Sequence[int]],
+             samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0) -> SamplerState:
+    """See the module docstring.  Row rows[p * G + g] becomes sample g of prompts[p].  The
+    prompts' forward runs on a power-of-two count of rows (a few shapes; pads are dropped) and
+    holds one cache per prompt, not per sample, beside the state."""
+    rows = self._check_rows(state, rows, "refill")
+    g = int(samples_per_prompt)
+    if not prompts or len(rows) != len(prompts) * g:
+      raise ValueError(f"refill got {len(rows)} rows for {len(prompts)} prompts x {g} samples")
+    if len(set(rows)) != len(rows):
+      raise ValueError(f"refill: rows repeat: {rows}")
+    k = len(prompts)
+    width = 1
+    while width < k:
+      width *= 2
+    fresh = self.prefill(list(prompts) + [prompts[0]] * (width - k), 1, seed, first_row)
+    dst = np.full((width * g,), state.batch_size, np.int32)
+    dst[:k * g] = rows
+    src = np.arange(width * g, dtype=np.int32) // g
+    batch_rows = (np.uint32(first_row) + np.arange(width * g)).astype(np.uint32)
+    temps = self.config.row_temperatures(width, g)
+    return self._place(state, fresh, self._rows(dst), self._rows(src), self._rows(batch_rows),
+                       jnp.uint32(seed), self._rows(temps))
 
   def set_done(self, state: SamplerState, rows: Sequence[int]) -> SamplerState:
     return self._set_done(state, self._rows(self._mask(state, rows, "set_done")))
