@@ -59,17 +59,20 @@ def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chose
 
 def place(state: SamplerState, fresh: SamplerState, dst, src, batch_rows, seed, temperature,
           mesh=None) -> SamplerState:
-  """Row dst[i] becomes a new sample of fresh row src[i] (a prefilled prompt): its cache,
-  history, length and logits, a clean stop automaton, key fold_in(PRNGKey(seed),
+  """Row dst[i] becomes a new sample of fresh row src[i] (a prefilled prompt, whose cache may
+  be narrower than the state's: only its slots are written): its cache, history, length and
+  logits, a clean stop automaton, key fold_in(PRNGKey(seed),
   batch_rows[i]) (the key it has in one big prefill: `prefill`'s rule) and temperature[i].
   dst[i] == batch size is dropped (padding)."""
+  w = fresh.tokens.shape[1]              # the prompts' cache width (slots past it are dead)
   put = lambda x, y: x.at[dst].set(jnp.take(y, src, axis=0), mode="drop")
   base = jax.random.PRNGKey(seed)
   keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(batch_rows)
   state = state.replace(
-      cache={k: v.at[:, dst].set(jnp.take(fresh.cache[k], src, axis=1).astype(v.dtype),
-                                 mode="drop") for k, v in state.cache.items()},
-      tokens=put(state.tokens, fresh.tokens), lengths=put(state.lengths, fresh.lengths),
+      cache={k: v.at[:, dst, :w].set(jnp.take(fresh.cache[k], src, axis=1).astype(v.dtype),
+                                     mode="drop") for k, v in state.cache.items()},
+      tokens=state.tokens.at[dst, :w].set(jnp.take(fresh.tokens, src, axis=0), mode="drop"),
+      lengths=put(state.lengths, fresh.lengths),
       logits=put(state.logits, fresh.logits),
       finished=state.finished.at[dst].set(False, mode="drop"),
       stop_state=state.stop_state.at[dst].set(0, mode="drop"),

@@ -81,7 +81,7 @@ class Sampler:
     self.set_params(params)
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
-                            static_argnames=("samples",))
+                            static_argnames=("samples", "cache_length"))
     self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,),
                            static_argnames=("window",))
     self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,),
@@ -99,11 +99,11 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples):
+  def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples,
+                  cache_length):
     return prefill_lib.prefill(
         self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
-        samples=samples,
-        cache_length=self.config.max_cache_length, cache_dtype=self.cache_dtype,
+        samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
 
   def _decode_fn(self, params, stop_table, state, *, window):
@@ -151,6 +151,12 @@ class Sampler:
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0) -> SamplerState:
+    return self._prefill_prompts(prompts, samples_per_prompt, seed, first_row,
+                                 self.config.max_cache_length)
+
+  def _prefill_prompts(self, prompts, samples_per_prompt, seed, first_row, cache_length):
+    """`prefill` into a cache of `cache_length` slots (a refill's prompts need only their
+    bucket's: the rows they go to already hold a full cache)."""
     if not prompts:
       raise ValueError("prefill needs at least one prompt")
     if samples_per_prompt < 1:
@@ -167,7 +173,8 @@ class Sampler:
     temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
                          jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
-                         samples=samples_per_prompt)
+                         samples=samples_per_prompt,
+                         cache_length=cache_length or width)
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
@@ -203,7 +210,7 @@ class Sampler:
              samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0) -> SamplerState:
     """See the module docstring.  Row rows[p * G + g] becomes sample g of prompts[p].  The
     prompts' forward runs on a power-of-two count of rows (a few shapes; pads are dropped) and
-    holds one cache per prompt, not per sample, beside the state."""
+    holds one cache per prompt, of the prompt bucket's width, beside the state."""
     rows = self._check_rows(state, rows, "refill")
     g = int(samples_per_prompt)
     if not prompts or len(rows) != len(prompts) * g:
@@ -214,7 +221,8 @@ class Sampler:
     width = 1
     while width < k:
       width *= 2
-    fresh = self.prefill(list(prompts) + [prompts[0]] * (width - k), 1, seed, first_row)
+    fresh = self._prefill_prompts(list(prompts) + [prompts[0]] * (width - k), 1, seed,
+                                  first_row, 0)          # a cache of the prompts' bucket only
     dst = np.full((width * g,), state.batch_size, np.int32)
     dst[:k * g] = rows
     src = np.arange(width * g, dtype=np.int32) // g
