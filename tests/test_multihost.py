@@ -1,7 +1,8 @@
 """Multi-host training with real JAX processes on 127.0.0.1 (`jax.distributed`, gloo on CPU):
-`configs/search_r1.py:tiny` on 2 processes x 1 device gives the losses of 1 process x 2 devices
-on the same global batch; a checkpoint written by 2 processes resumes in 1 and one written by
-1 resumes in 2; a process that dies fails the job within a bounded time, not a hang."""
+`configs/search_r1.py:tiny` on 2 processes x 2 devices and on 4 processes x 1 device gives the
+losses of 1 process x 4 devices on the same global batch (4 prompts: one GRPO group per
+process in the 4-process run); a checkpoint written by 2 processes resumes in 1 and one written
+by 1 resumes in 2; a process that dies fails the job within a bounded time, not a hang."""
 
 import json
 import os
@@ -19,7 +20,7 @@ TESTS = os.path.join(ROOT, "tests")
 ARGS = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
         "--config.rl.rewards={'search_r1_em': 1.0, 'test_vowels': 1.0}",
         "--config.progress=False", "--config.trainer.eval_every=0",
-        "--config.trainer.save_every=1", "--config.trainer.batch_prompts=2",
+        "--config.trainer.save_every=1", "--config.trainer.batch_prompts=4",
         "--config.rl.mini_batch_size=0", "--config.rl.micro_batch_size=0"]
 
 
@@ -65,28 +66,32 @@ def runs(tmp_path_factory):
   logs = str(tmp_path_factory.mktemp("logs"))
   one = str(tmp_path_factory.mktemp("one_process"))
   two = str(tmp_path_factory.mktemp("two_processes"))
-  finish(launch(one, 2, 1, 2, logs) + launch(two, 2, 2, 1, logs), logs)
-  return one, two, logs
+  four = str(tmp_path_factory.mktemp("four_processes"))
+  finish(launch(one, 2, 1, 4, logs) + launch(two, 2, 2, 2, logs) + launch(four, 2, 4, 1, logs),
+         logs)
+  return one, two, four, logs
 
 
-def test_two_processes_give_the_one_process_losses(runs):
-  one, two, _ = runs
-  a, b = metrics(one), metrics(two)
+@pytest.mark.parametrize("layout", ["two", "four"])
+def test_several_processes_give_the_one_process_losses(runs, layout):
+  one, two, four, _ = runs
+  other = {"two": two, "four": four}[layout]
+  a, b = metrics(one), metrics(other)
   assert [r["step"] for r in a] == [1, 2] == [r["step"] for r in b]
   for x, y in zip(a, b):
-    assert x["trajectories"] == y["trajectories"] == 10
+    assert x["trajectories"] == y["trajectories"] == 20
     for key in ("loss", "kl", "grad_norm", "reward", "response_length", "entropy"):
       assert y[key] == pytest.approx(x[key], rel=2e-4, abs=1e-6), (x["step"], key)
   assert a[1]["grad_norm"] > 0
-  assert os.path.exists(os.path.join(two, "policy", "model.safetensors"))
+  assert os.path.exists(os.path.join(other, "policy", "model.safetensors"))
 
 
 def test_checkpoints_move_between_process_counts(runs, tmp_path):
-  one, two, logs = runs
+  one, two, _, logs = runs
   a, b = str(tmp_path / "from_two"), str(tmp_path / "from_one")
   shutil.copytree(two, a)
   shutil.copytree(one, b)
-  finish(launch(a, 3, 1, 2, logs) + launch(b, 3, 2, 1, logs), logs)
+  finish(launch(a, 3, 1, 4, logs) + launch(b, 3, 2, 2, logs), logs)
   ma, mb = metrics(a), metrics(b)
   assert [r["step"] for r in ma] == [1, 2, 3] == [r["step"] for r in mb]
   assert mb[2]["loss"] == pytest.approx(ma[2]["loss"], rel=2e-4, abs=1e-6)
