@@ -1,10 +1,13 @@
-"""2 JAX processes vs 1 on the same global batch: RL step time (issue 22's benchmark).
+"""N JAX processes vs 1 on the same global batch: RL step time (issue 22's benchmark).
 
-    python -m ragjax.bench.multihost_step [--config configs/search_r1.py:tiny] [--steps 6]
+    python -m ragjax.bench.multihost_step [--config configs/search_r1.py:tiny] [--steps 6] \
+        [--processes 2] [-- --config.trainer.batch_prompts=4 ...]
 
-Runs the same training command twice with `launch/local.sh`: 1 process with 2 CPU devices, and
-2 processes (`jax.distributed` on 127.0.0.1, gloo collectives) with 1 device each, so the
+Runs the same training command twice with `launch/local.sh`: 1 process with N CPU devices, and
+N processes (`jax.distributed` on 127.0.0.1, gloo collectives) with 1 device each, so the
 global batch, the mesh and the losses are the same (tests/test_multihost.py checks the losses).
+The step's prompts must split into whole groups over the N processes (4 processes: pass
+`-- --config.trainer.batch_prompts=4` or a multiple).
 Reports, per layout, the median step time and its rollout / update split over the steps after
 the first (which compiles), and the ratio.  On one machine the two processes share its cores,
 so the ratio measures what multi-controller coordination costs (each process rolls out half the
@@ -52,14 +55,18 @@ def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--config", default="configs/search_r1.py:tiny")
   ap.add_argument("--steps", type=int, default=6)
+  ap.add_argument("--processes", type=int, default=2)
   a = ap.parse_args(argv)
+  if a.processes < 2:
+    ap.error("--processes must be >= 2")
+  n = a.processes
   with tempfile.TemporaryDirectory(prefix="ragjax_bench_multihost_") as tmp:
-    one = run_layout(a.config, a.steps, 1, 2, os.path.join(tmp, "one"), extra)
-    two = run_layout(a.config, a.steps, 2, 1, os.path.join(tmp, "two"), extra)
+    one = run_layout(a.config, a.steps, 1, n, os.path.join(tmp, "one"), extra)
+    many = run_layout(a.config, a.steps, n, 1, os.path.join(tmp, "many"), extra)
   out = {"bench": "multihost_step", "config": a.config, "one_process": one,
-         "two_processes": two, "two_over_one_step_time": round(two["step_s"] / one["step_s"], 3),
-         "same_last_loss": abs(one["loss_last"] - two["loss_last"]) <= 2e-4 * abs(one["loss_last"])
-         + 1e-6, "load_avg_1min": round(os.getloadavg()[0], 2)}
+         "processes": many, "many_over_one_step_time": round(many["step_s"] / one["step_s"], 3),
+         "same_last_loss": abs(one["loss_last"] - many["loss_last"])
+         <= 2e-4 * abs(one["loss_last"]) + 1e-6, "load_avg_1min": round(os.getloadavg()[0], 2)}
   print(json.dumps(out))
   return out
 
