@@ -273,3 +273,40 @@ def test_ur2_suite_mixes_tasks_and_metrics(setup, tmp_path):
   assert "multiple-choice question" in prompt and "\nA. " in prompt and "\nE. " in prompt
   assert "| paper metric | 0.0 (letter EM) |" in md and "0.0 (math equiv.)" in md
   assert "UR²'s LLM judge (LSJ) is not wired" in md
+
+
+def test_autorefine_suite_runs_its_own_protocol(setup, tmp_path):
+  """configs/suites.py's AutoRefine suite (the 7 Search-R1 sets under AutoRefine's eval script:
+  3 turns, 1024-token observations) end to end on the chain policy: its pinned settings reach
+  every dataset's config, TriviaQA is reported missing, and each column's EM is the chain
+  policy's answer re-scored here."""
+  from ragjax.eval.harness import dataset_config
+  from ragjax.eval.suites import get_suite
+  from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir = str(tmp_path / "work")
+  c.eval.batch_size = 2
+  suite = get_suite(c.eval, "autorefine")
+  d = dataset_config(c, suite, suite.dataset("nq"))
+  assert (d.protocol.max_turns, d.protocol.obs_max_tokens, d.protocol.top_k) == (3, 1024, 3)
+  assert (c.protocol.max_turns, c.protocol.obs_max_tokens) == (2, 64)   # the tiny config's own
+  c.eval.suites.autorefine.sampler = {"max_new_tokens": 24}
+  c.eval.suites.autorefine.protocol.obs_max_tokens = 48
+  evaluate_suite(c, SuiteOptions(suite="autorefine", checkpoint=str(tmp / "policy"),
+                                 out=str(tmp_path / "ar"), index=str(tmp / "index"),
+                                 data_root=SHARED_DATA, limit=1))
+  t = json.loads((tmp_path / "ar" / "table.json").read_text())
+  cols = t["columns"]
+  assert cols["triviaqa"]["status"] != "ok"
+  ok = [k for k, v in cols.items() if v["status"] == "ok"]
+  assert sorted(ok) == sorted(["nq", "popqa", "hotpotqa", "twowiki", "musique", "bamboogle"])
+  for key in ok:
+    rec = json.loads((tmp_path / "ar" / "predictions" / f"{key}.jsonl").read_text()
+                     .splitlines()[0])
+    ans, scores, searches = _rescore(rec)
+    assert ans == ANSWER and 1 <= searches <= 3
+    for m in ("em", "f1", "cover_em"):
+      assert cols[key]["values"][m] == pytest.approx(100 * scores[m]), (key, m)
