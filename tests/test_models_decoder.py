@@ -35,15 +35,21 @@ def test_logits_match_transformers_on_padded_batch(checkpoint, scan_layers):
     assert cfg.qkv_bias and cfg.tie_word_embeddings and "lm_head" not in params
 
 
-def test_cached_decoding_equals_full_forward(checkpoint):
-  """Prefill a prefix, then feed the rest one token at a time: same logits as one pass."""
+@pytest.mark.parametrize("layout", ["per_layer", "stacked", "scan"])
+def test_cached_decoding_equals_full_forward(checkpoint, layout):
+  """Prefill a prefix, then feed the rest one token at a time: same logits as one pass, in
+  each cache layout (per-layer arrays; the stacked array in the unrolled layer loop and
+  carried by nn.scan)."""
   _, path, _ = checkpoint
-  cfg, params = load_decoder(path)
+  cfg, params = load_decoder(path, scan_layers=layout == "scan")
   model = Decoder(cfg)
   tokens, mask = padded_batch(cfg.vocab_size, LENGTHS, seed=1)
   full, _ = model.apply({"params": params}, jnp.asarray(tokens), attention_mask=jnp.asarray(mask))
   b, t = tokens.shape
-  cache = init_cache(cfg, b, 16)
+  cache = init_cache(cfg.replace(scan_layers=layout != "per_layer"), b, 16)
+  assert (cache["k"].ndim == 5) if layout != "per_layer" else (
+      len(cache["k"]) == cfg.num_layers and cache["k"][0].shape == (b, cfg.num_kv_heads, 16,
+                                                                     cfg.head_dim))
   prefix = 2
   start = jnp.zeros((b,), jnp.int32)
   step_logits, cache = model.apply({"params": params}, jnp.asarray(tokens[:, :prefix]),

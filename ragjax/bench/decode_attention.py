@@ -5,18 +5,22 @@
 
 Times, jitted and warmed up (median of `--repeats` calls):
 
-* `step`: one real decode step of `ragjax.sampling.forward.forward_into_cache` (T = 1, the
-  sampler's path: stacked [L, B, S, KVH, D] cache, scatter of the new key/value, attention to
-  the first `window` slots) at each window;
+* `step_ms`: one real decode step of `ragjax.sampling.forward.forward_into_cache` (T = 1, the
+  sampler's path, cache donated, attention to the first `window` slots) in each cache layout
+  of `ragjax.models.kv_cache`: `stacked` ([L, B, S, KVH, D], the window sliced out of it per
+  layer; what `scan_layers` configs decode with) and `per_layer` (one [B, KVH, S, D] array per
+  layer; the window sliced when it is smaller than the cache, else attended whole; what the
+  sampler decodes with on a CPU for `scan_layers=False`);
 * the attention alone over L layers in three layouts, on the same shapes:
-  `stacked_window` (the engine's: the window sliced out of the stacked cache, keys as
-  [B, S, KVH, D]), `heads_major_window` ([L, B, KVH, S, D], the window sliced), and
-  `per_layer_full` (one [B, KVH, S, D] array per layer, the whole cache attended, no slice).
+  `stacked_window` (keys as [B, S, KVH, D] sliced out of the stacked cache),
+  `heads_major_window` ([L, B, KVH, S, D], the window sliced), and `per_layer_full` (one
+  [B, KVH, S, D] array per layer, the whole cache attended, no slice).
 
-The three give the same output (past the window the keys score -1e4, so the full-cache
-variant's softmax matches the window's; checked by `tests/test_bench_decode_attention.py`).
-On a CPU the slices are materialised before the dot (a fresh copy of the window per layer per
-step), which costs more than the slots they skip; one JSON line per window says by how much.
+The three attention variants give the same output (past the window the keys score -1e4, so
+the full-cache variant's softmax matches the window's; checked by
+`tests/test_bench_decode_attention.py`).  On a CPU the slices are materialised before the dot
+(a fresh copy of the window per layer per step), which costs more than the slots they skip;
+one JSON line per window says by how much.
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ def main(argv=None) -> int:
   import jax
   import jax.numpy as jnp
   from ragjax.bench.rollout import model_config
-  from ragjax.models.decoder import init_cache, init_params
+  from ragjax.models.decoder import init_params
+  from ragjax.models.kv_cache import init_cache
   from ragjax.sampling.forward import forward_into_cache
   cfg = model_config("small", 8192, "float32")
   params = init_params(cfg, jax.random.PRNGKey(0))
@@ -114,18 +119,21 @@ def main(argv=None) -> int:
   for w in windows:
     step = jax.jit(lambda p, c, t, s, w=w: forward_into_cache(cfg, p, c, t, s, last, window=w),
                    donate_argnums=(1,))              # the sampler donates its cache too
-    cache = init_cache(cfg, b, args.cache, "float32")
-    cache, logits = step(params, cache, tok, starts)
-    times = []
-    for _ in range(args.repeats):
-      t0 = time.perf_counter()
+    step_ms = {}
+    for layout in ("stacked", "per_layer"):
+      cache = init_cache(cfg.replace(scan_layers=layout == "stacked"), b, args.cache, "float32")
       cache, logits = step(params, cache, tok, starts)
-      jax.block_until_ready(logits)
-      times.append(time.perf_counter() - t0)
+      times = []
+      for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        cache, logits = step(params, cache, tok, starts)
+        jax.block_until_ready(logits)
+        times.append(time.perf_counter() - t0)
+      step_ms[layout] = round(float(np.median(times)) * 1000, 2)
     line = {"bench": "decode_attention", "backend": jax.default_backend(), "batch": b,
             "cache": args.cache, "window": w, "layers": cfg.num_layers,
-            "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-            "step_ms": round(float(np.median(times)) * 1000, 2)}
+            "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "step_ms": step_ms,
+            "stacked_over_per_layer_step": round(step_ms["stacked"] / step_ms["per_layer"], 2)}
     variants = attention_variants(cfg.num_layers, b, args.cache, cfg.num_kv_heads,
                                   cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, w)
     results = {name: _median_ms(fn, fargs, args.repeats) for name, (fn, fargs) in variants.items()}

@@ -22,21 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
 from ragjax.models.layers import RMSNorm, apply_rope, logical_init, rope_inv_freq
 
-Cache = dict  # {"k": [L, B, S, KVH, D], "v": [L, B, S, KVH, D]}
-
 _KERNEL_INIT = nn.initializers.normal(0.02)
-
-
-def init_cache(cfg: DecoderConfig, batch: int, length: int, dtype=None) -> Cache:
-  """An empty KV cache; bf16 on accelerators is the usual `dtype`."""
-  dtype = as_dtype(dtype or cfg.dtype)
-  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
-  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
-
-
-CACHE_LOGICAL_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 
 class Attention(nn.Module):
@@ -45,9 +34,10 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
-    """`kv` is the whole stacked cache (k, v) [L, B, S, KVH, D] or None; this layer writes its
-    new keys/values into slice `layer` with one scatter, so XLA updates the (donated) cache in
-    place instead of copying a layer slice out and back every decode step."""
+    """`kv` is None (no cache), this layer's own (k, v) [B, KVH, S, D] (per-layer layout), or
+    the whole stacked cache (k, v) [L, B, S, KVH, D], into whose slice `layer` this layer
+    writes its new keys/values with one scatter, so XLA updates the (donated) cache in place
+    instead of copying a layer slice out and back every decode step (see kv_cache)."""
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -67,6 +57,7 @@ class Attention(nn.Module):
 
     b, t = x.shape[:2]
     q_slots = jnp.arange(t)[None, :]
+    heads_major = False
     if kv is None:
       keys, values = k, v
       k_slots = jnp.arange(t)
@@ -78,25 +69,46 @@ class Attention(nn.Module):
       k_all, v_all = kv
       slots = cache_start[:, None] + q_slots                                # [B, T]
       rows = jnp.arange(b)[:, None]
-      k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
-      v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
       # Only the first `attend_length` slots can hold a visible key: the caller guarantees
       # every row's position stays below it, so the rest of the cache is neither read nor
       # scored (a short turn early in a long cache costs what its length needs).
-      n = min(self.attend_length or k_all.shape[2], k_all.shape[2])
-      window = (1, b, n) + k_all.shape[3:]
-      keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
-      values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+      s = k_all.shape[2]
+      n = min(self.attend_length or s, s)
+      if is_stacked(k_all):
+        k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
+        v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
+        window = (1, b, n) + k_all.shape[3:]
+        keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+        values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+      else:
+        # [B, KVH, S, D]: the advanced indices (rows, slots) lead the update's shape, so the
+        # new [B, T, KVH, D] keys go in as they are.
+        k_all = k_all.at[rows, :, slots].set(k.astype(k_all.dtype), mode="drop")
+        v_all = v_all.at[rows, :, slots].set(v.astype(v_all.dtype), mode="drop")
+        keys, values = k_all, v_all
+        if n < s:
+          keys, values = keys[:, :, :n], values[:, :, :n]
+        keys, values, heads_major = keys.astype(dt), values.astype(dt), True
       k_slots = jnp.arange(n)
       valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
       new_kv = (k_all, v_all)
 
     qg = q.reshape(b, t, kvh, h // kvh, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys,
+    kv_spec = "bksd" if heads_major else "bskd"
+    scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
                         preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
     scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+    if heads_major:
+      # probs [B, KVH, G*T, S] x values [B, KVH, S, D] as a plain batched matmul: written as
+      # the einsum, XLA's CPU backend contracts S as the values' leading dimension with a
+      # slow generic dot (5x the time of this form at a 2,688-slot cache).
+      g = h // kvh
+      out = jax.lax.dot_general(probs.reshape(b, kvh, g * t, -1), values,
+                                (((3,), (2,)), ((0, 1), (0, 1))))
+      out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    else:
+      out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), use_bias=cfg.o_bias, dtype=dt, param_dtype=pdt,
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
@@ -183,6 +195,9 @@ class Decoder(nn.Module):
 
     new_cache = None
     if cfg.scan_layers:
+      if cache is not None and not is_stacked(cache["k"]):
+        raise ValueError("scan_layers carries a stacked [L, B, S, KVH, D] cache; this one is "
+                         "per-layer (build it with init_cache on the same config)")
       scan = nn.scan(_ScanLayer, variable_axes={"params": 0}, split_rngs={"params": True},
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
@@ -193,12 +208,23 @@ class Decoder(nn.Module):
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
       layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
-      kv = None if cache is None else (cache["k"], cache["v"])
+      stacked = cache is not None and is_stacked(cache["k"])
+      new_k, new_v = [], []
       for i in range(cfg.num_layers):
+        if cache is None:
+          kv = None
+        elif stacked:
+          kv = (cache["k"], cache["v"]) if i == 0 else kv
+        else:
+          kv = (cache["k"][i], cache["v"][i])
         x, kv = layer_cls(cfg, self.attend_length, name=f"layers_{i}")(x, positions, attention_mask, kv,
                                                    cache_start, i)
+        if kv is not None and not stacked:
+          new_k.append(kv[0])
+          new_v.append(kv[1])
       if cache is not None:
-        new_cache = {"k": kv[0], "v": kv[1]}
+        new_cache = ({"k": kv[0], "v": kv[1]} if stacked
+                     else {"k": tuple(new_k), "v": tuple(new_v)})
 
     x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
     if return_hidden:

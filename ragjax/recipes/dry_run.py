@@ -26,7 +26,8 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec
 
 from ragjax.models.config import DecoderConfig, as_dtype
-from ragjax.models.decoder import CACHE_LOGICAL_AXES, abstract_params, param_logical_axes
+from ragjax.models.decoder import abstract_params, param_logical_axes
+from ragjax.models.kv_cache import STACKED_AXES
 from ragjax.models.lora import LoraConfig, init_adapters
 from ragjax.parallel.memory import (GB, MeshShape, Target, array_bytes, layer_activation_bytes,
                                    sharded_bytes, tree_bytes)
@@ -172,7 +173,7 @@ def memory_plan(c, target: Target, vocab_size: Optional[int] = None) -> Plan:
   cache_dt = "bfloat16" if target.kind[:3] in ("NVI", "TPU") else cfg.dtype
   rows = rollout_rows(c, cfg, mesh, cache_dt)
   shape = (cfg.num_layers, rows, cache_len, cfg.num_kv_heads, cfg.head_dim)
-  kv = 2 * sharded_bytes(shape, as_dtype(cache_dt), CACHE_LOGICAL_AXES, mesh)
+  kv = 2 * sharded_bytes(shape, as_dtype(cache_dt), STACKED_AXES, mesh)  # either layout
   lines.append(Line("KV cache (one rollout wave)", kv,
                     f"{rows} rows x {cache_len} slots, {cache_dt}"))
   prompts = max(1, rows // c.rl.group_size)

@@ -12,7 +12,7 @@ from typing import Optional
 import jax
 from jax.sharding import Mesh, NamedSharding
 
-from ragjax.models.decoder import CACHE_LOGICAL_AXES
+from ragjax.models import kv_cache
 from ragjax.parallel.mesh import logical_to_spec
 from ragjax.parallel.shard import batch_sharding
 
@@ -22,8 +22,9 @@ def rows_sharding(mesh: Mesh, shape) -> NamedSharding:
   return batch_sharding(mesh, len(shape), shape[0])
 
 
-def cache_sharding(mesh: Mesh, shape) -> NamedSharding:
-  return NamedSharding(mesh, logical_to_spec(CACHE_LOGICAL_AXES, shape, mesh))
+def cache_sharding(mesh: Mesh, leaf) -> NamedSharding:
+  """One cache array's sharding, from its layout's logical axes (see ragjax.models.kv_cache)."""
+  return NamedSharding(mesh, logical_to_spec(kv_cache.logical_axes(leaf), leaf.shape, mesh))
 
 
 def constrain_state(state, mesh: Optional[Mesh]):
@@ -31,7 +32,7 @@ def constrain_state(state, mesh: Optional[Mesh]):
   if mesh is None:
     return state
   wsc = jax.lax.with_sharding_constraint
-  cache = {k: wsc(v, cache_sharding(mesh, v.shape)) for k, v in state.cache.items()}
+  cache = constrain_cache(state.cache, mesh)
   rest = {f: wsc(getattr(state, f), rows_sharding(mesh, getattr(state, f).shape))
           for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys",
                     "temperature")}
@@ -45,5 +46,5 @@ def constrain_rows(x, mesh: Optional[Mesh]):
 def constrain_cache(cache, mesh: Optional[Mesh]):
   if mesh is None:
     return cache
-  return {k: jax.lax.with_sharding_constraint(v, cache_sharding(mesh, v.shape))
-          for k, v in cache.items()}
+  return jax.tree.map(
+      lambda x: jax.lax.with_sharding_constraint(x, cache_sharding(mesh, x)), cache)

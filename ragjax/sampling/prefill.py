@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig
-from ragjax.models.decoder import init_cache
+from ragjax.models.kv_cache import init_cache, repeat_rows
 from ragjax.sampling.forward import forward_into_cache
 from ragjax.sampling.layout import constrain_cache, constrain_rows, constrain_state
 from ragjax.sampling.state import SamplerState
@@ -30,7 +30,7 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
                                      lengths - 1, window=t)
   rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)
-  cache = {k: rep(v, 1) for k, v in cache.items()}
+  cache = repeat_rows(cache, samples)
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
   b = p * samples
   base = jax.random.PRNGKey(seed)

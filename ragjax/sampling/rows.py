@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig
+from ragjax.models.kv_cache import put_rows, take_rows
 from ragjax.sampling.forward import forward_into_cache
 from ragjax.sampling.layout import constrain_state
 from ragjax.sampling.state import SamplerState
@@ -29,7 +30,7 @@ def clone(state: SamplerState, source, mesh=None) -> SamplerState:
   keys = take(state.keys)
   fresh = jax.vmap(jax.random.fold_in)(keys, rows.astype(jnp.uint32))
   state = state.replace(
-      cache={k: jnp.take(v, source, axis=1) for k, v in state.cache.items()},
+      cache=take_rows(state.cache, source),
       tokens=take(state.tokens), lengths=take(state.lengths), logits=take(state.logits),
       finished=take(state.finished), stop_state=take(state.stop_state),
       temperature=take(state.temperature), keys=jnp.where((source != rows)[:, None], fresh, keys))
@@ -69,8 +70,7 @@ def place(state: SamplerState, fresh: SamplerState, dst, src, batch_rows, seed, 
   base = jax.random.PRNGKey(seed)
   keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(batch_rows)
   state = state.replace(
-      cache={k: v.at[:, dst, :w].set(jnp.take(fresh.cache[k], src, axis=1).astype(v.dtype),
-                                     mode="drop") for k, v in state.cache.items()},
+      cache=put_rows(state.cache, dst, fresh.cache, src),
       tokens=state.tokens.at[dst, :w].set(jnp.take(fresh.tokens, src, axis=0), mode="drop"),
       lengths=put(state.lengths, fresh.lengths),
       logits=put(state.logits, fresh.logits),

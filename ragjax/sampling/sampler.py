@@ -21,7 +21,9 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
-  turn in a long cache does not pay for the whole cache (one program per window).
+  turn in a long cache does not pay for the whole cache (one program per window); on a CPU
+  with the per-layer cache (`scan_layers=False`) decode attends the whole cache unless
+  `attend_buckets` is set (`decode_whole_cache`: slicing a window costs more there).
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
   through the model into the cache (no re-prefill of the history) and reopens the rows.
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
@@ -79,6 +81,12 @@ class Sampler:
     if mesh is not None:
       self._param_shardings = decoder_shardings(cfg, mesh)
     self.set_params(params)
+    # A decode step reads each attended slot once per row; on a CPU the window cut out of a
+    # per-layer cache is copied before the dot, which costs more than the slots it skips
+    # (bench.decode_attention), so there decode attends the whole cache unless the config
+    # names its windows.  Prefill and extend (many queries per row) keep their windows.
+    self.decode_whole_cache = (config.attend_buckets is None and not cfg.scan_layers
+                               and jax.default_backend() == "cpu")
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
                             static_argnames=("samples", "cache_length"))
@@ -179,8 +187,8 @@ class Sampler:
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
     end = int(lens[~done].max()) + self.config.max_new_tokens if (~done).any() else 1
-    return self._decode(self.params, self.stop_table, state,
-                        window=self.config.attend_window(end))
+    window = None if self.decode_whole_cache else self.config.attend_window(end)
+    return self._decode(self.params, self.stop_table, state, window=window)
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:

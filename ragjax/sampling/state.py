@@ -4,7 +4,8 @@
 its length (the next free slot, which is also the next position), the next-token logits, a
 finished flag, the stop-string automaton states, a PRNG key and its sampling temperature.  Rows are independent, so after
 tool turns they sit at different lengths.  Every array has the batch on axis 0 except the
-cache, whose layout `[L, B, S, KVH, D]` follows `ragjax.models.decoder.init_cache`.
+cache, whose layout (stacked `[L, B, S, KVH, D]` or L arrays `[B, KVH, S, D]`) follows
+`ragjax.models.kv_cache`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 @flax.struct.dataclass
 class SamplerState:
-  cache: dict            # {"k", "v"}: [L, B, S, KVH, D]
+  cache: dict            # {"k", "v"}: see ragjax.models.kv_cache
   tokens: jnp.ndarray    # [B, S] int32, the row's history (prompt, generated, appended)
   lengths: jnp.ndarray   # [B] int32, tokens in the cache; the next token goes at this slot
   logits: jnp.ndarray    # [B, V] float32, next-token logits after `lengths` tokens
