@@ -142,8 +142,26 @@ def test_attention_windows_change_nothing_but_the_work(model):
   # turn 1 ends at 5 + 6 = 11 -> window 16; after a 20-token observation row 1 needs 37 -> 48
   assert windowed.trace_counts["decode"] == 2 and windowed.trace_counts["extend"] == 1
   assert full.trace_counts["decode"] == 1
-  _two_turns(windowed, obs=obs, seed=3)
+  state, _, _ = _two_turns(windowed, obs=obs, seed=3)
   assert windowed.trace_counts["decode"] == 2
+  # The per-layer cache is only as wide as the window (grown 16 -> 48); the whole-cache
+  # sampler's holds every slot from the prefill on.
+  assert windowed.grow_cache and [x.shape[2] for x in state.cache["k"]] == [48] * 2
+  assert windowed.trace_counts["grow"] == 1
+  assert outs[1][0].cache["k"][0].shape[2] == 128
+  # The stacked layout (scan_layers: allocated whole, windows sliced) decodes the same.
+  cfg, params = model
+  stacked = dict(params)
+  layers = [stacked.pop(f"layers_{i}") for i in range(cfg.num_layers)]
+  stacked["layers"] = {"layer": jax.tree.map(lambda *x: np.stack(x), *layers)}
+  scan = Sampler(cfg.replace(scan_layers=True), stacked, None,
+                 base.replace(attend_buckets=(16, 24, 48)))
+  state, *got = _two_turns(scan, obs=obs)
+  assert not scan.grow_cache and state.cache["k"].shape == (cfg.num_layers, 4, 128,
+                                                             cfg.num_kv_heads, cfg.head_dim)
+  for x, y in zip(got, outs[0][1:]):
+    assert x.token_lists() == y.token_lists()
+    np.testing.assert_allclose(np.asarray(x.logprobs), np.asarray(y.logprobs), atol=1e-5)
 
 
 def test_temperature_ladder_samples_each_row_at_its_own_temperature(model):

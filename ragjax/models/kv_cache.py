@@ -9,6 +9,8 @@ The layout follows the layer loop of the model config:
   heads-major arrays per k / v, each `[B, KVH, S, D]`.  Each layer attends its own array
   whole, so a decode step reads keys without first copying a slice of a larger array; on a
   CPU that copy costs 2.5-4.4x the attention itself (`python -m ragjax.bench.decode_attention`).
+  The sampler keeps this cache only as wide as its rows need (`grow` at a few widths) instead
+  of slicing a window out of a full-length one.
 
 Both are `{"k": ..., "v": ...}` pytrees; every function below takes either, telling them
 apart by the leaves' rank (5: stacked, 4: per-layer).
@@ -53,6 +55,20 @@ def logical_axes(leaf) -> tuple[str, ...]:
 
 def batch_axis(leaf) -> int:
   return 1 if is_stacked(leaf) else 0
+
+
+def width(cache: Cache) -> int:
+  """Slots the cache holds now (a per-layer cache can be narrower than its rows' history)."""
+  return jax.tree.leaves(cache)[0].shape[SLOT_AXIS]
+
+
+def grow(cache: Cache, slots: int) -> Cache:
+  """The cache widened to `slots` (new slots empty); existing slots keep their values."""
+  def pad(x):
+    widths = [(0, 0)] * x.ndim
+    widths[SLOT_AXIS] = (0, slots - x.shape[SLOT_AXIS])
+    return jnp.pad(x, widths)
+  return jax.tree.map(pad, cache)
 
 
 def take_rows(cache: Cache, rows) -> Cache:

@@ -21,12 +21,13 @@ from ragjax.sampling.state import SamplerState
 
 def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, samples: int,
             cache_length: int, cache_dtype: str, num_stops: int, mesh=None,
-            first_row=0) -> SamplerState:
+            first_row=0, cache_width=None) -> SamplerState:
   """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major);
   `temperature` [P * samples] is each row's sampling temperature; row b's key is
-  fold_in(PRNGKey(seed), first_row + b)."""
+  fold_in(PRNGKey(seed), first_row + b).  Histories hold `cache_length` tokens; the KV cache
+  `cache_width` slots (>= T; default `cache_length`), grown later as rows need."""
   p, t = tokens.shape
-  cache = constrain_cache(init_cache(cfg, p, cache_length, cache_dtype), mesh)
+  cache = constrain_cache(init_cache(cfg, p, cache_width or cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
                                      lengths - 1, window=t)
   rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)

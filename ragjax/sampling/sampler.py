@@ -21,9 +21,10 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   (`first_row`: the wave's first row in the batch).
 * `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
-  turn in a long cache does not pay for the whole cache (one program per window); on a CPU
-  with the per-layer cache (`scan_layers=False`) decode attends the whole cache unless
-  `attend_buckets` is set (`decode_whole_cache`: slicing a window costs more there).
+  turn in a long cache does not pay for the whole cache (one program per window).  The
+  per-layer cache (`scan_layers=False`) is itself only as wide as that window and grows
+  through the windows as rows lengthen (`grow_cache`; a sliced window would be copied every
+  step); the stacked cache is allocated at `max_cache_length` and windows are sliced.
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
   through the model into the cache (no re-prefill of the history) and reopens the rows.
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
@@ -49,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from ragjax.models import kv_cache
 from ragjax.models.config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.shard import batch_axis_size, shard_params
@@ -56,7 +58,7 @@ from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import rows as rows_lib
 from ragjax.sampling.config import SamplerConfig, pick_bucket
-from ragjax.sampling.layout import rows_sharding
+from ragjax.sampling.layout import constrain_cache, rows_sharding
 from ragjax.sampling.state import SamplerState, TurnOutput
 from ragjax.sampling.stops import compile_stop_strings, token_bytes
 
@@ -81,15 +83,14 @@ class Sampler:
     if mesh is not None:
       self._param_shardings = decoder_shardings(cfg, mesh)
     self.set_params(params)
-    # A decode step reads each attended slot once per row; on a CPU the window cut out of a
-    # per-layer cache is copied before the dot, which costs more than the slots it skips
-    # (bench.decode_attention), so there decode attends the whole cache unless the config
-    # names its windows.  Prefill and extend (many queries per row) keep their windows.
-    self.decode_whole_cache = (config.attend_buckets is None and not cfg.scan_layers
-                               and jax.default_backend() == "cpu")
+    # A per-layer cache is kept as wide as the window its rows need and grown through the
+    # windows, so every call attends it whole: a window sliced out of a wider array is copied
+    # before the dot each step (bench.decode_attention).  A stacked cache (scan_layers) is
+    # allocated whole and each call slices its window.
+    self.grow_cache = not cfg.scan_layers
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
-                            static_argnames=("samples", "cache_length"))
+                            static_argnames=("samples", "cache_length", "cache_width"))
     self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,),
                            static_argnames=("window",))
     self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,),
@@ -98,6 +99,7 @@ class Sampler:
     self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
     self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
     self._place = jax.jit(self._counted("place", self._place_fn), donate_argnums=(0,))
+    self._grow = jax.jit(self._counted("grow", self._grow_fn), static_argnames=("slots",))
 
   # ---- jitted bodies (pure) ----
   def _counted(self, name, fn):
@@ -108,11 +110,15 @@ class Sampler:
     return wrapper
 
   def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples,
-                  cache_length):
+                  cache_length, cache_width):
     return prefill_lib.prefill(
         self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
-        num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh)
+        num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
+        cache_width=cache_width)
+
+  def _grow_fn(self, cache, *, slots):
+    return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
 
   def _decode_fn(self, params, stop_table, state, *, window):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
@@ -179,15 +185,31 @@ class Sampler:
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
     temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
+    cache_length = cache_length or width
+    cache_width = cache_length
+    if self.grow_cache:         # room for the prompts and a first turn; grown as rows need
+      cache_width = min(cache_length, max(width, self.config.attend_window(
+          width + self.config.max_new_tokens)))
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
                          jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
-                         samples=samples_per_prompt,
-                         cache_length=cache_length or width)
+                         samples=samples_per_prompt, cache_length=cache_length,
+                         cache_width=cache_width)
+
+  def _fit(self, state: SamplerState, end: int) -> tuple[SamplerState, Optional[int]]:
+    """(state, window) for a call whose rows end before slot `end`: a growing cache is widened
+    to the window holding `end` and attended whole (window None); a full-length one is
+    attended through the window."""
+    window = self.config.attend_window(end)
+    if not self.grow_cache:
+      return state, window
+    if window > kv_cache.width(state.cache):
+      state = state.replace(cache=self._grow(state.cache, slots=window))
+    return state, None
 
   def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
     end = int(lens[~done].max()) + self.config.max_new_tokens if (~done).any() else 1
-    window = None if self.decode_whole_cache else self.config.attend_window(end)
+    state, window = self._fit(state, end)
     return self._decode(self.params, self.stop_table, state, window=window)
 
   def extend(self, state: SamplerState, rows: Sequence[int],
@@ -211,8 +233,9 @@ class Sampler:
     for r, toks in zip(rows, token_lists):
       tokens[r, :len(toks)] = self._check_ids(toks, f"observation for row {r}")
     end = int((lens + counts)[counts > 0].max()) if counts.any() else 1
+    state, window = self._fit(state, end)
     return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
-                        window=self.config.attend_window(end))
+                        window=window)
 
   def refill(self, state: SamplerState, rows: Sequence[int], prompts: Sequence[Sequence[int]],
              samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0) -> SamplerState:
@@ -236,6 +259,7 @@ class Sampler:
     src = np.arange(width * g, dtype=np.int32) // g
     batch_rows = (np.uint32(first_row) + np.arange(width * g)).astype(np.uint32)
     temps = self.config.row_temperatures(width, g)
+    state, _ = self._fit(state, kv_cache.width(fresh.cache))
     return self._place(state, fresh, self._rows(dst), self._rows(src), self._rows(batch_rows),
                        jnp.uint32(seed), self._rows(temps))
 
