@@ -93,17 +93,27 @@ class Attention(nn.Module):
       valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
       new_kv = (k_all, v_all)
 
-    qg = q.reshape(b, t, kvh, h // kvh, d)
-    kv_spec = "bksd" if heads_major else "bskd"
-    scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
-                        preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
+    g = h // kvh
+    qg = q.reshape(b, t, kvh, g, d)
+    if heads_major and t > 1:
+      # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
+      # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
+      # transposes the whole score tensor: 2x the attention time of an extend).  A decode
+      # step (T = 1) is faster the einsum way (a [.., S, G] score tensor is small).
+      qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
+      scores = jax.lax.dot_general(qh, keys, (((3,), (3,)), ((0, 1), (0, 1))),
+                                   preferred_element_type=jnp.float32)
+      scores = scores.reshape(b, kvh, g, t, -1) / jnp.sqrt(jnp.float32(d))
+    else:
+      kv_spec = "bksd" if heads_major else "bskd"
+      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
+                          preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
     scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
     if heads_major:
       # probs [B, KVH, G*T, S] x values [B, KVH, S, D] as a plain batched matmul: written as
       # the einsum, XLA's CPU backend contracts S as the values' leading dimension with a
       # slow generic dot (5x the time of this form at a 2,688-slot cache).
-      g = h // kvh
       out = jax.lax.dot_general(probs.reshape(b, kvh, g * t, -1), values,
                                 (((3,), (2,)), ((0, 1), (0, 1))))
       out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
