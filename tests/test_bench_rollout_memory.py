@@ -1,6 +1,6 @@
 """The rollout memory benchmark at a tiny shape: without waves the rollout's memory grows with
 the batch, with waves it stays at one wave's, and both equal the analytic KV cache of the rows
-in flight."""
+in flight at the width the cache grew to (at most the full-length one)."""
 
 from ragjax.bench.rollout_memory import main
 
@@ -16,4 +16,6 @@ def test_waves_keep_memory_flat_and_one_batch_grows(tmp_path):
   assert waves[1]["measured_rollout_mb"] == waves[0]["measured_rollout_mb"]
   assert waves[1]["trajectories"] == 4
   for r in rows.values():
-    assert abs(r["measured_over_kv"] - 1) < 0.05, r
+    assert r["measured_over_kv"] < 1.05, r                 # the full-length bound
+    assert abs(r["measured_over_kv_at_widest"] - 1) < 0.05, r
+    assert 0 < r["widest_cache_slots"] <= r["cache_length"]

@@ -55,6 +55,18 @@ def test_row_edits_agree_across_layouts():
   np.testing.assert_array_equal(put["k"][:, [0, 1, 3]], before["k"][:, [0, 1, 3]])
 
 
+def test_concat_rows_widens_to_the_widest():
+  cfg = get_preset("tiny")
+  a, _ = _filled(cfg, 2, 8, seed=2)
+  b, _ = _filled(cfg, 3, 12, seed=3)
+  both = kv_cache.concat_rows([a, b])
+  assert kv_cache.width(both) == 12 and both["k"][0].shape[0] == 5
+  got, want_a, want_b = _as_per_layer(both), _as_per_layer(a), _as_per_layer(b)
+  np.testing.assert_array_equal(got["v"][:, :2, :, :8], want_a["v"])
+  assert not got["v"][:, :2, :, 8:].any()
+  np.testing.assert_array_equal(got["v"][:, 2:], want_b["v"])
+
+
 def test_scan_decoder_refuses_a_per_layer_cache():
   cfg = get_preset("tiny")
   params = init_params(cfg.replace(scan_layers=True), jax.random.PRNGKey(0))

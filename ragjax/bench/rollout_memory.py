@@ -12,8 +12,11 @@ Measured: the peak bytes of live device arrays (`jax.live_arrays()`) at the star
 sampler call of a real engine rollout, minus those live before it (the params): the KV cache
 and the sampler's row state the rollout holds between calls.  XLA's temporaries inside one call are not
 counted (they are the prefill / extend activations of one call, which waves bound the same
-way).  Reference, printed beside it: the analytic KV cache of the rows in flight
-(rows x cache length x layers x 2 x kv heads x head dim x bytes), the dry run's formula.
+way).  References, printed beside it: the analytic KV cache of the rows in flight
+(rows x cache length x layers x 2 x kv heads x head dim x bytes), the dry run's formula and
+an upper bound; and the same at the widest the cache grew to (the per-layer cache of
+`scan_layers=False` models is only as wide as its rows' attention window), which the
+measurement should equal.
 Memory does not depend on the machine's load, so these numbers are exact on a shared CPU.
 One JSON line per (batch, waves) setting.
 """
@@ -29,6 +32,7 @@ import numpy as np
 
 from ragjax.bench.rollout import Setup, parser
 from ragjax.bench.rollout_policies import TimedPolicy
+from ragjax.models import kv_cache
 from ragjax.rollout.engine import EngineConfig, RolloutEngine
 from ragjax.rollout.protocols.search_r1 import SearchR1
 
@@ -45,10 +49,15 @@ class PeakMemoryPolicy(TimedPolicy):
   def reset(self):
     super().reset()
     self.peak = 0
+    self.widest = 0          # the most cache slots a state held (the per-layer cache grows)
 
   def _run(self, kind, fn, *args, **kw):
     self.peak = max(self.peak, live_bytes())
-    return super()._run(kind, fn, *args, **kw)
+    out = super()._run(kind, fn, *args, **kw)
+    state = out[0] if isinstance(out, tuple) else out
+    if hasattr(state, "cache"):
+      self.widest = max(self.widest, kv_cache.width(state.cache))
+    return out
 
 
 def kv_bytes(cfg, rows: int, cache: int, dtype: str) -> int:
@@ -69,6 +78,7 @@ def measure(setup: Setup, sampler, turns: int, batch: int, wave_rows: int) -> di
   policy.peak = max(policy.peak, live_bytes())
   rows_in_flight = min(wave_rows or batch, batch)
   kv = kv_bytes(setup.cfg, rows_in_flight, sampler.config.max_cache_length, setup.dtype)
+  kv_widest = kv_bytes(setup.cfg, rows_in_flight, policy.widest, setup.dtype)
   measured = policy.peak - base
   return {"bench": "rollout_memory", "batch": batch, "wave_rows": wave_rows or None,
           "rows_in_flight": rows_in_flight, "turns": turns,
@@ -76,6 +86,9 @@ def measure(setup: Setup, sampler, turns: int, batch: int, wave_rows: int) -> di
           "measured_rollout_mb": round(measured / 2**20, 2),
           "analytic_kv_mb": round(kv / 2**20, 2),
           "measured_over_kv": round(measured / kv, 3) if kv else None,
+          "widest_cache_slots": policy.widest,
+          "analytic_kv_at_widest_mb": round(kv_widest / 2**20, 2),
+          "measured_over_kv_at_widest": round(measured / kv_widest, 3) if kv_widest else None,
           "params_mb": round(base / 2**20, 2),
           "trajectories": len(out.meta.rows)}
 

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragjax.models import kv_cache
 from ragjax.sampling.config import CACHE_FULL, EOS, NOT_RUN, pick_bucket
 from ragjax.sampling.state import TurnOutput
 
@@ -189,11 +190,12 @@ class RePrefillPolicy:
 
 
 def concat_states(states):
-  """One sampler state holding the rows of `states` in order (cache rows are axis 1)."""
+  """One sampler state holding the rows of `states` in order."""
   if len(states) == 1:
     return states[0]
   first = states[0]
-  cache = {k: jnp.concatenate([s.cache[k] for s in states], axis=1) for k in first.cache}
+  cache = kv_cache.concat_rows([s.cache for s in states])
   rows = {f: jnp.concatenate([getattr(s, f) for s in states], axis=0)
-          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys")}
+          for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys",
+                    "temperature")}
   return first.replace(cache=cache, **rows)

@@ -71,6 +71,13 @@ def grow(cache: Cache, slots: int) -> Cache:
   return jax.tree.map(pad, cache)
 
 
+def concat_rows(caches) -> Cache:
+  """One cache holding the rows of `caches` in order, at the widest one's width."""
+  slots = max(width(c) for c in caches)
+  caches = [grow(c, slots) if width(c) < slots else c for c in caches]
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=batch_axis(xs[0])), *caches)
+
+
 def take_rows(cache: Cache, rows) -> Cache:
   """Row b of the result is row rows[b] of the cache."""
   return jax.tree.map(lambda x: jnp.take(x, rows, axis=batch_axis(x)), cache)
