@@ -8,9 +8,10 @@ Times, jitted and warmed up (median of `--repeats` calls):
 * `step_ms`: one real decode step of `ragjax.sampling.forward.forward_into_cache` (T = 1, the
   sampler's path, cache donated, attention to the first `window` slots) in each cache layout
   of `ragjax.models.kv_cache`: `stacked` ([L, B, S, KVH, D], the window sliced out of it per
-  layer; what `scan_layers` configs decode with) and `per_layer` (one [B, KVH, S, D] array per
-  layer; the window sliced when it is smaller than the cache, else attended whole; what the
-  sampler decodes with on a CPU for `scan_layers=False`);
+  layer; what `scan_layers` configs decode with), `per_layer` (one [B, KVH, S, D] array per
+  layer, the window sliced out of it when smaller than the cache) and `per_layer_grown` (the
+  per-layer cache only `window` slots wide, attended whole: what the sampler decodes with for
+  `scan_layers=False`, growing the cache through the windows);
 * the attention alone over L layers in three layouts, on the same shapes:
   `stacked_window` (keys as [B, S, KVH, D] sliced out of the stacked cache),
   `heads_major_window` ([L, B, KVH, S, D], the window sliced), and `per_layer_full` (one
@@ -120,8 +121,9 @@ def main(argv=None) -> int:
     step = jax.jit(lambda p, c, t, s, w=w: forward_into_cache(cfg, p, c, t, s, last, window=w),
                    donate_argnums=(1,))              # the sampler donates its cache too
     step_ms = {}
-    for layout in ("stacked", "per_layer"):
-      cache = init_cache(cfg.replace(scan_layers=layout == "stacked"), b, args.cache, "float32")
+    for layout in ("stacked", "per_layer", "per_layer_grown"):
+      slots = w if layout == "per_layer_grown" else args.cache
+      cache = init_cache(cfg.replace(scan_layers=layout == "stacked"), b, slots, "float32")
       cache, logits = step(params, cache, tok, starts)
       times = []
       for _ in range(args.repeats):
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
     line = {"bench": "decode_attention", "backend": jax.default_backend(), "batch": b,
             "cache": args.cache, "window": w, "layers": cfg.num_layers,
             "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "step_ms": step_ms,
-            "stacked_over_per_layer_step": round(step_ms["stacked"] / step_ms["per_layer"], 2)}
+            "stacked_over_grown_step": round(step_ms["stacked"] / step_ms["per_layer_grown"], 2)}
     variants = attention_variants(cfg.num_layers, b, args.cache, cfg.num_kv_heads,
                                   cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, w)
     results = {name: _median_ms(fn, fargs, args.repeats) for name, (fn, fargs) in variants.items()}
