@@ -59,7 +59,9 @@ class Attention(nn.Module):
     q_slots = jnp.arange(t)[None, :]
     heads_major = False
     if kv is None:
-      keys, values = k, v
+      # Heads-major keys/values (a copy of T x KVH x D per row), so the score and mix products
+      # below are plain batched matmuls (see the cached path).
+      keys, values, heads_major = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), True
       k_slots = jnp.arange(t)
       valid = k_slots[None, None, :] <= q_slots[:, :, None]                # [1, T, T]
       if attention_mask is not None:
