@@ -28,9 +28,23 @@ from ragjax.models.layers import RMSNorm, apply_rope, logical_init, rope_inv_fre
 _KERNEL_INIT = nn.initializers.normal(0.02)
 
 
+def _attend_heads_major(qh, keys, values, valid, groups: int, dt):
+  """Softmax attention as plain batched matmuls: qh [B, KVH, G*T, D], keys / values
+  [B, KVH, S, D], valid [B, T, S] -> [B, KVH, G*T, D]."""
+  b, kvh, gt, d = qh.shape
+  scores = jax.lax.dot_general(qh, keys, (((3,), (3,)), ((0, 1), (0, 1))),
+                               preferred_element_type=jnp.float32)
+  scores = scores.reshape(b, kvh, groups, gt // groups, -1) / jnp.sqrt(jnp.float32(d))
+  scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+  return jax.lax.dot_general(probs.reshape(b, kvh, gt, -1), values,
+                             (((3,), (2,)), ((0, 1), (0, 1))))
+
+
 class Attention(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
+  attention_rows: int = 0   # cached multi-token attention N rows at a time (0: all at once)
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
@@ -100,27 +114,34 @@ class Attention(nn.Module):
     if heads_major and t > 1:
       # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
       # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
-      # transposes the whole score tensor: 2x the attention time of an extend).  A decode
-      # step (T = 1) is faster the einsum way (a [.., S, G] score tensor is small).
+      # transposes the whole score tensor: 2x the attention time of an extend).
       qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
-      scores = jax.lax.dot_general(qh, keys, (((3,), (3,)), ((0, 1), (0, 1))),
-                                   preferred_element_type=jnp.float32)
-      scores = scores.reshape(b, kvh, g, t, -1) / jnp.sqrt(jnp.float32(d))
+      valid_b = jnp.broadcast_to(valid, (b,) + valid.shape[1:])
+      n = self.attention_rows if kv is not None else 0
+      if n and b % n == 0 and b > n:
+        chunk = lambda x: x.reshape((b // n, n) + x.shape[1:])
+        out = jax.lax.map(lambda a: _attend_heads_major(*a, g, dt),
+                          (chunk(qh), chunk(keys), chunk(values), chunk(valid_b)))
+        out = out.reshape((b,) + out.shape[2:])
+      else:
+        out = _attend_heads_major(qh, keys, values, valid_b, g, dt)
+      out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
     else:
+      # A decode step (T = 1) is faster as this einsum (its [.., S, G] scores are small).
       kv_spec = "bksd" if heads_major else "bskd"
       scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
                           preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
-    scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    if heads_major:
-      # probs [B, KVH, G*T, S] x values [B, KVH, S, D] as a plain batched matmul: written as
-      # the einsum, XLA's CPU backend contracts S as the values' leading dimension with a
-      # slow generic dot (5x the time of this form at a 2,688-slot cache).
-      out = jax.lax.dot_general(probs.reshape(b, kvh, g * t, -1), values,
-                                (((3,), (2,)), ((0, 1), (0, 1))))
-      out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
-    else:
-      out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+      scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
+      probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+      if heads_major:
+        # probs [B, KVH, G*T, S] x values [B, KVH, S, D] as a plain batched matmul: written as
+        # the einsum, XLA's CPU backend contracts S as the values' leading dimension with a
+        # slow generic dot (5x the time of this form at a 2,688-slot cache).
+        out = jax.lax.dot_general(probs.reshape(b, kvh, g * t, -1), values,
+                                  (((3,), (2,)), ((0, 1), (0, 1))))
+        out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+      else:
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), use_bias=cfg.o_bias, dtype=dt, param_dtype=pdt,
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
@@ -149,13 +170,14 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None
+  attention_rows: int = 0
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
-    attn, new_kv = Attention(cfg, self.attend_length, name="self_attn")(
+    attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, name="self_attn")(
         norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
     x = x + attn
     x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
@@ -166,6 +188,7 @@ class _ScanLayer(nn.Module):
   """Adapter so nn.scan carries (x, whole cache, layer index) through the layers."""
   cfg: DecoderConfig
   attend_length: Optional[int] = None
+  attention_rows: int = 0
 
   @nn.compact
   def __call__(self, carry, positions, attention_mask, cache_start):
@@ -173,7 +196,7 @@ class _ScanLayer(nn.Module):
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
-    x, new_kv = layer(self.cfg, self.attend_length, name="layer")(
+    x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, name="layer")(
         x, positions, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
@@ -182,11 +205,15 @@ class Decoder(nn.Module):
   """Causal LM (`head="lm"`) or value model (`head="value"`, one scalar per token).
 
   `attend_length` (cached decoding only): queries attend to the first N cache slots, which
-  must hold every position in use; None attends to the whole cache.
+  must hold every position in use; None attends to the whole cache.  `attention_rows`
+  (cached, several tokens per row: prefill, extend): compute the attention that many rows at a
+  time (`lax.map`), so one chunk's score tensor stays in the CPU's caches; 0 = all rows at once
+  (what a sharded batch needs).
   """
   cfg: DecoderConfig
   head: str = "lm"
   attend_length: Optional[int] = None
+  attention_rows: int = 0
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -214,7 +241,7 @@ class Decoder(nn.Module):
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      (x, new_kv, _), _ = scan(cfg, self.attend_length, name="layers")((x, kv, jnp.int32(0)), positions,
+      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, name="layers")((x, kv, jnp.int32(0)), positions,
                                                    attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
@@ -229,7 +256,7 @@ class Decoder(nn.Module):
           kv = (cache["k"], cache["v"]) if i == 0 else kv
         else:
           kv = (cache["k"][i], cache["v"][i])
-        x, kv = layer_cls(cfg, self.attend_length, name=f"layers_{i}")(x, positions, attention_mask, kv,
+        x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, name=f"layers_{i}")(x, positions, attention_mask, kv,
                                                    cache_start, i)
         if kv is not None and not stacked:
           new_k.append(kv[0])

@@ -39,6 +39,14 @@ def constrain_state(state, mesh: Optional[Mesh]):
   return state.replace(cache=cache, **rest)
 
 
+def attention_rows(mesh: Optional[Mesh]) -> int:
+  """Rows per chunk of a prefill's or extend's attention: one at a time on an unsharded CPU
+  (one row's score tensor stays in the caches: 2.5x faster for an extend of 32 x 384 tokens
+  into 2,048 slots), all at once under a mesh (a chunk loop over a sharded batch would move
+  rows between devices) and on accelerators."""
+  return 1 if mesh is None and jax.default_backend() == "cpu" else 0
+
+
 def constrain_rows(x, mesh: Optional[Mesh]):
   return x if mesh is None else jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.shape))
 

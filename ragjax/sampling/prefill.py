@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from ragjax.models.config import DecoderConfig
 from ragjax.models.kv_cache import init_cache, repeat_rows
 from ragjax.sampling.forward import forward_into_cache
-from ragjax.sampling.layout import constrain_cache, constrain_rows, constrain_state
+from ragjax.sampling.layout import (attention_rows, constrain_cache, constrain_rows,
+                                    constrain_state)
 from ragjax.sampling.state import SamplerState
 
 
@@ -29,7 +30,8 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   p, t = tokens.shape
   cache = constrain_cache(init_cache(cfg, p, cache_width or cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
-                                     lengths - 1, window=t)
+                                     lengths - 1, window=t,
+                                     attention_rows=attention_rows(mesh))
   rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)
   cache = repeat_rows(cache, samples)
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
@@ -55,7 +57,8 @@ def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
   chosen = counts > 0
   starts = jnp.where(chosen, state.lengths, s)
   cache, logits = forward_into_cache(cfg, params, state.cache, tokens, starts,
-                                     jnp.maximum(counts - 1, 0), window=window)
+                                     jnp.maximum(counts - 1, 0), window=window,
+                                     attention_rows=attention_rows(mesh))
   cols = state.lengths[:, None] + jnp.arange(t)[None, :]
   cols = jnp.where(jnp.arange(t)[None, :] < counts[:, None], cols, s)     # pad: dropped
   history = state.tokens.at[jnp.arange(b)[:, None], cols].set(tokens, mode="drop")
