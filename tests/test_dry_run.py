@@ -82,13 +82,16 @@ def test_exact_lines_equal_placed_arrays_and_activations_match_the_compiled_step
   assert lines["params"] == device0_bytes(state.params)
   # AdamW's mu and nu mirror the params; its step counters are a few replicated scalars
   assert 0 <= device0_bytes(state.opt_state) - lines["optimizer (AdamW mu, nu)"] <= 64
-  # the KV cache of one rollout wave, as the sampler lays it out over the mesh
+  # the KV cache of one rollout wave, as the sampler lays it out over the mesh (here the
+  # prompt and first turn already need every slot: the grown cache is at its longest)
   rows = c.trainer.batch_prompts * c.rl.group_size
   sampler = Sampler(cfg, state.params, None, SamplerConfig(
       max_cache_length=128, prompt_buckets=(64,), extend_buckets=(16,), max_new_tokens=4),
       mesh=mesh)
   s = sampler.prefill([[1, 2, 3]] * c.trainer.batch_prompts, samples_per_prompt=c.rl.group_size)
   assert s.tokens.shape[0] == rows
+  from ragjax.models.kv_cache import width
+  assert width(s.cache) == 128
   assert lines["KV cache (one rollout wave)"] == device0_bytes(s.cache)
   # activations: the estimate is within 4x of what XLA plans for one micro-batch's update
   b, t = c.rl.micro_batch_size, 128

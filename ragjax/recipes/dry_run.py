@@ -175,7 +175,7 @@ def memory_plan(c, target: Target, vocab_size: Optional[int] = None) -> Plan:
   shape = (cfg.num_layers, rows, cache_len, cfg.num_kv_heads, cfg.head_dim)
   kv = 2 * sharded_bytes(shape, as_dtype(cache_dt), STACKED_AXES, mesh)  # either layout
   lines.append(Line("KV cache (one rollout wave)", kv,
-                    f"{rows} rows x {cache_len} slots, {cache_dt}"))
+                    f"{rows} rows x {cache_len} slots, {cache_dt} (at its longest)"))
   prompts = max(1, rows // c.rl.group_size)
   chunk = min(prompts, c.sampler.get("prefill_chunk", 0) or prompts)
   bucket = max(c.sampler.prompt_buckets)
