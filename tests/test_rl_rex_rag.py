@@ -271,9 +271,11 @@ def test_zero_mask_padding_rows_leave_the_update_unchanged():
   grad = jax.jit(jax.value_and_grad(lambda p, b: loss_fn(p, b, denom(b)), has_aux=True))
   (l0, m0), g0 = grad(params, batch)
   (l1, m1), g1 = grad(params, padded)
-  assert float(l1) == pytest.approx(float(l0), rel=1e-5)   # same sums, other summation order
+  # Same sums in another summation order: the loss (-0.0047 here) is a small difference of
+  # O(1) per-token terms, so float32 rounding shows as ~1e-7 absolute, not as a relative error.
+  assert float(l1) == pytest.approx(float(l0), rel=1e-5, abs=2e-7)
   for k in ("pg_loss", "kl", "entropy", "ratio"):
-    assert float(m1[k]) == pytest.approx(float(m0[k]), rel=1e-5), k
+    assert float(m1[k]) == pytest.approx(float(m0[k]), rel=1e-5, abs=2e-7), k
   worst = max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)))
   assert worst < 1e-6
   assert pad_batch_rows(batch, 6) is batch
