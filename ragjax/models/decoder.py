@@ -36,8 +36,15 @@ def _attend_heads_major(qh, keys, values, valid, groups: int, dt):
                                preferred_element_type=jnp.float32)
   scores = scores.reshape(b, kvh, groups, gt // groups, -1) / jnp.sqrt(jnp.float32(d))
   scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-  return jax.lax.dot_general(probs.reshape(b, kvh, gt, -1), values,
+  return _mix_heads_major(jax.nn.softmax(scores, axis=-1).astype(dt), values)
+
+
+def _mix_heads_major(probs, values):
+  """probs [B, KVH, G, T, S] x values [B, KVH, S, D] -> [B, KVH, G*T, D] as one batched
+  matmul: written as an einsum, XLA's CPU backend contracts S as the values' leading
+  dimension with a slow generic dot (5x the time of this form at a 2,688-slot cache)."""
+  b, kvh, g, t, s = probs.shape
+  return jax.lax.dot_general(probs.reshape(b, kvh, g * t, s), values,
                              (((3,), (2,)), ((0, 1), (0, 1))))
 
 
@@ -134,11 +141,7 @@ class Attention(nn.Module):
       scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
       probs = jax.nn.softmax(scores, axis=-1).astype(dt)
       if heads_major:
-        # probs [B, KVH, G*T, S] x values [B, KVH, S, D] as a plain batched matmul: written as
-        # the einsum, XLA's CPU backend contracts S as the values' leading dimension with a
-        # slow generic dot (5x the time of this form at a 2,688-slot cache).
-        out = jax.lax.dot_general(probs.reshape(b, kvh, g * t, -1), values,
-                                  (((3,), (2,)), ((0, 1), (0, 1))))
+        out = _mix_heads_major(probs, values)
         out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
       else:
         out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)

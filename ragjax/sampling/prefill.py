@@ -32,7 +32,7 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
                                      lengths - 1, window=t,
                                      attention_rows=attention_rows(mesh))
-  rep = lambda x, axis=0: jnp.repeat(x, samples, axis=axis)
+  rep = lambda x: jnp.repeat(x, samples, axis=0)
   cache = repeat_rows(cache, samples)
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
   b = p * samples
