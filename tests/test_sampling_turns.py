@@ -7,7 +7,7 @@ import pytest
 
 from _sampling_helpers import hf_model, ragjax_from_hf, teacher_forced_logprobs
 from ragjax.parallel.mesh import make_mesh
-from ragjax.sampling import BUDGET, CACHE_FULL, EOS, NOT_RUN, Sampler, SamplerConfig
+from ragjax.sampling import BUDGET, CACHE_FULL, EOS, NOT_RUN, PAUSED, Sampler, SamplerConfig
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13]]
 OBS = {0: [20, 21, 22], 3: [30]}
@@ -53,6 +53,7 @@ def test_compile_count_flat_across_turns_and_same_bucket_batches(sampled):
       lambda event, *a, **k: compiles.append(event)
       if event == "/jax/core/compile/backend_compile_duration" else None)
   _two_turns(sampled)                                 # warm: every program once
+  _two_turns(sampled, obs={r: [7] for r in range(4)})  # (an extend of every row: no cut-out)
   before = dict(sampled.trace_counts)
   n_compiles = len(compiles)
   for seed, prompts, obs in [(5, [[1, 2], [3, 4, 5, 6, 7, 8]], {1: [9, 9], 2: [7, 7, 7, 7]}),
@@ -61,10 +62,64 @@ def test_compile_count_flat_across_turns_and_same_bucket_batches(sampled):
     state, _ = sampled.decode(state)                  # a third turn without an extend
     jax.block_until_ready(state.tokens)
   assert dict(sampled.trace_counts) == before
-  assert before["decode"] == 1 and before["extend"] == 1
+  assert before["decode"] == 1 and before["extend"] == 1 and before["extend_rows"] == 1
   assert len(compiles) == n_compiles, compiles[n_compiles:]
   jax.jit(lambda x: x * 3 + 1)(np.arange(5))          # the listener does see a compile
   assert len(compiles) > n_compiles
+
+
+def test_step_capped_decode_resumes_the_turn_under_its_budget(sampled):
+  """A turn decoded 4 + 4 steps at a time equals it decoded whole (tokens, log-probs, the
+  budget of 6 spanning both calls); a turn after an extend, 2 + 3 + 1, too."""
+  def turns(chunks):
+    state = sampled.prefill(PROMPTS, samples_per_prompt=2, seed=3)
+    out = []
+    for per_turn in chunks:
+      toks, lps, reasons = [[] for _ in range(4)], [[] for _ in range(4)], []
+      for steps in per_turn:
+        state, o = sampled.decode(state, steps=steps)
+        for r, t in enumerate(o.token_lists()):
+          toks[r] += t
+          lps[r] += np.asarray(o.logprobs)[r, :len(t)].tolist()
+        reasons.append(np.asarray(o.stop_reason).tolist())
+      out.append((toks, lps, reasons))
+      state = sampled.extend(state, list(OBS), list(OBS.values()))
+    return out
+  whole = turns([[None], [None]])
+  chunked = turns([[4, 4], [2, 3, 1]])
+  for (toks, lps, _), (ctoks, clps, reasons) in zip(whole, chunked):
+    assert ctoks == toks and all(len(t) == 6 for t in toks)
+    np.testing.assert_allclose(np.asarray(clps), np.asarray(lps), atol=1e-5)
+    assert reasons[0] == [PAUSED] * 4 and reasons[-1] == [BUDGET] * 4
+  assert chunked[0][2] == [[PAUSED] * 4, [BUDGET] * 4]
+  assert chunked[1][2] == [[PAUSED] * 4, [PAUSED] * 4, [BUDGET] * 4]
+  with pytest.raises(ValueError, match="decode steps must be >= 1"):
+    sampled.decode(sampled.prefill(PROMPTS), steps=0)
+
+
+def test_extend_of_a_few_rows_runs_them_only_and_leaves_the_rest(model):
+  """An extend of 2 rows of 8 runs on a cut-out of 2 rows: those rows then continue as after
+  a re-prefill of their history, and every other row's state is bit-for-bit unchanged."""
+  sampler = Sampler(*model, None, SAMPLED.replace(greedy=True))
+  prompts = PROMPTS + [[14, 15], [16, 17, 18, 19]]
+  state, _ = sampler.decode(sampler.prefill(prompts, samples_per_prompt=2, seed=1))
+  before = jax.tree.map(np.asarray, state)
+  obs = {2: [20, 21, 22], 7: [30, 31]}
+  state = sampler.extend(state, list(obs), list(obs.values()))
+  assert sampler.trace_counts["extend_rows"] == 1 and sampler.trace_counts["extend"] == 0
+  after = jax.tree.map(np.asarray, state)
+  others = [r for r in range(8) if r not in obs]
+  for name in ("tokens", "lengths", "logits", "finished", "keys", "turn_tokens"):
+    np.testing.assert_array_equal(getattr(after, name)[others], getattr(before, name)[others])
+  for a, b in zip(after.cache["k"] + after.cache["v"], before.cache["k"] + before.cache["v"]):
+    np.testing.assert_array_equal(a[others], b[others])
+  histories = [state.history(r) for r in obs]
+  assert [h[-len(o):] for h, o in zip(histories, obs.values())] == list(obs.values())
+  _, out = sampler.decode(state)
+  _, ref = sampler.decode(sampler.prefill(histories, seed=1))
+  assert [out.token_lists()[r] for r in obs] == ref.token_lists()
+  np.testing.assert_allclose(np.asarray(out.logprobs)[list(obs)], np.asarray(ref.logprobs),
+                             atol=1e-4)
 
 
 def _greedy_reference(cfg, params, history, steps):

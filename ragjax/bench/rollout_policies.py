@@ -61,8 +61,10 @@ class TimedPolicy:
     self.tokens["prefill"] += sum(len(p) for p in prompts)
     return state
 
-  def decode(self, state):
-    state, out = self._run("decode", self.sampler.decode, state)
+  chunked_decode = True
+
+  def decode(self, state, steps=None):
+    state, out = self._run("decode", self.sampler.decode, state, steps)
     lens = np.asarray(out.lengths)
     self.positions["decode"] += int(lens.max(initial=0)) * len(lens)   # every row, every step
     self.tokens["decode"] += int(lens.sum())
@@ -72,7 +74,8 @@ class TimedPolicy:
     state = self._run("extend", self.sampler.extend, state, rows, token_lists)
     width = max(pick_bucket(self.sampler.config.extend_buckets, len(t), "observation")
                 for t in token_lists)
-    self.positions["extend"] += state.batch_size * width                # the whole batch runs
+    self.positions["extend"] += self.sampler.extend_rows_run(state.batch_size,
+                                                             len(token_lists)) * width
     self.tokens["extend"] += sum(len(t) for t in token_lists)
     return state
 
@@ -197,5 +200,5 @@ def concat_states(states):
   cache = kv_cache.concat_rows([s.cache for s in states])
   rows = {f: jnp.concatenate([getattr(s, f) for s in states], axis=0)
           for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys",
-                    "temperature")}
+                    "temperature", "turn_tokens")}
   return first.replace(cache=cache, **rows)

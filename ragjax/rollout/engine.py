@@ -352,41 +352,9 @@ class RolloutEngine:
     lps = np.asarray(out.logprobs)
     reasons = np.asarray(out.stop_reason)
     for r in live:
-      row = self._rows[r]
-      t, final, slot = row.turn, row.turn == total_turns - 1, row.slot
-      ids = toks[slot, :lens[slot]].tolist()
-      row.sampler_len += len(ids)
-      eos_tail = bool(ids) and ids[-1] in self.eos_ids
-      body = ids[:-1] if eos_tail else ids
-      text = decode(self.tokenizer, body)
-      action = self.protocol.parse(text, final=final)
-      keep = len(ids)
-      if action.keep is not None and action.keep < len(text):
-        keep = tokens_covering(self.tokenizer, body, text, action.keep)
-      continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
-      if (continuing and eos_tail and self.protocol.observation_role == "inline"
-          and not self.restart):
-        keep = min(keep, len(body))      # never continue an inline stream after an eos token
-      if keep < len(ids):                # the text of exactly the kept tokens
-        text = decode(self.tokenizer, ids[:keep])
-      row.end_token_text = (decode(self.tokenizer, ids[-1:])
-                            if eos_tail and keep == len(ids) else None)
-      row.turn_start = len(row.tokens)
-      row.turn_ids = ids[:keep]
-      row.turn_text = text
-      row.action = action
-      row.resume = False
-      row.pending = []
-      row.append(ids[:keep], Source.POLICY, t, lps[slot, :keep])
-      row.recorded = row.recorded and keep == 0
-      if int(reasons[slot]) == CACHE_FULL:
-        row.action = Action(Kind.END, reason="budget")
-      elif int(reasons[slot]) == NOT_RUN:
-        row.action = Action(Kind.END, reason="sampler_finished")
-      row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
-                                    start=row.turn_start, end=len(row.tokens),
-                                    query=action.query if action.kind == Kind.SEARCH else None,
-                                    all_queries=action.all_queries, reason=row.action.reason))
+      slot = self._rows[r].slot
+      self._read_turn(r, toks[slot, :lens[slot]].tolist(), lps[slot, :lens[slot]],
+                      int(reasons[slot]), total_turns)
 
     for t in sorted({self._rows[r].turn for r in live}) if self.hooks else ():
       views = [TurnView(row=r, turn=t, final=t == total_turns - 1, action=self._rows[r].action,
@@ -400,62 +368,97 @@ class RolloutEngine:
       live = live + [r for r in editor.created if r not in live]
 
     hits = self._retrieve([r for r in live if self._is_search(r)])
-
     ext_rows, done_rows = [], []
     for r in live:
-      row = self._rows[r]
-      t, final = row.turn, row.turn == total_turns - 1
-      kind = row.action.kind
-      obs = []
-      if row.resume:
-        kind = None
-      elif kind == Kind.SEARCH:
-        content = self.protocol.observation(row.action.query, hits[r])
-        obs = self.renderer.wrap_observation(content, row.end_token_text)
-        row.records[-1].doc_ids = tuple(hit_id(h) for h in hits[r])
-        row.records[-1].doc_texts = tuple(hit_contents(h) for h in hits[r])
-      elif kind == Kind.INVALID:
-        obs = self.renderer.wrap_observation(self.protocol.invalid_observation(),
-                                             row.end_token_text)
-        if not obs:
-          kind = Kind.END
-      if kind == Kind.ANSWER:
-        row.done, row.answer, row.stop_reason = True, row.action.answer, "answer"
-      elif kind == Kind.END:
-        reason = row.action.reason or "end"
-        row.done, row.stop_reason = True, ("max_turns" if reason in _FINAL_REASONS else reason)
-      elif kind == Kind.SEARCH and final:    # served and recorded; nothing is decoded after it
-        row.done, row.stop_reason = True, "max_turns"
-      if self.restart:
-        row.transcript.append(row.turn_text + "".join(seg.text for seg in obs))
-        if kind in (Kind.SEARCH, Kind.INVALID):
-          row.steps.append(RestartStep(row.turn_text, row.action.query if kind == Kind.SEARCH
-                                       else None, tuple(hits.get(r, ()))))
-      if row.done:
-        done_rows.append(r)
-        continue
-      if self.restart and kind in (Kind.SEARCH, Kind.INVALID):
-        if self._restart(row):
-          ext_rows.append(r)
-        else:
-          done_rows.append(r)
-        continue
-      ids, labels, truncated = self.renderer.tokenize(obs)
-      row.records[-1].obs_truncated = truncated
-      if self._over_budget(row, len(ids)):
-        row.done, row.stop_reason = True, "budget"
-        done_rows.append(r)
-        continue
-      row.append(ids, Source.ENV, t)
-      if ids:
-        row.labels[-len(ids):] = labels
-      row.pending = row.pending + ids
-      ext_rows.append(r)
-
+      (ext_rows if self._observe(r, hits.get(r, ()), total_turns) else done_rows).append(r)
     self._sync_lengths(ext_rows)
     self._extend(ext_rows, [self._rows[r].pending for r in ext_rows])
     if done_rows:
       self._state = self.policy.set_done(self._state, self._slots(done_rows))
+
+  def _read_turn(self, r: int, ids: list, logprobs, reason: int, total_turns: int) -> None:
+    """Row r's turn of sampler tokens `ids`: parsed into its action, kept up to the action's
+    end (and never past an eos in an inline stream), appended and recorded."""
+    row = self._rows[r]
+    t, final = row.turn, row.turn == total_turns - 1
+    row.sampler_len += len(ids)
+    eos_tail = bool(ids) and ids[-1] in self.eos_ids
+    body = ids[:-1] if eos_tail else ids
+    text = decode(self.tokenizer, body)
+    action = self.protocol.parse(text, final=final)
+    keep = len(ids)
+    if action.keep is not None and action.keep < len(text):
+      keep = tokens_covering(self.tokenizer, body, text, action.keep)
+    continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
+    if (continuing and eos_tail and self.protocol.observation_role == "inline"
+        and not self.restart):
+      keep = min(keep, len(body))      # never continue an inline stream after an eos token
+    if keep < len(ids):                # the text of exactly the kept tokens
+      text = decode(self.tokenizer, ids[:keep])
+    row.end_token_text = (decode(self.tokenizer, ids[-1:])
+                          if eos_tail and keep == len(ids) else None)
+    row.turn_start = len(row.tokens)
+    row.turn_ids = ids[:keep]
+    row.turn_text = text
+    row.action = action
+    row.resume = False
+    row.pending = []
+    row.append(ids[:keep], Source.POLICY, t, logprobs[:keep])
+    row.recorded = row.recorded and keep == 0
+    if reason == CACHE_FULL:
+      row.action = Action(Kind.END, reason="budget")
+    elif reason == NOT_RUN:
+      row.action = Action(Kind.END, reason="sampler_finished")
+    row.records.append(TurnRecord(turn=t, action=row.action.kind.value, text=text,
+                                  start=row.turn_start, end=len(row.tokens),
+                                  query=action.query if action.kind == Kind.SEARCH else None,
+                                  all_queries=action.all_queries, reason=row.action.reason))
+
+  def _observe(self, r: int, hits, total_turns: int) -> bool:
+    """After row r's turn (and its search's `hits`): the row ends (False) or its observation
+    is appended and waits in `pending` for the sampler (True)."""
+    row = self._rows[r]
+    t, final = row.turn, row.turn == total_turns - 1
+    kind = row.action.kind
+    obs = []
+    if row.resume:
+      kind = None
+    elif kind == Kind.SEARCH:
+      content = self.protocol.observation(row.action.query, hits)
+      obs = self.renderer.wrap_observation(content, row.end_token_text)
+      row.records[-1].doc_ids = tuple(hit_id(h) for h in hits)
+      row.records[-1].doc_texts = tuple(hit_contents(h) for h in hits)
+    elif kind == Kind.INVALID:
+      obs = self.renderer.wrap_observation(self.protocol.invalid_observation(),
+                                           row.end_token_text)
+      if not obs:
+        kind = Kind.END
+    if kind == Kind.ANSWER:
+      row.done, row.answer, row.stop_reason = True, row.action.answer, "answer"
+    elif kind == Kind.END:
+      reason = row.action.reason or "end"
+      row.done, row.stop_reason = True, ("max_turns" if reason in _FINAL_REASONS else reason)
+    elif kind == Kind.SEARCH and final:    # served and recorded; nothing is decoded after it
+      row.done, row.stop_reason = True, "max_turns"
+    if self.restart:
+      row.transcript.append(row.turn_text + "".join(seg.text for seg in obs))
+      if kind in (Kind.SEARCH, Kind.INVALID):
+        row.steps.append(RestartStep(row.turn_text, row.action.query if kind == Kind.SEARCH
+                                     else None, tuple(hits)))
+    if row.done:
+      return False
+    if self.restart and kind in (Kind.SEARCH, Kind.INVALID):
+      return self._restart(row)
+    ids, labels, truncated = self.renderer.tokenize(obs)
+    row.records[-1].obs_truncated = truncated
+    if self._over_budget(row, len(ids)):
+      row.done, row.stop_reason = True, "budget"
+      return False
+    row.append(ids, Source.ENV, t)
+    if ids:
+      row.labels[-len(ids):] = labels
+    row.pending = row.pending + ids
+    return True
 
   def _restart(self, row: _Row) -> bool:
     """Records the row's (prompt, turn) sample and makes its next prompt the row's content;

@@ -19,16 +19,17 @@ STOP = 1         # a stop string ended exactly at the last returned token
 EOS = 2          # an end-of-sequence token was sampled (it is returned)
 BUDGET = 3       # the per-turn token budget was spent
 CACHE_FULL = 4   # no cache slot left for another token
+PAUSED = 5       # a step-capped call ended with the row mid-turn (the next call resumes it)
 STOP_REASONS = {NOT_RUN: "not_run", STOP: "stop", EOS: "eos", BUDGET: "budget",
-                CACHE_FULL: "cache_full"}
+                CACHE_FULL: "cache_full", PAUSED: "paused"}
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
   """Static shapes and sampling settings of a `Sampler`.
 
-  `max_new_tokens` is the per-turn budget: one `decode` call returns at most this many tokens
-  per row.  `cache_dtype=None` means bfloat16 on accelerators and the model's compute dtype on
+  `max_new_tokens` is the per-turn budget: a turn (one `decode` call, or several step-capped
+  ones) returns at most this many tokens per row.  `cache_dtype=None` means bfloat16 on accelerators and the model's compute dtype on
   CPU.  `eos_ids=None` takes the model config's eos ids.  With `forbid_stop_overhang` a token
   that would complete a stop string and run past its end (e.g. `>\\n` after `</search`) is
   masked out of the sampling distribution, so generation always ends exactly at the tag.

@@ -35,7 +35,7 @@ def constrain_state(state, mesh: Optional[Mesh]):
   cache = constrain_cache(state.cache, mesh)
   rest = {f: wsc(getattr(state, f), rows_sharding(mesh, getattr(state, f).shape))
           for f in ("tokens", "lengths", "logits", "finished", "stop_state", "keys",
-                    "temperature")}
+                    "temperature", "turn_tokens")}
   return state.replace(cache=cache, **rest)
 
 

@@ -42,7 +42,8 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   state = SamplerState(cache=cache, tokens=rep(history), lengths=rep(lengths).astype(jnp.int32),
                        logits=rep(logits), finished=jnp.zeros((b,), bool),
                        stop_state=jnp.zeros((b, num_stops), jnp.int32), keys=keys,
-                       temperature=jnp.asarray(temperature, jnp.float32))
+                       temperature=jnp.asarray(temperature, jnp.float32),
+                       turn_tokens=jnp.zeros((b,), jnp.int32))
   return constrain_state(state, mesh)
 
 
@@ -66,5 +67,6 @@ def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
       cache=cache, tokens=history, lengths=state.lengths + counts,
       logits=jnp.where(chosen[:, None], logits, state.logits),
       finished=state.finished & ~chosen,
-      stop_state=jnp.where(chosen[:, None], 0, state.stop_state))
+      stop_state=jnp.where(chosen[:, None], 0, state.stop_state),
+      turn_tokens=jnp.where(chosen, 0, state.turn_tokens))
   return constrain_state(state, mesh)

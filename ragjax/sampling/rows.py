@@ -2,7 +2,8 @@
 
 REX-RAG clones a wrong trajectory, cuts it back before its answer and inserts a probe prompt;
 these functions do that on the cache in place of re-prefilling.  `place` puts freshly
-prefilled prompts into rows that finished (continuous batching).  All take whole-batch index
+prefilled prompts into rows that finished (continuous batching).  `take` and `put` cut a few
+rows out of the batch and write them back (an extend of a few rows runs on those rows only).  All take whole-batch index
 or mask arrays so their shapes never change between calls.
 """
 
@@ -33,7 +34,8 @@ def clone(state: SamplerState, source, mesh=None) -> SamplerState:
       cache=take_rows(state.cache, source),
       tokens=take(state.tokens), lengths=take(state.lengths), logits=take(state.logits),
       finished=take(state.finished), stop_state=take(state.stop_state),
-      temperature=take(state.temperature), keys=jnp.where((source != rows)[:, None], fresh, keys))
+      temperature=take(state.temperature), turn_tokens=take(state.turn_tokens),
+      keys=jnp.where((source != rows)[:, None], fresh, keys))
   return constrain_state(state, mesh)
 
 
@@ -54,7 +56,8 @@ def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chose
   state = state.replace(
       cache=cache, lengths=lengths, logits=jnp.where(chosen[:, None], logits, state.logits),
       finished=state.finished & ~chosen,
-      stop_state=jnp.where(chosen[:, None], 0, state.stop_state))
+      stop_state=jnp.where(chosen[:, None], 0, state.stop_state),
+      turn_tokens=jnp.where(chosen, 0, state.turn_tokens))
   return constrain_state(state, mesh)
 
 
@@ -77,8 +80,24 @@ def place(state: SamplerState, fresh: SamplerState, dst, src, batch_rows, seed, 
       finished=state.finished.at[dst].set(False, mode="drop"),
       stop_state=state.stop_state.at[dst].set(0, mode="drop"),
       keys=state.keys.at[dst].set(keys, mode="drop"),
-      temperature=state.temperature.at[dst].set(temperature, mode="drop"))
+      temperature=state.temperature.at[dst].set(temperature, mode="drop"),
+      turn_tokens=state.turn_tokens.at[dst].set(0, mode="drop"))
   return constrain_state(state, mesh)
+
+
+def take(state: SamplerState, rows) -> SamplerState:
+  """A smaller state whose row i is a copy of row rows[i] (keys included)."""
+  return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), state.replace(cache=None)).replace(
+      cache=take_rows(state.cache, rows))
+
+
+def put(state: SamplerState, dst, part: SamplerState) -> SamplerState:
+  """Row dst[i] of the state becomes row i of `part` (a `take` of it, edited); dst[i] ==
+  batch size is dropped."""
+  src = jnp.arange(part.tokens.shape[0])
+  rest = jax.tree.map(lambda x, y: x.at[dst].set(y, mode="drop"),
+                      state.replace(cache=None), part.replace(cache=None))
+  return rest.replace(cache=put_rows(state.cache, dst, part.cache, src))
 
 
 def set_done(state: SamplerState, chosen) -> SamplerState:

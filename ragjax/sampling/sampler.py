@@ -19,14 +19,19 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   fold_in(PRNGKey(seed), first_row + b); each step folds in the row's length, so a row's
   samples depend only on (seed, row, position), also when a batch is rolled out in waves
   (`first_row`: the wave's first row in the batch).
-* `decode(state)`: one jitted while_loop (see `ragjax.sampling.decode`).  Prefill, decode and
+* `decode(state, steps=None)`: one jitted while_loop (see `ragjax.sampling.decode`); with
+  `steps` it stops after that many tokens and rows still mid-turn come back PAUSED, to be
+  resumed by the next call under the same per-turn budget (the engine's `decode_chunk`).  Prefill, decode and
   extend attend only to the cache slots in use, rounded up to `attend_buckets`, so a short
   turn in a long cache does not pay for the whole cache (one program per window).  The
   per-layer cache (`scan_layers=False`) is itself only as wide as that window and grows
   through the windows as rows lengthen (`grow_cache`; a sliced window would be copied every
   step); the stacked cache is allocated at `max_cache_length` and windows are sliced.
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
-  through the model into the cache (no re-prefill of the history) and reopens the rows.
+  through the model into the cache (no re-prefill of the history) and reopens the rows.  When
+  the rows fit in a power-of-two count under half the batch, only they run: they are cut out
+  of the state, extended and written back (`ragjax.sampling.rows.take` / `put`), so an
+  extend costs what its rows need, not the whole batch (unsharded samplers only).
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
 * `refill(state, rows, prompts, samples_per_prompt, seed, first_row)`: rows that finished
   take the G samples of new prompts (continuous batching): one forward per prompt, then each
@@ -92,9 +97,11 @@ class Sampler:
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
                             static_argnames=("samples", "cache_length", "cache_width"))
     self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,),
-                           static_argnames=("window",))
+                           static_argnames=("window", "steps"))
     self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,),
                            static_argnames=("window",))
+    self._extend_rows = jax.jit(self._counted("extend_rows", self._extend_rows_fn),
+                                donate_argnums=(1,), static_argnames=("window",))
     self._truncate = jax.jit(self._counted("truncate", self._truncate_fn), donate_argnums=(1,))
     self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
     self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
@@ -120,13 +127,18 @@ class Sampler:
   def _grow_fn(self, cache, *, slots):
     return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
 
-  def _decode_fn(self, params, stop_table, state, *, window):
+  def _decode_fn(self, params, stop_table, state, *, window, steps):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
-                                  state, mesh=self.mesh, window=window)
+                                  state, mesh=self.mesh, window=window, steps=steps)
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
     return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
                               window=window)
+
+  def _extend_rows_fn(self, params, state, src, dst, tokens, counts, *, window):
+    part = prefill_lib.extend(self.cfg, params, rows_lib.take(state, src), tokens, counts,
+                              window=window)
+    return rows_lib.put(state, dst, part)
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
     return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh)
@@ -138,6 +150,7 @@ class Sampler:
     return rows_lib.clone(state, source, mesh=self.mesh)
 
   # ---- host API (ragjax.rollout.policy.Policy) ----
+  chunked_decode = True         # `decode(state, steps=k)` pauses rows mid-turn
   @property
   def stop_strings(self) -> tuple[str, ...]:
     return tuple(self.config.stop_strings)
@@ -206,11 +219,19 @@ class Sampler:
       state = state.replace(cache=self._grow(state.cache, slots=window))
     return state, None
 
-  def decode(self, state: SamplerState) -> tuple[SamplerState, TurnOutput]:
+  def decode(self, state: SamplerState,
+             steps: Optional[int] = None) -> tuple[SamplerState, TurnOutput]:
+    """The live rows' next turn, or its next `steps` tokens (rows still mid-turn then come
+    back PAUSED and the next call resumes them)."""
+    budget = self.config.max_new_tokens
+    if steps is not None and steps < 1:
+      raise ValueError(f"decode steps must be >= 1, got {steps}")
+    steps = budget if steps is None else min(int(steps), budget)
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
-    end = int(lens[~done].max()) + self.config.max_new_tokens if (~done).any() else 1
+    end = int(lens[~done].max()) + steps if (~done).any() else 1
     state, window = self._fit(state, end)
-    return self._decode(self.params, self.stop_table, state, window=window)
+    return self._decode(self.params, self.stop_table, state, window=window,
+                        steps=None if steps == budget else steps)
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:
@@ -234,8 +255,25 @@ class Sampler:
       tokens[r, :len(toks)] = self._check_ids(toks, f"observation for row {r}")
     end = int((lens + counts)[counts > 0].max()) if counts.any() else 1
     state, window = self._fit(state, end)
+    part = self.extend_rows_run(state.batch_size, len(rows))
+    if part < state.batch_size:
+      src = np.full((part,), rows[0], np.int32)
+      dst = np.full((part,), state.batch_size, np.int32)       # padding rows: dropped
+      src[:len(rows)] = dst[:len(rows)] = rows
+      return self._extend_rows(self.params, state, jnp.asarray(src), jnp.asarray(dst),
+                               jnp.asarray(tokens[src] * (dst < state.batch_size)[:, None]),
+                               jnp.asarray(counts[src] * (dst < state.batch_size)),
+                               window=window)
     return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
                         window=window)
+
+  def extend_rows_run(self, batch_size: int, rows: int) -> int:
+    """Rows an `extend` of `rows` rows of a `batch_size`-row state runs on: the next power
+    of two when that is at most half the batch (and the sampler unsharded), else the batch."""
+    part = 1
+    while part < rows:
+      part *= 2
+    return part if self.mesh is None and 0 < rows and 2 * part <= batch_size else batch_size
 
   def refill(self, state: SamplerState, rows: Sequence[int], prompts: Sequence[Sequence[int]],
              samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0) -> SamplerState:

@@ -2,7 +2,8 @@
 
 `SamplerState` holds everything a row needs to continue: its KV cache, its token history,
 its length (the next free slot, which is also the next position), the next-token logits, a
-finished flag, the stop-string automaton states, a PRNG key and its sampling temperature.  Rows are independent, so after
+finished flag, the stop-string automaton states, the tokens decoded so far in its current turn
+(a turn may span several step-capped `decode` calls), a PRNG key and its sampling temperature.  Rows are independent, so after
 tool turns they sit at different lengths.  Every array has the batch on axis 0 except the
 cache, whose layout (stacked `[L, B, S, KVH, D]` or L arrays `[B, KVH, S, D]`) follows
 `ragjax.models.kv_cache`.
@@ -25,6 +26,7 @@ class SamplerState:
   stop_state: jnp.ndarray  # [B, num_stops] int32, automaton state per stop string
   keys: jnp.ndarray      # [B, 2] uint32, per-row PRNG key; step keys fold in the length
   temperature: jnp.ndarray  # [B] float32, the row's sampling temperature (a per-sample ladder)
+  turn_tokens: jnp.ndarray  # [B] int32, tokens decoded in the current turn (0 between turns)
 
   @property
   def batch_size(self) -> int:
@@ -42,7 +44,8 @@ class SamplerState:
 
 @flax.struct.dataclass
 class TurnOutput:
-  """What one `decode` call produced, padded to the per-turn budget.
+  """What one `decode` call produced, padded to its step count (the per-turn budget unless
+  the call was step-capped; a row still mid-turn then has stop_reason PAUSED).
 
   `logprobs` are under the model's temperature-scaled full-vocabulary distribution (what the
   trainer recomputes; temperature 1 for greedy); `sampling_logprobs` are under the distribution
@@ -50,10 +53,10 @@ class TurnOutput:
   when nothing is truncated; 0 for greedy).  `stop_id` is the index of the stop string that
   matched, -1 otherwise.
   """
-  tokens: jnp.ndarray             # [B, budget] int32, pad after `lengths`
-  lengths: jnp.ndarray            # [B] int32, tokens produced this turn
-  logprobs: jnp.ndarray           # [B, budget] float32, 0 after `lengths`
-  sampling_logprobs: jnp.ndarray  # [B, budget] float32
+  tokens: jnp.ndarray             # [B, steps] int32, pad after `lengths`
+  lengths: jnp.ndarray            # [B] int32, tokens produced by this call
+  logprobs: jnp.ndarray           # [B, steps] float32, 0 after `lengths`
+  sampling_logprobs: jnp.ndarray  # [B, steps] float32
   stop_reason: jnp.ndarray        # [B] int32, see ragjax.sampling.config
   stop_id: jnp.ndarray            # [B] int32
 
