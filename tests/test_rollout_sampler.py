@@ -39,14 +39,21 @@ def sampler_for(cfg, params, tok, proto, **kw):
 
 
 def check_against_sampler(batch, sampler, state, cfg, params):
+  for i, meta in enumerate(batch.meta.rows):
+    k = int(batch.traj.lengths[i])
+    assert state.history(meta.sampler_row)[:k] == batch.traj.tokens[i, :k].tolist()
+  check_teacher_forced(batch, cfg, params)
+
+
+def check_teacher_forced(batch, cfg, params):
+  """The sampler's log-probs (temperature 1 / greedy) equal a forward over the trajectory."""
   t = batch.traj
   tokens = jnp.asarray(t.tokens)          # right padding: causal, so it never affects a row
   logits, _ = jax.jit(lambda p, x: Decoder(cfg).apply({"params": p}, x))(params, tokens)
   lp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1))
-  for i, meta in enumerate(batch.meta.rows):
+  for i in range(len(batch.meta.rows)):
     k = int(t.lengths[i])
     ids = t.tokens[i, :k].tolist()
-    assert state.history(meta.sampler_row)[:k] == ids
     pos = np.nonzero(t.labels[i, :k] == Source.POLICY)[0]
     assert len(pos) > 0
     want = lp[i, pos - 1, np.asarray(ids)[pos]]
@@ -191,9 +198,9 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
   class CountingSampler(Sampler):
     decodes = 0
 
-    def decode(self, state):
+    def decode(self, state, steps=None):
       CountingSampler.decodes += 1
-      return super().decode(state)
+      return super().decode(state, steps)
 
   sampler = CountingSampler(cfg, params, tok, conf)
   prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
@@ -225,6 +232,53 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
                          hooks=[RexRagCloneHook(p=0.0)])
   assert not hooked.refills() and not eng.refills()        # eng: refill=False
   assert RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(wave_rows=4)).refills()
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_chunked_turns_change_no_trajectory(greedy):
+  """`decode_chunk`: turns decoded a few steps per call and each row's turn handled when it
+  ends, its observation extended at the turn barrier or (turn_barrier=False) at once, with
+  and without refilled waves: the tokens, labels, log-probs, texts and stop reasons of whole
+  turns, on rows whose turns end at different steps and whose rollouts end at different turns.
+  (The random model writes invalid actions; searches through the retrieval thread are checked
+  on the planted policy of tests/test_bench_rollout.py.)"""
+  tok = h.tokenizer()
+  cfg = PRESETS["tiny"]
+  params = random_params(cfg, 3)
+  proto = get_protocol("search_r1", max_turns=4)
+  conf = SamplerConfig(max_cache_length=704, max_new_tokens=16, prompt_buckets=(256,),
+                       extend_buckets=(32, 128, 256), stop_strings=proto.stop_sequences,
+                       eos_ids=(tok.eos_token_id,), greedy=greedy, temperature=1.5)
+  sampler = Sampler(cfg, params, tok, conf)
+  prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
+  runs = {}
+  for key in [(0, 0, True), (0, 3, True), (0, 3, False), (4, 5, False), (4, 2, True)]:
+    wave, chunk, barrier = key
+    eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(
+        wave_rows=wave, decode_chunk=chunk, turn_barrier=barrier))
+    assert eng.streams() == bool(chunk)
+    with pytest.warns(UserWarning, match="middle is cut"):
+      runs[key] = eng.run(prompts, samples_per_prompt=2, seed=7)
+  base = runs[0, 0, True]
+  assert len({len(m.turns) for m in base.rows}) > 1
+  assert len({len(t.text) for m in base.rows for t in m.turns}) > 1
+  for key, other in runs.items():
+    np.testing.assert_array_equal(np.asarray(base.traj.tokens), np.asarray(other.traj.tokens))
+    np.testing.assert_array_equal(np.asarray(base.traj.labels), np.asarray(other.traj.labels))
+    np.testing.assert_allclose(np.asarray(base.traj.sampler_logprobs),
+                               np.asarray(other.traj.sampler_logprobs), atol=1e-5)
+    assert base.meta.response_texts == other.meta.response_texts, key
+    assert [m.stop_reason for m in base.rows] == [m.stop_reason for m in other.rows], key
+    if greedy:         # and the cache held exactly the trajectory (no row decoded while held)
+      check_teacher_forced(other, cfg, params)
+  # a hook, a restart protocol, a policy without chunked decode: whole turns
+  ret = h.bm25_retriever()
+  assert not RolloutEngine(proto, sampler, ret, tok, EngineConfig(decode_chunk=4),
+                           hooks=[RexRagCloneHook(p=0.0)]).streams()
+  assert not RolloutEngine(get_protocol("r3_rag"), sampler, ret, tok,
+                           EngineConfig(decode_chunk=4)).streams()
+  assert not RolloutEngine(proto, h.ScriptedPolicy(tok, {}), ret, tok,
+                           EngineConfig(decode_chunk=4)).streams()
 
 
 def test_an_over_long_prompt_loses_its_middle_and_is_counted():

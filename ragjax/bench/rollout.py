@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import json
 import os
@@ -156,26 +157,40 @@ class Setup:
     return self._hf
 
 
+class DelayedRetriever:
+  """The retriever with latency added to every call, `per_call` seconds plus `per_query`
+  seconds per query, as a retrieval server on another host adds (a round trip, and a
+  21M-passage index searched query by query)."""
+
+  def __init__(self, retriever, per_call: float, per_query: float = 0.0):
+    self.retriever, self.per_call, self.per_query = retriever, per_call, per_query
+
+  def search(self, queries, k):
+    time.sleep(self.per_call + self.per_query * len(queries))
+    return self.retriever.search(queries, k)
+
+
 def _engine_run(engine, timed, prompts):
   timed.reset()
   t0 = time.perf_counter()
   batch = engine.run(prompts)
   wall = time.perf_counter() - t0
   split = {k: timed.seconds[k] for k in ("prefill", "decode", "extend")}
-  split["retrieval"] = batch.timings["retrieval_s"]
+  split["retrieval"] = batch.timings["retrieval_wait_s"]      # what the loop waited for
   split["host"] = wall - sum(split.values())
   return batch, {"wall_s": wall, "time_s": split,
+                 "retrieval_call_s": batch.timings["retrieval_s"],
                  "tokens_processed": dict(timed.positions), "tokens_fed": dict(timed.tokens)}
 
 
-def _hf_run(setup, protocol, prompts, budget, threads):
+def _hf_run(setup, protocol, retriever, prompts, budget, threads):
   import torch
   model, tok, timer, device = setup.hf_model()
   torch.set_num_threads(threads)
   timer.reset()
   timings = collections.Counter()
   t0 = time.perf_counter()
-  texts = hf_rollout(model, tok, protocol, setup.env.retriever, prompts, budget, timings)
+  texts = hf_rollout(model, tok, protocol, retriever, prompts, budget, timings)
   if device == "cuda":
     torch.cuda.synchronize()
   wall = time.perf_counter() - t0
@@ -220,15 +235,19 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
   sampler = setup.sampler(turns)
   timed_a, timed_b = TimedPolicy(sampler), TimedPolicy(sampler)
   econf = EngineConfig(chat=False)
-  engine = RolloutEngine(protocol, timed_a, setup.env.retriever, setup.tokenizer, econf)
+  retriever = setup.env.retriever
+  if args.retrieval_ms or args.retrieval_query_ms:
+    retriever = DelayedRetriever(retriever, args.retrieval_ms / 1e3, args.retrieval_query_ms / 1e3)
+  engine = RolloutEngine(protocol, timed_a, retriever, setup.tokenizer,
+                         dataclasses.replace(econf, decode_chunk=args.decode_chunk,
+                                             turn_barrier=not args.no_barrier))
   rep_policy = RePrefillPolicy(timed_b, rows_per_prefill=args.reprefill_rows)
-  reprefill = RolloutEngine(protocol, rep_policy,
-                            setup.env.retriever, setup.tokenizer, econf)
+  reprefill = RolloutEngine(protocol, rep_policy, retriever, setup.tokenizer, econf)
   prompts = setup.env.questions[:batch]
   runs = {"engine": lambda: _engine_run(engine, timed_a, prompts),
           "reprefill": lambda: _engine_run(reprefill, timed_b, prompts)}
   for n in ([] if skip_hf else args.torch_threads):
-    runs[f"transformers@{n}"] = functools.partial(_hf_run, setup, protocol, prompts,
+    runs[f"transformers@{n}"] = functools.partial(_hf_run, setup, protocol, retriever, prompts,
                                                   sampler.config.max_new_tokens, n)
   outputs, warm = {}, {}
   for name, fn in runs.items():                               # warm-up (compiles)
@@ -262,6 +281,8 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
                 / max(sum(r.num_searches for r in eb.rows), 1), 1),
             "trajectory_tokens": int(np.asarray(eb.traj.lengths).sum()),
             "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
+            "decode_chunk": args.decode_chunk, "turn_barrier": not args.no_barrier,
+            "retrieval_ms": args.retrieval_ms, "retrieval_query_ms": args.retrieval_query_ms,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
   loops = {}
   for name, stats in best.items():
@@ -273,6 +294,10 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
                    "tokens_processed": stats["tokens_processed"]}
     if "tokens_fed" in stats:
       loops[name]["tokens_fed"] = stats["tokens_fed"]
+    if stats.get("retrieval_call_s"):       # the share of retrieval time hidden behind decoding
+      loops[name]["retrieval_call_s"] = round(stats["retrieval_call_s"], 3)
+      loops[name]["retrieval_overlap"] = round(
+          1 - stats["time_s"]["retrieval"] / stats["retrieval_call_s"], 3)
     if "host_in_generate_s" in stats:
       loops[name]["host_in_generate_s"] = round(stats["host_in_generate_s"], 3)
       loops[name]["torch_threads"] = stats["torch_threads"]
@@ -319,6 +344,15 @@ def parser(description: str) -> argparse.ArgumentParser:
   ap.add_argument("--torch-threads", type=int_list, default=[1, os.cpu_count() or 1],
                   help="the transformers loop warms up at each thread count and is timed at the "
                        "fastest (on a shared CPU one thread is often faster)")
+  ap.add_argument("--decode-chunk", type=int, default=0,
+                  help="the engine's EngineConfig.decode_chunk (0: whole turns)")
+  ap.add_argument("--no-barrier", action="store_true",
+                  help="EngineConfig.turn_barrier=False: rows start their next turn when their "
+                       "documents arrive")
+  ap.add_argument("--retrieval-ms", type=float, default=0.0,
+                  help="added latency per retrieval call (a remote retrieval server)")
+  ap.add_argument("--retrieval-query-ms", type=float, default=0.0,
+                  help="added latency per query of a retrieval call (its search time)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--workdir", default=None, help="where the corpus, index and export go")
   return ap

@@ -427,6 +427,7 @@ class Trainer:
     return {"step": step, **stats, **{k: v / count for k, v in sums.items()},
             "time/rollout_s": batch.timings.get("rollout_s", t_roll),
             "time/retrieval_s": batch.timings.get("retrieval_s", 0.0),
+            "time/retrieval_wait_s": batch.timings.get("retrieval_wait_s", 0.0),
             "time/update_s": t_upd, "time/step_s": total,
             "tokens_per_s": stats["tokens"] / max(total, 1e-9)}
 

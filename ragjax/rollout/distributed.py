@@ -54,7 +54,8 @@ class ProcessShardedEngine:
                                  first_row=start * samples_per_prompt)
             if end > start else ([], [], {}, []))
     parts = allgather_objects((start, *mine))
-    dicts, metas, timings, stats = [], [], {"retrieval_s": 0.0, "retrieval_calls": 0}, {}
+    dicts, metas, timings, stats = [], [], {"retrieval_s": 0.0, "retrieval_wait_s": 0.0,
+                                                "retrieval_calls": 0}, {}
     samples = []
     for first_prompt, d, m, t, s in parts:
       for k, v in t.get("stats", {}).items():      # hook counters add up over processes

@@ -28,6 +28,7 @@ record of their row's prompt, so a method hook can read its gold answers.
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import dataclasses
 import time
@@ -45,7 +46,7 @@ from ragjax.rollout.segments import Segment
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
                                        assemble, assemble_samples)
-from ragjax.sampling.config import CACHE_FULL, NOT_RUN
+from ragjax.sampling.config import CACHE_FULL, NOT_RUN, PAUSED
 
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
 
@@ -67,12 +68,23 @@ class EngineConfig:
   spare rows are shared among the waves in proportion to their prompts.
   `refill`: with `wave_rows`, rows that finish free their sampler rows for the next prompts'
   groups (continuous batching; needs a policy with `refill` and no hooks, else fixed waves).
+  `decode_chunk`: > 0 overlaps retrieval with decoding: the sampler decodes at most this many
+  steps per call, and a row whose turn ended is read at once and its search sent to a
+  background thread while the other rows keep decoding.  With `turn_barrier` (the default)
+  the documents are extended when the batch's turn has ended, one extend per turn as with
+  whole turns; without it a row's documents are extended as soon as they arrive and it starts
+  its next turn without waiting for the slowest row (more, smaller extends).  Needs a policy
+  with `chunked_decode`, no hooks (they see a turn's rows together) and a protocol that keeps
+  its context (not "restart"); else whole turns.  0: one `decode` call per turn, retrieval
+  after it.
   """
   max_response_tokens: Optional[int] = None
   spare_rows: int = 0
   widths: Optional[tuple[int, ...]] = None
   wave_rows: int = 0
   refill: bool = True
+  decode_chunk: int = 0
+  turn_barrier: bool = True
   pad_id: int = 0
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
@@ -202,7 +214,7 @@ class RolloutEngine:
     """`run` before assembly: (host row dicts, row records, timings with the hooks' counters
     under "stats", a restart protocol's step samples as (batch row, sample dict) pairs).  `first_row` is the index of these prompts' first row in a larger batch
     (rows of one batch split over processes keep the keys they would have had together)."""
-    self._retrieval_s, calls0 = 0.0, self.retrieval_calls
+    self._retrieval_s, self._retrieval_wait_s, calls0 = 0.0, 0.0, self.retrieval_calls
     self._seed, self._stats = int(seed), {}
     prompts = list(prompts)
     inputs = [as_prompt_input(p) for p in prompts]
@@ -233,6 +245,7 @@ class RolloutEngine:
       metas += m
       samples += s
     return dicts, metas, {"retrieval_s": self._retrieval_s,
+                          "retrieval_wait_s": self._retrieval_wait_s,
                           "retrieval_calls": self.retrieval_calls - calls0,
                           "stats": dict(self._stats)}, samples
 
@@ -240,6 +253,12 @@ class RolloutEngine:
     """Whether waves refill freed rows (`EngineConfig.refill`, a policy with `refill`, no
     hooks: REX-RAG's clones take the wave's spare rows, so its waves stay fixed)."""
     return bool(self.config.refill and hasattr(self.policy, "refill") and not self.hooks)
+
+  def streams(self) -> bool:
+    """Whether turns stream (`EngineConfig.decode_chunk`, a policy with `chunked_decode`, no
+    hooks, a protocol that keeps its context)."""
+    return bool(self.config.decode_chunk > 0 and getattr(self.policy, "chunked_decode", False)
+                and not self.hooks and not self.restart)
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int,
                 held: int):
@@ -264,6 +283,9 @@ class RolloutEngine:
     self._capacity = getattr(state, "cache_length", None)
 
     total_turns = self.protocol.max_turns + (1 if self.protocol.final_turn else 0)
+    if self.streams():
+      self._stream(total_turns)
+      return
     while True:
       if self._queue:
         self._refill()
@@ -286,6 +308,116 @@ class RolloutEngine:
             out_of_turns.append(r)
       if out_of_turns and (self._queue or any(not x.done for x in self._rows.values())):
         self._state = self.policy.set_done(self._state, self._slots(out_of_turns))
+
+  def _stream(self, total_turns: int) -> None:
+    """The wave's turns decoded `decode_chunk` steps at a time (see `EngineConfig`): after
+    each call, rows whose turn ended are read and observed at once and their searches sent
+    (one batched call per decode call) to a retrieval thread while the other rows decode on.
+    With `turn_barrier` the documents are extended when every row's turn has ended (one extend
+    per turn, as with whole turns); without, each row's documents are extended when they
+    arrive and the row starts its next turn.  A row sees the same turns, documents and
+    sampling keys either way."""
+    barrier = self.config.turn_barrier
+    prefix = self.protocol.final_turn_segments() if self.protocol.final_turn else []
+    prefix = self.renderer.tokenize(prefix) if prefix else None
+    partial: dict = {}                     # row -> (ids, logprobs) of its unfinished turn
+    inflight: list = []                    # (future, rows) of searches in the thread
+    ready, stop = [], []                   # rows to extend / to mark done in the sampler
+    waiting: set = set()                   # rows whose search is in flight
+
+    def enter(r):                          # row r starts its turn (the final one: the prefix)
+      row = self._rows[r]
+      if prefix is not None and row.turn == total_turns - 1:
+        ids, labels, _ = prefix
+        if self._over_budget(row, len(ids)):
+          row.done, row.stop_reason = True, "budget"
+          stop.append(r)
+          return
+        row.append(ids, Source.ENV, row.turn)
+        row.labels[-len(ids):] = labels
+        row.pending = row.pending + list(ids)
+      if row.pending:
+        ready.append(r)
+        if barrier:                        # held until the barrier: no decoding before it
+          stop.append(r)
+
+    def after(r, goes_on):                 # row r's turn was observed
+      row = self._rows[r]
+      if not goes_on:
+        stop.append(r)
+        return
+      row.turn += 1
+      if row.turn >= total_turns:
+        row.done, row.stop_reason = True, "max_turns"
+        stop.append(r)
+        return
+      if not row.pending and r in waiting:   # set done while it waited: reopen it
+        self._state = self.policy.truncate(self._state, [row.slot], [row.sampler_len])
+      enter(r)
+
+    def decoding():                        # rows that decode in the next call
+      held = waiting.union(ready)
+      return [r for r in sorted(self._rows) if not self._rows[r].done and r not in held]
+
+    for r in sorted(self._rows):
+      enter(r)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                               thread_name_prefix="retrieval") as pool:
+      while True:
+        if stop and (self._queue or any(not x.done for x in self._rows.values())):
+          self._state = self.policy.set_done(self._state, self._slots(stop))
+        stop = []
+        if ready and not (barrier and (decoding() or inflight)):
+          self._sync_lengths(ready)        # (after set_done: an extend reopens its rows)
+          self._extend(ready, [self._rows[r].pending for r in ready])
+          ready = []
+        if self._queue:
+          before = set(self._rows)
+          self._refill()
+          for r in sorted(set(self._rows) - before):
+            enter(r)
+        rows = decoding()
+        if not rows and not inflight and not ready:
+          break
+        if rows:
+          self._state, out = self.policy.decode(self._state, steps=self.config.decode_chunk)
+          toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
+          lps, reasons = np.asarray(out.logprobs), np.asarray(out.stop_reason)
+          ended = []
+          for r in rows:
+            slot = self._rows[r].slot
+            ids, lp = partial.setdefault(r, ([], []))
+            ids += toks[slot, :lens[slot]].tolist()
+            lp += lps[slot, :lens[slot]].tolist()
+            if int(reasons[slot]) != PAUSED:
+              ids, lp = partial.pop(r)
+              self._read_turn(r, ids, lp, int(reasons[slot]), total_turns)
+              ended.append(r)
+          searching = [r for r in ended if self._is_search(r)]
+          for r in ended:
+            if r not in searching:
+              after(r, self._observe(r, (), total_turns))
+          if searching:
+            inflight.append((pool.submit(self._search, *self._search_request(searching)),
+                             searching))
+            waiting.update(searching)
+            stop += searching              # no decoding past the search until its documents
+        # documents that arrived; wait for a search when nothing else can run, or (without
+        # the barrier) when most rows wait for one: a decode call runs the whole batch
+        while inflight:
+          future, rows = inflight[0]
+          held = len(waiting) + len(ready)
+          idle = held * 2 >= held + len(decoding()) if not barrier else False
+          if not future.done() and not idle and (decoding() or (ready and not barrier)):
+            break
+          inflight.pop(0)
+          t0 = time.perf_counter()
+          results = future.result()
+          self._retrieval_wait_s += time.perf_counter() - t0
+          hits = self._take_hits(rows, results)
+          for r in rows:
+            waiting.discard(r)
+            after(r, self._observe(r, hits[r], total_turns))
 
   def _add_group(self, p: int, slots) -> None:
     """Rows of prompt p's G samples (batch rows p * G + g), decoding in sampler rows `slots`."""
@@ -494,22 +626,41 @@ class RolloutEngine:
     """One batched retrieval call for every searching row of this turn."""
     if not rows:
       return {}
+    t0 = time.perf_counter()
+    results = self._search(*self._search_request(rows))
+    self._retrieval_wait_s += time.perf_counter() - t0
+    return self._take_hits(rows, results)
+
+  def _search_request(self, rows) -> tuple:
+    """(queries, k, per-query context lists or None) of the searching rows."""
     k = self.protocol.top_k
     extra = max(len(self._rows[r].seen_docs) for r in rows) if self.protocol.dedup_docs else 0
-    t0 = time.perf_counter()
     queries = [self._rows[r].action.query for r in rows]
     contexts = self._retrieval_contexts(rows)
     if getattr(self.retriever, "needs_records", False):
       contexts = dict(contexts or {},
                       records=[self._prompts[self._rows[r].prompt_index] for r in rows])
+    return queries, k + extra, contexts
+
+  def _search(self, queries, k, contexts):
+    """The retriever call (the only engine work that runs off the main thread when turns
+    stream: it touches no row)."""
+    t0 = time.perf_counter()
     if contexts is None:
-      results = self.retriever.search(queries, k + extra)
+      results = self.retriever.search(queries, k)
     else:
-      results = self.retriever.search_with_context(queries, k + extra, **contexts)
+      results = self.retriever.search_with_context(queries, k, **contexts)
     self._retrieval_s += time.perf_counter() - t0
     self.retrieval_calls += 1
-    if len(results) != len(rows):
-      raise ValueError(f"retriever returned {len(results)} result lists for {len(rows)} queries")
+    if len(results) != len(queries):
+      raise ValueError(f"retriever returned {len(results)} result lists for {len(queries)} "
+                       f"queries")
+    return results
+
+  def _take_hits(self, rows, results) -> dict:
+    """{row: its top-k hits}, without documents the row has seen when the protocol dedups and
+    within its documents-per-trajectory cap; the row's seen documents are updated."""
+    k = self.protocol.top_k
     out = {}
     for r, hits in zip(rows, results):
       row = self._rows[r]
