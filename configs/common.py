@@ -95,9 +95,14 @@ def get_config() -> ConfigDict:
   # as a KV cache of kv_budget_gb per device holds: the KV cache and prefill hold one wave
   # (see `--dry_run`).  refill: a wave's rows that finish take the next prompts' groups
   # (continuous batching; fixed waves when False or when hooks clone rows).
+  # decode_chunk: decode steps per sampler call (0 = whole turns); rows that end their turn
+  # meanwhile send their searches to a retrieval thread, so retrieval overlaps the other rows'
+  # decoding.  turn_barrier: documents go into the cache when the batch's turn has ended (one
+  # extend per turn); False: as they arrive, each row starting its next turn at once.  Same
+  # trajectories either way; hooks and restart protocols run whole turns (BENCHMARKS.md).
   c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
-                              kv_budget_gb=0.0, refill=True, widths=(512, 1024, 2048, 4096),
-                              hooks={}, chat=None))
+                              kv_budget_gb=0.0, refill=True, decode_chunk=32, turn_barrier=True,
+                              widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
   c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
