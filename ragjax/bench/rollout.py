@@ -4,6 +4,7 @@
     python -m ragjax.bench.rollout --turns 2,4,6            # one JSON line per setting
     python -m ragjax.bench.rollout --doc-tokens 300         # long documents
     python -m ragjax.bench.rollout --preset qwen2.5-3b --batch 256     # GPU
+    python -m ragjax.bench.rollout --decode-chunk 32 --retrieval-query-ms 10   # overlap
 
 Same weights, tokenizer, retriever, prompts and protocol (Search-R1: `max_turns` searches, top-3
 documents of ~`--doc-tokens` tokens, then the final no-search turn), greedy, three loops in
@@ -22,6 +23,15 @@ The policy is a random decoder with the Search-R1 grammar planted into it
 depend on the question and the documents.  The retriever is BM25 (`ragjax.retrieval`, no
 cache) over the 31k-passage corpus of ../shared/data cut into `--doc-tokens`-token documents,
 or over the synthetic world's passages when that folder is absent (`--corpus`).
+
+With `--decode-chunk N` the engine decodes N steps per call and sends each row's search to a
+retrieval thread when its turn ends (`EngineConfig.decode_chunk`; `--no-barrier`:
+`turn_barrier=False`), and a fourth loop, `whole_turns`, is the same engine with whole turns;
+the line adds `ratio_engine_vs_whole_turns`, and each engine loop its `retrieval_call_s` (time
+inside retriever calls) beside the time the loop waited for them (`time_s.retrieval`) and the
+share hidden behind decoding (`retrieval_overlap`).  `--retrieval-ms` / `--retrieval-query-ms`
+add latency per call / per query, as a retrieval server on another host has (the local BM25
+index answers a turn's queries in a few milliseconds).
 
 Each loop runs once to warm up (compiles), then `--repeats` times, the three loops alternating
 so they share the machine's load; the best run of each is kept.  The transformers loop is
@@ -246,6 +256,10 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
   prompts = setup.env.questions[:batch]
   runs = {"engine": lambda: _engine_run(engine, timed_a, prompts),
           "reprefill": lambda: _engine_run(reprefill, timed_b, prompts)}
+  if args.decode_chunk:            # the same engine with whole turns, as the reference
+    timed_c = TimedPolicy(sampler)
+    whole = RolloutEngine(protocol, timed_c, retriever, setup.tokenizer, econf)
+    runs["whole_turns"] = lambda: _engine_run(whole, timed_c, prompts)
   for n in ([] if skip_hf else args.torch_threads):
     runs[f"transformers@{n}"] = functools.partial(_hf_run, setup, protocol, retriever, prompts,
                                                   sampler.config.max_new_tokens, n)
@@ -309,6 +323,12 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
         best["transformers"]["wall_s"] / best["engine"]["wall_s"], 2)
   hf = (outputs["transformers"], setup.hf_model()[1]) if "transformers" in best else (None, None)
   result.update(compare(eb, outputs["reprefill"], *hf))
+  if "whole_turns" in best:
+    result["ratio_engine_vs_whole_turns"] = round(
+        best["whole_turns"]["wall_s"] / best["engine"]["wall_s"], 2)
+    same = compare(eb, outputs["whole_turns"], None, None)
+    result["rows_identical"]["whole_turns"] = same["rows_identical"]["reprefill"]
+    result["identical"] = result["identical"] and same["identical"]
   return result
 
 
