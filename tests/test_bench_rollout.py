@@ -41,18 +41,17 @@ def test_chunked_turns_overlap_retrieval_and_agree(tmp_path):
   """`--decode-chunk` with a retriever that takes 4 ms per query: searches go to the retrieval
   thread as rows end their turns (the planted grammar's turns differ in length), the engine
   agrees on every row with the re-prefill loop and with itself on whole turns, and waits for
-  less retrieval time than the calls took; without the turn barrier too."""
-  for extra in ([], ["--no-barrier"]):
-    (result,) = main(TINY + ["--workdir", str(tmp_path), "--skip-hf", "--decode-chunk", "3",
-                             "--retrieval-query-ms", "4"] + extra)
-    assert result["identical"] is True
-    assert result["rows_identical"] == {"reprefill": 3, "whole_turns": 3, "of": 3}
-    assert result["ratio_engine_vs_whole_turns"] > 0
-    assert result["decode_chunk"] == 3 and result["turn_barrier"] is (not extra)
-    eng, rep = result["loops"]["engine"], result["loops"]["reprefill"]
-    assert eng["retrieval_call_s"] >= 0.004 * 3 * 2            # 3 rows x 2 searches
-    assert eng["time_s"]["retrieval"] < eng["retrieval_call_s"]
-    assert 0 < eng["retrieval_overlap"] <= 1
-    for whole in (rep, result["loops"]["whole_turns"]):    # whole turns wait for every call
-      assert whole["retrieval_overlap"] == pytest.approx(0, abs=0.1)
-    assert eng["tokens_fed"]["decode"] == rep["tokens_fed"]["decode"] == result["policy_tokens"]
+  less retrieval time than the calls took."""
+  (result,) = main(TINY + ["--workdir", str(tmp_path), "--skip-hf", "--decode-chunk", "3",
+                           "--retrieval-query-ms", "4"])
+  assert result["identical"] is True
+  assert result["rows_identical"] == {"reprefill": 3, "whole_turns": 3, "of": 3}
+  assert result["ratio_engine_vs_whole_turns"] > 0
+  assert result["decode_chunk"] == 3
+  eng, rep = result["loops"]["engine"], result["loops"]["reprefill"]
+  assert eng["retrieval_call_s"] >= 0.004 * 3 * 2            # 3 rows x 2 searches
+  assert eng["time_s"]["retrieval"] < eng["retrieval_call_s"]
+  assert 0 < eng["retrieval_overlap"] <= 1
+  for whole in (rep, result["loops"]["whole_turns"]):    # whole turns wait for every call
+    assert whole["retrieval_overlap"] == pytest.approx(0, abs=0.1)
+  assert eng["tokens_fed"]["decode"] == rep["tokens_fed"]["decode"] == result["policy_tokens"]

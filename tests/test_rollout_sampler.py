@@ -153,6 +153,34 @@ def test_scripted_weights_search_every_turn_through_real_sampler(chain_sampler):
   check_against_sampler(batch, pol.s, pol.state, cfg, params)
 
 
+def test_chunked_turns_search_through_the_retrieval_thread(chain_sampler):
+  """`decode_chunk` on the searching model: the chunked run gives the whole-turn trajectory and
+  documents, and a retriever that fails (a server past its deadline) fails the run with its
+  own error, raised from the retrieval thread, instead of hanging it."""
+  tok = h.tokenizer()
+  cfg, params, sampler = chain_sampler
+  sampler.set_params(params)
+  proto = get_protocol("search_r1", max_turns=2)
+  runs = {}
+  for chunk in (0, 5):
+    ret = h.CountingRetriever(h.bm25_retriever())
+    eng = RolloutEngine(proto, sampler, ret, tok, EngineConfig(decode_chunk=chunk))
+    runs[chunk] = eng.run(["Where is Quillport"], samples_per_prompt=2)
+    assert ret.calls == [(["Tessaly River"] * 2, 3)] * 2
+  np.testing.assert_array_equal(runs[0].traj.tokens, runs[5].traj.tokens)
+  np.testing.assert_array_equal(runs[0].traj.labels, runs[5].traj.labels)
+  assert [[t.doc_ids for t in m.turns] for m in runs[0].rows] == \
+      [[t.doc_ids for t in m.turns] for m in runs[5].rows]
+
+  class DownRetriever:
+    def search(self, queries, k):
+      raise TimeoutError("retrieval server at 127.0.0.1:1 did not answer within 30 s")
+
+  eng = RolloutEngine(proto, sampler, DownRetriever(), tok, EngineConfig(decode_chunk=5))
+  with pytest.raises(TimeoutError, match="did not answer"):
+    eng.run(["Where is Quillport"], samples_per_prompt=2)
+
+
 def test_rex_rag_clone_truncate_extend_on_the_real_sampler(chain_sampler):
   """A wrong answer is cloned into the spare row, cut before `<answer>`, given the probe prompt
   and continued; the clone's cache must hold exactly its trajectory."""
@@ -237,8 +265,7 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
 @pytest.mark.parametrize("greedy", [True, False])
 def test_chunked_turns_change_no_trajectory(greedy):
   """`decode_chunk`: turns decoded a few steps per call and each row's turn handled when it
-  ends, its observation extended at the turn barrier or (turn_barrier=False) at once, with
-  and without refilled waves: the tokens, labels, log-probs, texts and stop reasons of whole
+  ends, its observation extended when the turn has ended, with and without refilled waves: the tokens, labels, log-probs, texts and stop reasons of whole
   turns, on rows whose turns end at different steps and whose rollouts end at different turns.
   (The random model writes invalid actions; searches through the retrieval thread are checked
   on the planted policy of tests/test_bench_rollout.py.)"""
@@ -252,14 +279,14 @@ def test_chunked_turns_change_no_trajectory(greedy):
   sampler = Sampler(cfg, params, tok, conf)
   prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
   runs = {}
-  for key in [(0, 0, True), (0, 3, True), (0, 3, False), (4, 5, False), (4, 2, True)]:
-    wave, chunk, barrier = key
+  for key in [(0, 0), (0, 3), (4, 5), (4, 2)]:
+    wave, chunk = key
     eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok, EngineConfig(
-        wave_rows=wave, decode_chunk=chunk, turn_barrier=barrier))
+        wave_rows=wave, decode_chunk=chunk))
     assert eng.streams() == bool(chunk)
     with pytest.warns(UserWarning, match="middle is cut"):
       runs[key] = eng.run(prompts, samples_per_prompt=2, seed=7)
-  base = runs[0, 0, True]
+  base = runs[0, 0]
   assert len({len(m.turns) for m in base.rows}) > 1
   assert len({len(t.text) for m in base.rows for t in m.turns}) > 1
   for key, other in runs.items():

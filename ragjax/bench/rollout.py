@@ -25,8 +25,8 @@ cache) over the 31k-passage corpus of ../shared/data cut into `--doc-tokens`-tok
 or over the synthetic world's passages when that folder is absent (`--corpus`).
 
 With `--decode-chunk N` the engine decodes N steps per call and sends each row's search to a
-retrieval thread when its turn ends (`EngineConfig.decode_chunk`; `--no-barrier`:
-`turn_barrier=False`), and a fourth loop, `whole_turns`, is the same engine with whole turns;
+retrieval thread when its turn ends (`EngineConfig.decode_chunk`), and a fourth loop,
+`whole_turns`, is the same engine with whole turns;
 the line adds `ratio_engine_vs_whole_turns`, and each engine loop its `retrieval_call_s` (time
 inside retriever calls) beside the time the loop waited for them (`time_s.retrieval`) and the
 share hidden behind decoding (`retrieval_overlap`).  `--retrieval-ms` / `--retrieval-query-ms`
@@ -249,8 +249,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
   if args.retrieval_ms or args.retrieval_query_ms:
     retriever = DelayedRetriever(retriever, args.retrieval_ms / 1e3, args.retrieval_query_ms / 1e3)
   engine = RolloutEngine(protocol, timed_a, retriever, setup.tokenizer,
-                         dataclasses.replace(econf, decode_chunk=args.decode_chunk,
-                                             turn_barrier=not args.no_barrier))
+                         dataclasses.replace(econf, decode_chunk=args.decode_chunk))
   rep_policy = RePrefillPolicy(timed_b, rows_per_prefill=args.reprefill_rows)
   reprefill = RolloutEngine(protocol, rep_policy, retriever, setup.tokenizer, econf)
   prompts = setup.env.questions[:batch]
@@ -295,7 +294,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
                 / max(sum(r.num_searches for r in eb.rows), 1), 1),
             "trajectory_tokens": int(np.asarray(eb.traj.lengths).sum()),
             "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
-            "decode_chunk": args.decode_chunk, "turn_barrier": not args.no_barrier,
+            "decode_chunk": args.decode_chunk,
             "retrieval_ms": args.retrieval_ms, "retrieval_query_ms": args.retrieval_query_ms,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
   loops = {}
@@ -366,9 +365,6 @@ def parser(description: str) -> argparse.ArgumentParser:
                        "fastest (on a shared CPU one thread is often faster)")
   ap.add_argument("--decode-chunk", type=int, default=0,
                   help="the engine's EngineConfig.decode_chunk (0: whole turns)")
-  ap.add_argument("--no-barrier", action="store_true",
-                  help="EngineConfig.turn_barrier=False: rows start their next turn when their "
-                       "documents arrive")
   ap.add_argument("--retrieval-ms", type=float, default=0.0,
                   help="added latency per retrieval call (a remote retrieval server)")
   ap.add_argument("--retrieval-query-ms", type=float, default=0.0,

@@ -70,13 +70,12 @@ class EngineConfig:
   groups (continuous batching; needs a policy with `refill` and no hooks, else fixed waves).
   `decode_chunk`: > 0 overlaps retrieval with decoding: the sampler decodes at most this many
   steps per call, and a row whose turn ended is read at once and its search sent to a
-  background thread while the other rows keep decoding.  With `turn_barrier` (the default)
-  the documents are extended when the batch's turn has ended, one extend per turn as with
-  whole turns; without it a row's documents are extended as soon as they arrive and it starts
-  its next turn without waiting for the slowest row (more, smaller extends).  Needs a policy
-  with `chunked_decode`, no hooks (they see a turn's rows together) and a protocol that keeps
-  its context (not "restart"); else whole turns.  0: one `decode` call per turn, retrieval
-  after it.
+  background thread while the other rows keep decoding; when every row's turn has ended the
+  documents are extended, one extend per turn as with whole turns.  (Letting each row start
+  its next turn as soon as its documents arrive was measured slower: a decode call costs the
+  whole batch however few rows it advances; BENCHMARKS.md.)  Needs a policy with
+  `chunked_decode`, no hooks (they see a turn's rows together) and a protocol that keeps its
+  context (not "restart"); else whole turns.  0: one `decode` call per turn, retrieval after.
   """
   max_response_tokens: Optional[int] = None
   spare_rows: int = 0
@@ -84,7 +83,6 @@ class EngineConfig:
   wave_rows: int = 0
   refill: bool = True
   decode_chunk: int = 0
-  turn_barrier: bool = True
   pad_id: int = 0
   chat: Optional[bool] = None           # None: chat template iff the tokenizer has one
 
@@ -311,13 +309,11 @@ class RolloutEngine:
 
   def _stream(self, total_turns: int) -> None:
     """The wave's turns decoded `decode_chunk` steps at a time (see `EngineConfig`): after
-    each call, rows whose turn ended are read and observed at once and their searches sent
-    (one batched call per decode call) to a retrieval thread while the other rows decode on.
-    With `turn_barrier` the documents are extended when every row's turn has ended (one extend
-    per turn, as with whole turns); without, each row's documents are extended when they
-    arrive and the row starts its next turn.  A row sees the same turns, documents and
-    sampling keys either way."""
-    barrier = self.config.turn_barrier
+    each call, rows whose turn ended are read and observed at once, set done in the sampler,
+    and their searches sent (one batched call per decode call) to a retrieval thread while the
+    other rows decode on.  When no row is decoding, the searches still out are waited for and
+    every row's observation is extended (which reopens the row).  A row sees the turns,
+    documents and sampling keys of whole turns."""
     prefix = self.protocol.final_turn_segments() if self.protocol.final_turn else []
     prefix = self.renderer.tokenize(prefix) if prefix else None
     partial: dict = {}                     # row -> (ids, logprobs) of its unfinished turn
@@ -338,8 +334,7 @@ class RolloutEngine:
         row.pending = row.pending + list(ids)
       if row.pending:
         ready.append(r)
-        if barrier:                        # held until the barrier: no decoding before it
-          stop.append(r)
+        stop.append(r)                     # held until the turn's end: no decoding before it
 
     def after(r, goes_on):                 # row r's turn was observed
       row = self._rows[r]
@@ -367,7 +362,7 @@ class RolloutEngine:
         if stop and (self._queue or any(not x.done for x in self._rows.values())):
           self._state = self.policy.set_done(self._state, self._slots(stop))
         stop = []
-        if ready and not (barrier and (decoding() or inflight)):
+        if ready and not decoding() and not inflight:
           self._sync_lengths(ready)        # (after set_done: an extend reopens its rows)
           self._extend(ready, [self._rows[r].pending for r in ready])
           ready = []
@@ -402,13 +397,10 @@ class RolloutEngine:
                              searching))
             waiting.update(searching)
             stop += searching              # no decoding past the search until its documents
-        # documents that arrived; wait for a search when nothing else can run, or (without
-        # the barrier) when most rows wait for one: a decode call runs the whole batch
+        # documents that arrived; wait for the searches when no row decodes
         while inflight:
           future, rows = inflight[0]
-          held = len(waiting) + len(ready)
-          idle = held * 2 >= held + len(decoding()) if not barrier else False
-          if not future.done() and not idle and (decoding() or (ready and not barrier)):
+          if not future.done() and decoding():
             break
           inflight.pop(0)
           t0 = time.perf_counter()

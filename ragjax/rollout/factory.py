@@ -71,7 +71,7 @@ def engine_config(c, pad_id: int, wave: int = 0) -> EngineConfig:
   return EngineConfig(max_response_tokens=r.max_response_tokens or None,
                       spare_rows=r.spare_rows, widths=tuple(r.widths) or None,
                       wave_rows=wave, refill=r.refill, decode_chunk=r.decode_chunk,
-                      turn_barrier=r.turn_barrier, pad_id=pad_id, chat=r.chat)
+                      pad_id=pad_id, chat=r.chat)
 
 
 def make_hooks(c) -> list:
