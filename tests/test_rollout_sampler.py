@@ -208,6 +208,19 @@ def test_rex_rag_clone_truncate_extend_on_the_real_sampler(chain_sampler):
   check_against_sampler(batch, sampler, pol.state, cfg, params)
 
 
+def staggered(seed, **sampling):
+  """A random tiny model, Search-R1 with 4 turns and five prompts whose rows end at different
+  turns in a 704-slot cache (the long prompts are cut and run out of room a turn early)."""
+  tok = h.tokenizer()
+  cfg = PRESETS["tiny"]
+  proto = get_protocol("search_r1", max_turns=4)
+  conf = SamplerConfig(max_cache_length=704, max_new_tokens=16, prompt_buckets=(256,),
+                       extend_buckets=(32, 128, 256), stop_strings=proto.stop_sequences,
+                       eos_ids=(tok.eos_token_id,), **sampling)
+  prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
+  return tok, cfg, random_params(cfg, seed), proto, conf, prompts
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
   """Continuous batching (`EngineConfig.refill`): rows that finish give their sampler rows to
@@ -215,13 +228,7 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
   long (cut) prompts end one turn before the others, so refills happen mid-wave: five prompts
   x 2 samples in 4 sampler rows take 12 decode calls instead of the fixed waves' 14, and give
   the tokens, labels and log-probs of all 10 rows at once."""
-  tok = h.tokenizer()
-  cfg = PRESETS["tiny"]
-  params = random_params(cfg, 0)
-  proto = get_protocol("search_r1", max_turns=4)
-  conf = SamplerConfig(max_cache_length=704, max_new_tokens=16, prompt_buckets=(256,),
-                       extend_buckets=(32, 128, 256), stop_strings=proto.stop_sequences,
-                       eos_ids=(tok.eos_token_id,), greedy=greedy)
+  tok, cfg, params, proto, conf, prompts = staggered(0, greedy=greedy)
 
   class CountingSampler(Sampler):
     decodes = 0
@@ -231,7 +238,6 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
       return super().decode(state, steps)
 
   sampler = CountingSampler(cfg, params, tok, conf)
-  prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
   out, decodes = {}, {}
   for wave, refill in ((0, True), (4, True), (4, False)):
     eng = RolloutEngine(proto, sampler, h.bm25_retriever(), tok,
@@ -265,19 +271,12 @@ def test_refilled_waves_give_one_big_wave_and_free_rows_early(greedy):
 @pytest.mark.parametrize("greedy", [True, False])
 def test_chunked_turns_change_no_trajectory(greedy):
   """`decode_chunk`: turns decoded a few steps per call and each row's turn handled when it
-  ends, its observation extended when the turn has ended, with and without refilled waves: the tokens, labels, log-probs, texts and stop reasons of whole
-  turns, on rows whose turns end at different steps and whose rollouts end at different turns.
+  ends, its observation extended when the turn has ended, with and without refilled waves:
+  the tokens, labels, log-probs, texts and stop reasons of whole turns, on rows whose turns end at different steps and whose rollouts end at different turns.
   (The random model writes invalid actions; searches through the retrieval thread are checked
   on the planted policy of tests/test_bench_rollout.py.)"""
-  tok = h.tokenizer()
-  cfg = PRESETS["tiny"]
-  params = random_params(cfg, 3)
-  proto = get_protocol("search_r1", max_turns=4)
-  conf = SamplerConfig(max_cache_length=704, max_new_tokens=16, prompt_buckets=(256,),
-                       extend_buckets=(32, 128, 256), stop_strings=proto.stop_sequences,
-                       eos_ids=(tok.eos_token_id,), greedy=greedy, temperature=1.5)
+  tok, cfg, params, proto, conf, prompts = staggered(3, greedy=greedy, temperature=1.5)
   sampler = Sampler(cfg, params, tok, conf)
-  prompts = ["Where is Quillport " * 6, "Who founded it", "Who " * 60, "Amber Sea?", "1912 " * 8]
   runs = {}
   for key in [(0, 0), (0, 3), (4, 5), (4, 2)]:
     wave, chunk = key

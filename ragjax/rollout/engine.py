@@ -324,14 +324,10 @@ class RolloutEngine:
     def enter(r):                          # row r starts its turn (the final one: the prefix)
       row = self._rows[r]
       if prefix is not None and row.turn == total_turns - 1:
-        ids, labels, _ = prefix
-        if self._over_budget(row, len(ids)):
-          row.done, row.stop_reason = True, "budget"
+        if not self._append_final_prefix(row, *prefix[:2]):
           stop.append(r)
           return
-        row.append(ids, Source.ENV, row.turn)
-        row.labels[-len(ids):] = labels
-        row.pending = row.pending + list(ids)
+        row.pending = row.pending + list(prefix[0])
       if row.pending:
         ready.append(r)
         stop.append(r)                     # held until the turn's end: no decoding before it
@@ -455,17 +451,20 @@ class RolloutEngine:
     ids, labels, _ = self.renderer.tokenize(segs)
     go, stop = [], []
     for r in live:
-      row = self._rows[r]
-      if self._over_budget(row, len(ids)):
-        row.done, row.stop_reason = True, "budget"
-        stop.append(r)
-        continue
-      row.append(ids, Source.ENV, row.turn)
-      row.labels[-len(ids):] = labels
-      go.append(r)
+      (go if self._append_final_prefix(self._rows[r], ids, labels) else stop).append(r)
     self._extend(go, [list(ids) for _ in go])
     if stop:
       self._state = self.policy.set_done(self._state, self._slots(stop))
+
+  def _append_final_prefix(self, row: _Row, ids, labels) -> bool:
+    """Appends the forced-answer text to the row (False, and the row ends: "budget", when it
+    leaves no room for a generated token)."""
+    if self._over_budget(row, len(ids)):
+      row.done, row.stop_reason = True, "budget"
+      return False
+    row.append(ids, Source.ENV, row.turn)
+    row.labels[-len(ids):] = labels
+    return True
 
   def _turn(self, live, total_turns: int):
     """Decode one turn of every live row (each at its own turn), parse, hooks, one batched
