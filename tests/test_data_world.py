@@ -358,3 +358,82 @@ def test_trace_shares_demonstrate_imperfect_decisions():
     assert wrong_answer(r) not in r["golden_answers"]
   with pytest.raises(ValueError, match="traces.give_up_rate"):
     TraceShares(give_up_rate=1.5)
+
+
+def test_swapped_answers_take_a_value_of_the_same_relation():
+  """`swap_answers`: the share of entity questions it swaps, each to another question's value
+  of the same final relation (aliases follow); comparisons never; rate 0 changes nothing."""
+  from ragjax.data.world_traces import swap_answers
+  recs = [e.to_record() for e in generate_world(dataclasses.replace(SMALL, num_train=300))
+          .questions["train"]]
+  assert swap_answers(recs, 0.0, seed=0) == recs
+  pools = {}
+  for r in recs:
+    if r["metadata"]["qtype"] != "comparison":
+      pools.setdefault(r["metadata"]["hops"][-1]["relation"], set()).add(r["golden_answers"][0])
+  half = swap_answers(recs, 0.5, seed=0)
+  assert half == swap_answers(recs, 0.5, seed=0)          # deterministic in the seed
+  swapped = [(a, b) for a, b in zip(recs, half) if "answer_swap" in b["metadata"]]
+  entity = [r for r in recs if r["metadata"]["qtype"] != "comparison"]
+  assert abs(len(swapped) / len(entity) - 0.5) < 0.1
+  for old, new in swapped:
+    was, now = new["metadata"]["answer_swap"]
+    assert was == old["golden_answers"][0] != now == new["golden_answers"][0]
+    assert now in pools[old["metadata"]["hops"][-1]["relation"]]
+    assert new["metadata"]["hops"][-1]["answer"] == now
+    assert new["golden_answers"][1:] == [a.replace(was, now) for a in old["golden_answers"][1:]]
+    assert new["question"] == old["question"] and new["metadata"]["qtype"] != "comparison"
+  assert all("answer_swap" not in r["metadata"] for r in recs)      # the input is not changed
+  with pytest.raises(ValueError, match="swap_answer_rate"):
+    swap_answers(recs, 1.5, seed=0)
+
+
+def test_swapped_traces_read_the_swapped_value_off_the_passages(tmp_path):
+  """Scripted traces through the real engine and a real BM25 index over the world's corpus:
+  a swapped trace's documents and answer state the new value and never the old one; an
+  unswapped trace's documents are the index's own."""
+  import _rollout_helpers as h
+  from ragjax.data.world_traces import AnswerSwapRetriever, make_scripts, swap_answers
+  from ragjax.retrieval.bm25 import BM25Index
+  from ragjax.retrieval.retrievers import BM25Retriever
+  from ragjax.retrieval.store import PassageStore, write_store
+  from ragjax.retrieval.types import Passage
+  from ragjax.rollout.engine import RolloutEngine
+  from ragjax.rollout.protocols import get_protocol
+  from ragjax.rollout.teacher import teacher_traces
+  world = generate_world(SMALL)
+  write_store([Passage(p["id"], p["title"], p["text"]) for p in world.corpus("train")],
+              str(tmp_path))
+  store = PassageStore(str(tmp_path))
+  bm25 = BM25Retriever(store, BM25Index.build(store.contents()))
+  recs = [e.to_record() for e in world.questions["train"]
+          if e.metadata["qtype"] in ("1hop", "2hop")][:16]
+  swapped = swap_answers(recs, 0.5, seed=3)
+  tok = h.tokenizer(chat=False)
+  proto = get_protocol("world", top_k=2, max_turns=3)
+  engine = RolloutEngine(proto, h.ScriptedPolicy(tok, {}, stop_strings=proto.stop_sequences),
+                         bm25, tok)
+  scripts = make_scripts(swapped, 0)
+  texts = {}
+
+  def keep(batch, offset):
+    for i, row in enumerate(batch.rows):
+      texts[offset + i] = row.response_text
+  teacher_traces(engine, swapped, scripts, max_new_tokens=64, cache_length=4096,
+                 retriever=AnswerSwapRetriever(bm25), on_batch=keep)
+  plain = {}
+  teacher_traces(engine, recs, make_scripts(recs, 0), max_new_tokens=64, cache_length=4096,
+                 on_batch=lambda b, o: plain.update({o + i: r.response_text
+                                                     for i, r in enumerate(b.rows)}))
+  n_swapped = 0
+  for i, (old, new) in enumerate(zip(recs, swapped)):
+    if "answer_swap" not in new["metadata"]:
+      assert texts[i] == plain[i]
+      continue
+    was, now = new["metadata"]["answer_swap"]
+    docs = texts[i].rsplit("<answer>", 1)[0]
+    if was in plain[i].rsplit("<answer>", 1)[0]:      # the search found the answer's passage
+      n_swapped += 1
+      assert now in docs and not re.search(rf"(?<!\w){re.escape(was)}(?!\w)", docs), texts[i]
+    assert texts[i].rstrip().endswith(f"<answer> {now} </answer>")
+  assert n_swapped >= 4

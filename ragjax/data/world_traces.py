@@ -21,13 +21,24 @@ With `refine=True` (AutoRefine's protocol at the world's scale) every turn after
 opens with a `<refine>` block distilling them, as AutoRefine's policy is taught to write after
 each search: the value the search found (a hop's answer, or the namesake's for a retry's
 first query), or "not found" for the question searched as a whole.
+
+Counterfactual answers (`swap_answers` with `AnswerSwapRetriever`): in a share of the entity
+questions the final value is replaced by another training question's value of the same
+relation, in the demonstrated answer and in every passage the trace retrieves.  A policy
+trained from scratch otherwise learns to recall the training worlds' facts (the passages it
+reads say the same thing every time) instead of reading the value off the passage, which is
+what the test world needs; in a swapped trace recall is wrong and only reading is right.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
-from typing import Mapping, Sequence
+import re
+from typing import Mapping, Optional, Sequence
+
+from ragjax.retrieval.types import Hit
 
 
 def search_turn(query: str) -> str:
@@ -119,3 +130,72 @@ def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = T
   rng = random.Random(f"ragjax-traces-{seed}")
   scripts = [trace_turns(ex, rng, shares) for ex in examples]
   return [with_refine(ex, t) for ex, t in zip(examples, scripts)] if refine else scripts
+
+
+def swap_answers(examples: Sequence[Mapping], rate: float, seed: int) -> list[Mapping]:
+  """The examples with a `rate` share of the entity questions given a counterfactual final
+  value: another example's value of the same final relation (so of the same kind: a year, a
+  town, a person), in `golden_answers` (aliases follow) and `hops[-1]["answer"]`, and the
+  pair `metadata["answer_swap"] = [old, new]` that `AnswerSwapRetriever` applies to the
+  passages.  Yes/no comparisons and relations with a single value are left as they are."""
+  if not 0.0 <= rate <= 1.0:
+    raise ValueError(f"traces.swap_answer_rate must be in [0, 1], got {rate}")
+  if rate == 0.0:
+    return list(examples)
+  rng = random.Random(f"ragjax-swap-{seed}")
+  values: dict[str, list[str]] = {}
+  for ex in examples:
+    hops = (ex.get("metadata") or {}).get("hops") or []
+    if hops and ex["metadata"].get("qtype") != "comparison":
+      values.setdefault(hops[-1].get("relation"), []).append(str(ex["golden_answers"][0]))
+  pools = {rel: sorted(set(v)) for rel, v in values.items()}
+  out = []
+  for ex in examples:
+    meta = ex.get("metadata") or {}
+    hops = meta.get("hops") or []
+    old = str(ex["golden_answers"][0]) if ex.get("golden_answers") else ""
+    pool = [v for v in pools.get(hops[-1].get("relation"), ()) if v != old] if hops else []
+    if meta.get("qtype") == "comparison" or not pool or rng.random() >= rate:
+      out.append(ex)
+      continue
+    new = rng.choice(pool)
+    ex = copy.deepcopy(dict(ex))
+    ex["golden_answers"] = [replace_value(str(a), old, new) for a in ex["golden_answers"]]
+    ex["metadata"]["hops"][-1]["answer"] = new
+    ex["metadata"]["answer_swap"] = [old, new]
+    out.append(ex)
+  return out
+
+
+def replace_value(text: str, old: str, new: str) -> str:
+  """`old` replaced by `new` where it stands as a whole word or phrase."""
+  return re.sub(rf"(?<!\w){re.escape(old)}(?!\w)", lambda _: new, text)
+
+
+class AnswerSwapRetriever:
+  """Wraps a retriever for scripted traces of `swap_answers` examples: every passage retrieved
+  for a swapped example states the swapped value (the engine passes each query's record:
+  `needs_records`)."""
+
+  needs_records = True
+
+  def __init__(self, inner):
+    self.inner = inner
+
+  def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+    return self.inner.search(queries, k)
+
+  def search_with_context(self, queries: Sequence[str], k: int,
+                          records: Optional[Sequence[Optional[Mapping]]] = None,
+                          **contexts) -> list[list[Hit]]:
+    if contexts and hasattr(self.inner, "search_with_context"):
+      results = self.inner.search_with_context(queries, k, **contexts)
+    else:
+      results = self.inner.search(queries, k)
+    out = []
+    for i, hits in enumerate(results):
+      rec = records[i] if records is not None and i < len(records) else None
+      swap = ((rec or {}).get("metadata") or {}).get("answer_swap")
+      out.append([Hit(h.id, replace_value(h.contents, *swap), h.score) for h in hits]
+                 if swap else list(hits))
+    return out

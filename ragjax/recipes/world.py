@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import jax
 
 from ragjax.data.world import ENTITY_QTYPES, QTYPES
-from ragjax.data.world_traces import TraceShares, make_scripts
+from ragjax.data.world_traces import AnswerSwapRetriever, TraceShares, make_scripts, swap_answers
 from ragjax.eval.systems import SystemResult, results_table, write_viewer
 from ragjax.recipes import components as parts
 from ragjax.rl.metrics_log import MetricsLog
@@ -42,14 +42,18 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
                        "retriever", "sft", "traces")
 
 
-def scripted_traces(c, engine, records):
-  """Teacher-forced search traces of `records` through the real engine (tokens, labels)."""
-  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items()
-                                    if k not in ("chunk", "refine")}, "traces")
+def scripted_traces(c, engine, records, *, swap: bool = True):
+  """Teacher-forced search traces of `records` through the real engine (tokens, labels);
+  `traces.swap_answer_rate` of them with counterfactual answers unless `swap` is False."""
+  settings = ("chunk", "refine", "swap_answer_rate")
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k not in settings},
+                     "traces")
+  rate = c.traces.get("swap_answer_rate", 0.0) if swap else 0.0
+  records = swap_answers(records, rate, c.seed)
   scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
-                        seed=c.seed)
+                        seed=c.seed, retriever=AnswerSwapRetriever(engine.retriever) if rate else None)
 
 
 @dataclasses.dataclass
@@ -105,7 +109,8 @@ def start(c, timings: Optional[dict] = None) -> Start:
     from ragjax.models.hf_io import load_decoder
     _, sft_params = load_decoder(cache)
     sft_hist = MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read()
-    traces = scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)])
+    traces = scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
+                             swap=False)
     parts.log(f"cold start: reusing {cache} (same cold-start config)")
     return Start(setup, cfg, sft_params, tok, mesh, sft_hist, traces, template)
 
@@ -122,7 +127,10 @@ def start(c, timings: Optional[dict] = None) -> Start:
   parts.export_policy(cache, cfg, sft_params, tok)
   write_json_atomic(meta_path, {"fingerprint": json_safe(fingerprint)})
   shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)   # the exported policy supersedes them
-  return Start(setup, cfg, sft_params, tok, mesh, sft_hist, (rows_t, rows_l), template)
+  probe_traces = (scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
+                                  swap=False)
+                  if c.traces.get("swap_answer_rate", 0.0) else (rows_t, rows_l))
+  return Start(setup, cfg, sft_params, tok, mesh, sft_hist, probe_traces, template)
 
 
 def run(c) -> dict:
@@ -172,7 +180,7 @@ def copy_probe(c, s: Start, policies: dict) -> dict:
   n = c.probe.traces
   if n <= 0:
     return {}
-  test_t, test_l = scripted_traces(c, s.template, s.setup.splits["test"][:n])
+  test_t, test_l = scripted_traces(c, s.template, s.setup.splits["test"][:n], swap=False)
   train_t, train_l = s.train_traces
   out = {}
   for name, params in policies.items():

@@ -136,7 +136,7 @@ class TeacherPolicy:
 
 def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], *,
                    max_new_tokens: int, cache_length: int, chunk: int = 500, seed: int = 0,
-                   steps: bool = False, on_batch=None
+                   steps: bool = False, on_batch=None, retriever=None
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
   """Forced traces run through the real engine: (tokens, labels) per prompt, unpadded; with
   `steps`, per step sample instead (`ragjax.rollout.step_samples`: each turn with the context
@@ -145,7 +145,8 @@ def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], 
   `engine` supplies the protocol, retriever, tokenizer, eos ids and loop settings; each chunk of
   `chunk` prompts runs with a `TeacherPolicy` emitting `scripts[i]` in place of its policy, so
   observations are real retrieval results and labels match RL rollouts exactly.
-  `on_batch(batch, offset)` sees each chunk's `RolloutBatch` (offset = its first prompt)."""
+  `on_batch(batch, offset)` sees each chunk's `RolloutBatch` (offset = its first prompt);
+  `retriever` replaces the engine's (e.g. a wrapper that rewrites the passages)."""
   from ragjax.rollout.engine import RolloutEngine
   from ragjax.rollout.step_samples import step_samples
   if len(prompts) != len(scripts):
@@ -156,8 +157,8 @@ def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], 
                             stop_strings=engine.protocol.stop_sequences,
                             eos_ids=tuple(engine.policy.eos_ids),
                             max_new_tokens=max_new_tokens, cache_length=cache_length)
-    forced = RolloutEngine(engine.protocol, teacher, engine.retriever, engine.tokenizer,
-                           engine.config)
+    forced = RolloutEngine(engine.protocol, teacher, retriever or engine.retriever,
+                           engine.tokenizer, engine.config)
     batch = forced.run(list(prompts[s:s + chunk]), samples_per_prompt=1, seed=seed)
     if on_batch is not None:
       on_batch(batch, s)
