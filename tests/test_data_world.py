@@ -383,6 +383,7 @@ def test_swapped_answers_take_a_value_of_the_same_relation():
     assert new["metadata"]["hops"][-1]["answer"] == now
     assert new["golden_answers"][1:] == [a.replace(was, now) for a in old["golden_answers"][1:]]
     assert new["question"] == old["question"] and new["metadata"]["qtype"] != "comparison"
+    assert now not in old["metadata"].get("decoy_answers", []) + [h["answer"] for h in old["metadata"]["hops"]]
   assert all("answer_swap" not in r["metadata"] for r in recs)      # the input is not changed
   with pytest.raises(ValueError, match="swap_answer_rate"):
     swap_answers(recs, 1.5, seed=0)
@@ -437,3 +438,44 @@ def test_swapped_traces_read_the_swapped_value_off_the_passages(tmp_path):
       assert now in docs and not re.search(rf"(?<!\w){re.escape(was)}(?!\w)", docs), texts[i]
     assert texts[i].rstrip().endswith(f"<answer> {now} </answer>")
   assert n_swapped >= 4
+
+
+def test_quoted_traces_think_the_sentence_that_states_the_value():
+  """`traces.quote`: every turn after a search opens with `<think> S </think>`, S the passage's
+  sentence stating the value that search finds (the namesake's for a retry's first query, the
+  swapped value in a swapped trace); a search of the whole question is not quoted."""
+  import random
+  from ragjax.data.world_traces import (TraceShares, found_values, make_scripts, swap_answers,
+                                        trace_turns)
+  world = generate_world(dataclasses.replace(SMALL, num_train=300))
+  passages = {p["id"]: p["text"] for p in world.passages}
+  recs = swap_answers([e.to_record() for e in world.questions["train"]], 0.3, seed=0)
+  shares = TraceShares(wasted_query_rate=0.5)
+  plain = make_scripts(recs, 0, shares)
+  quoted = make_scripts(recs, 0, shares, quote=True, passages=passages)
+  kinds = set()
+  for r, p, q in zip(recs, plain, quoted):
+    assert len(p) == len(q) and q[0] == p[0]
+    found = found_values(r)
+    swap = r["metadata"].get("answer_swap")
+    for prev, turn, bare in zip(q, q[1:], p[1:]):
+      query = re.fullmatch(r"<search> (.*) </search>", prev.split("</think> ")[-1]).group(1)
+      if query not in found:                          # the question searched whole
+        assert turn == bare and query == r["question"].rstrip("?")
+        kinds.add("unquoted")
+        continue
+      m = re.fullmatch(r"<think> (.*) </think> (.*)", turn)
+      assert m and m.group(2) == bare, turn
+      value, pid = found[query]
+      sentence = m.group(1)
+      assert re.search(rf"(?<!\w){re.escape(value)}(?!\w)", sentence)
+      if swap and query == r["metadata"]["hops"][-1]["query"]:
+        assert sentence.replace(swap[1], swap[0]) in passages[pid]
+        kinds.add("swapped")
+      else:
+        assert sentence in passages[pid]
+        kinds.add("retry first" if query == r["metadata"].get("first_query") else "hop")
+  assert kinds == {"unquoted", "swapped", "hop", "retry first"}
+  assert plain == [trace_turns(r, random.Random(0), shares) for r in recs[:1]] + plain[1:]
+  with pytest.raises(ValueError, match="passages"):
+    make_scripts(recs, 0, quote=True)

@@ -112,23 +112,84 @@ def refine_block(text: str) -> str:
   return f"<refine> {text} </refine> "
 
 
-def with_refine(ex: Mapping, turns: Sequence[str]) -> list[str]:
-  """The trace with a `<refine>` block opening every turn that follows a search."""
+def think_block(text: str) -> str:
+  return f"<think> {text} </think> "
+
+
+def found_values(ex: Mapping) -> dict[str, tuple[str, Optional[str]]]:
+  """{query: (the value its search finds, the id of the passage stating it)} for the queries a
+  trace of `ex` can make: each hop's, and a retry's first query (it lands on the namesake)."""
   meta = ex.get("metadata") or {}
-  found = {h["query"]: str(h["answer"]) for h in meta.get("hops") or []}
+  found = {h["query"]: (str(h["answer"]), (h.get("passage_ids") or [None])[0])
+           for h in meta.get("hops") or []}
   if meta.get("first_query") and meta.get("decoy_answers"):
-    found.setdefault(meta["first_query"], str(meta["decoy_answers"][0]))
+    found.setdefault(meta["first_query"], (str(meta["decoy_answers"][0]),
+                                           (meta.get("decoy_passage_ids") or [None])[0]))
+  return found
+
+
+def after_searches(turns: Sequence[str], opener) -> list[str]:
+  """The trace with every turn that follows a search opened by `opener(query)` (None or ""
+  leaves the turn as it is)."""
   out = list(turns[:1])
   for prev, turn in zip(turns, turns[1:]):
     query = prev[len("<search> "):-len(" </search>")] if prev.startswith("<search>") else None
-    out.append(refine_block(found.get(query, "not found")) + turn if query is not None else turn)
+    head = opener(query) if query is not None else None
+    out.append(head + turn if head else turn)
   return out
 
 
+def with_refine(ex: Mapping, turns: Sequence[str]) -> list[str]:
+  """The trace with a `<refine>` block opening every turn that follows a search."""
+  found = found_values(ex)
+  return after_searches(turns, lambda q: refine_block(found[q][0] if q in found else "not found"))
+
+
+def stating_sentence(text: str, value: str) -> Optional[str]:
+  """The first sentence of a passage that states `value` (as a whole word or phrase)."""
+  for sentence in re.split(r"(?<=\.)\s+", text.strip()):
+    if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", sentence):
+      return sentence
+  return None
+
+
+def with_quotes(ex: Mapping, turns: Sequence[str], passages: Mapping[str, str]) -> list[str]:
+  """The trace with every turn that follows a search opened by Search-R1's `<think>` block
+  quoting the sentence that states the value the search found (from `passages`: {id: text};
+  a swapped example's quote states its swapped value, as its passages do).  Quoting first
+  turns reading a value off a passage into copying: the sentence is found by its subject (the
+  name the query copied) and continued, and the answer or the next query copies the value
+  from a few tokens back.  A search with no such sentence (the question searched whole) is
+  left unquoted."""
+  found = found_values(ex)
+  meta = ex.get("metadata") or {}
+  swap = meta.get("answer_swap")
+  last = (meta.get("hops") or [{}])[-1].get("query")
+
+  def quote(query):
+    value, pid = found.get(query, (None, None))
+    if value is None or pid not in passages:
+      return None
+    if swap and query == last:
+      sentence = stating_sentence(passages[pid], swap[0])
+      sentence = sentence and replace_value(sentence, *swap)
+    else:
+      sentence = stating_sentence(passages[pid], value)
+    return think_block(sentence) if sentence else None
+  return after_searches(turns, quote)
+
+
 def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = TraceShares(),
-                 refine: bool = False) -> list[list[str]]:
+                 refine: bool = False, quote: bool = False,
+                 passages: Optional[Mapping[str, str]] = None) -> list[list[str]]:
+  """One trace per example (`trace_turns`); `refine`: AutoRefine's `<refine>` blocks;
+  `quote`: `<think>` blocks quoting the passages (`with_quotes`, needs `passages`)."""
+  if quote and passages is None:
+    raise ValueError("traces.quote needs the world's passages ({id: text})")
   rng = random.Random(f"ragjax-traces-{seed}")
   scripts = [trace_turns(ex, rng, shares) for ex in examples]
+  if quote:
+    scripts = [with_quotes(ex, t, passages) for ex, t in zip(examples, scripts)]
   return [with_refine(ex, t) for ex, t in zip(examples, scripts)] if refine else scripts
 
 
@@ -154,7 +215,8 @@ def swap_answers(examples: Sequence[Mapping], rate: float, seed: int) -> list[Ma
     meta = ex.get("metadata") or {}
     hops = meta.get("hops") or []
     old = str(ex["golden_answers"][0]) if ex.get("golden_answers") else ""
-    pool = [v for v in pools.get(hops[-1].get("relation"), ()) if v != old] if hops else []
+    taken = {old, *map(str, meta.get("decoy_answers") or ()), *(str(h["answer"]) for h in hops)}
+    pool = [v for v in pools.get(hops[-1].get("relation"), ()) if v not in taken] if hops else []
     if meta.get("qtype") == "comparison" or not pool or rng.random() >= rate:
       out.append(ex)
       continue

@@ -42,18 +42,25 @@ COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampl
                        "retriever", "sft", "traces")
 
 
-def scripted_traces(c, engine, records, *, swap: bool = True):
+def scripted_traces(c, engine, records, passages=None, *, swap: bool = True):
   """Teacher-forced search traces of `records` through the real engine (tokens, labels);
-  `traces.swap_answer_rate` of them with counterfactual answers unless `swap` is False."""
-  settings = ("chunk", "refine", "swap_answer_rate")
+  `traces.swap_answer_rate` of them with counterfactual answers unless `swap` is False;
+  `passages` ({id: text}) for `traces.quote`."""
+  settings = ("chunk", "refine", "quote", "swap_answer_rate")
   shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k not in settings},
                      "traces")
   rate = c.traces.get("swap_answer_rate", 0.0) if swap else 0.0
   records = swap_answers(records, rate, c.seed)
-  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False))
+  scripts = make_scripts(records, c.seed, shares, refine=c.traces.get("refine", False),
+                         quote=c.traces.get("quote", False), passages=passages)
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
                         seed=c.seed, retriever=AnswerSwapRetriever(engine.retriever) if rate else None)
+
+
+def passage_texts(setup) -> dict:
+  """{passage id: text} of the world (what `traces.quote` quotes)."""
+  return {p["id"]: p["text"] for p in setup.world.passages}
 
 
 @dataclasses.dataclass
@@ -110,12 +117,12 @@ def start(c, timings: Optional[dict] = None) -> Start:
     _, sft_params = load_decoder(cache)
     sft_hist = MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read()
     traces = scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
-                             swap=False)
+                             passage_texts(setup), swap=False)
     parts.log(f"cold start: reusing {cache} (same cold-start config)")
     return Start(setup, cfg, sft_params, tok, mesh, sft_hist, traces, template)
 
   t0 = time.perf_counter()
-  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"])
+  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"], passage_texts(setup))
   mark("sft_traces", t0)
   t0 = time.perf_counter()
   sft_params, sft_hist = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
@@ -128,7 +135,7 @@ def start(c, timings: Optional[dict] = None) -> Start:
   write_json_atomic(meta_path, {"fingerprint": json_safe(fingerprint)})
   shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)   # the exported policy supersedes them
   probe_traces = (scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
-                                  swap=False)
+                                  passage_texts(setup), swap=False)
                   if c.traces.get("swap_answer_rate", 0.0) else (rows_t, rows_l))
   return Start(setup, cfg, sft_params, tok, mesh, sft_hist, probe_traces, template)
 
@@ -180,7 +187,8 @@ def copy_probe(c, s: Start, policies: dict) -> dict:
   n = c.probe.traces
   if n <= 0:
     return {}
-  test_t, test_l = scripted_traces(c, s.template, s.setup.splits["test"][:n], swap=False)
+  test_t, test_l = scripted_traces(c, s.template, s.setup.splits["test"][:n],
+                                   passage_texts(s.setup), swap=False)
   train_t, train_l = s.train_traces
   out = {}
   for name, params in policies.items():
