@@ -65,11 +65,13 @@ def get_config(arg: str = "default"):
   # Decisions demonstrated imperfectly (shares of traces; ragjax.data.world_traces): answer
   # without searching, stop a 2-hop question after its first hop, give up after a failed
   # search.  The skills (copying names into queries, values into answers) are always right.
-  # swap_answer_rate: counterfactual answers (ragjax.data.world_traces.swap_answers): that
+  # quote: each turn after a search opens with `<think> the passage's sentence that states the
+  # value found </think>` (ragjax.data.world_traces.with_quotes), which turns reading a value
+  # off a passage into copying.  swap_answer_rate: counterfactual answers (swap_answers): that
   # share of entity traces states another value of the same kind in the passages and the
   # answer, so recalling a training fact is wrong and reading the passage is right.
   c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, no_search_rate=0.0,
-                                    first_hop_stop_rate=0.0, give_up_rate=0.0,
+                                    first_hop_stop_rate=0.0, give_up_rate=0.0, quote=False,
                                     swap_answer_rate=0.0, chunk=64 if toy else 500))
 
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).

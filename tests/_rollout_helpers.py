@@ -4,10 +4,10 @@ here, and a scripted policy with the sampler's API that emits forced token seque
 from __future__ import annotations
 
 import functools
-import tempfile
 
 import numpy as np
 
+from conftest import temp_dir
 from ragjax.rollout.protocols import search_r1, autorefine, ur2, rezero
 from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
@@ -107,7 +107,7 @@ def bm25_retriever():
   from ragjax.retrieval.types import Passage
   from ragjax.retrieval.retrievers import BM25Retriever
   from ragjax.retrieval.store import PassageStore, write_store
-  d = tempfile.mkdtemp(prefix="rollout_bm25_")
+  d = temp_dir("rollout_bm25_")
   write_store([Passage(i, t, x) for i, t, x in PASSAGES], d)
   store = PassageStore(d)
   return BM25Retriever(store, BM25Index.build(store.contents()))

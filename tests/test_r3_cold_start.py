@@ -5,7 +5,6 @@ package reading the output back, and the gold rule judge's replies."""
 
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -23,10 +22,10 @@ from ragjax.services.templates import render_r3_answer, render_r3_relevance, ren
 
 
 @pytest.fixture(scope="module")
-def world():
+def world(tmp_path_factory):
   w = generate_world(WorldConfig(seed=0, num_train=30, num_dev=4, num_test=4, num_people=30,
                                  num_places=10, num_orgs=8, num_works=12, retry_groups=6))
-  d = tempfile.mkdtemp(prefix="r3_cold_start_bm25_")
+  d = str(tmp_path_factory.mktemp("r3_cold_start_bm25"))
   write_store([Passage(p["id"], p["title"], p["text"]) for p in w.passages], d)
   store = PassageStore(d)
   records = [e.to_record() for e in w.questions["train"]]

@@ -8,12 +8,12 @@ import functools
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import requests
 
 from _retrieval_helpers import REPO
+from conftest import temp_dir
 from _rollout_helpers import tokenizer
 
 MAX_PROMPT = 2048     # the UR² summary prompt with a few passages fits
@@ -32,7 +32,7 @@ def checkpoint_dir(chat: bool = True) -> str:
       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
       initializer_range=0.3, eos_token_id=eos, bos_token_id=None, pad_token_id=0,
       tie_word_embeddings=True))
-  d = tempfile.mkdtemp(prefix="services_ckpt_")
+  d = temp_dir("services_ckpt_")
   model.float().eval().save_pretrained(d)
   tok.save_pretrained(d)
   return d
