@@ -51,6 +51,7 @@ def world_config():
       obs_max_tokens=160))
   c.sampler.max_new_tokens = 48          # a turn is a refine block plus a search
   c.traces.refine = True
+  c.traces.quote = False                 # the refine block is AutoRefine's own reading step
   c.rl.rewards = {"autorefine": 1.0}
   c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
   c.rl.metrics = ("autorefine",)
