@@ -22,6 +22,10 @@ opens with a `<refine>` block distilling them, as AutoRefine's policy is taught 
 each search: the value the search found (a hop's answer, or the namesake's for a retry's
 first query), or "not found" for the question searched as a whole.
 
+With `quote=True` (`with_quotes`, the embedded default) every turn after documents opens with
+Search-R1's `<think>` block quoting the passage's sentence that states the value found, so the
+answer or the next query copies a value from a few tokens back instead of looking it up.
+
 Counterfactual answers (`swap_answers` with `AnswerSwapRetriever`): in a share of the entity
 questions the final value is replaced by another training question's value of the same
 relation, in the demonstrated answer and in every passage the trace retrieves.  A policy

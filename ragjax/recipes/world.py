@@ -55,7 +55,8 @@ def scripted_traces(c, engine, records, passages=None, *, swap: bool = True):
                          quote=c.traces.get("quote", False), passages=passages)
   return teacher_traces(engine, records, scripts, max_new_tokens=c.sampler.max_new_tokens,
                         cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
-                        seed=c.seed, retriever=AnswerSwapRetriever(engine.retriever) if rate else None)
+                        seed=c.seed,
+                        retriever=AnswerSwapRetriever(engine.retriever) if rate else None)
 
 
 def passage_texts(setup) -> dict:
