@@ -133,7 +133,7 @@ def test_the_update_ratio_uses_mu(runs):
     assert r["ratio"] == pytest.approx(r["rex_rag/ratio_at_old"], rel=1e-4, abs=1e-5)
     assert r["rex_rag/mu_over_old/original"] == pytest.approx(1 - r["rex_rag/a"], rel=1e-5)
     if r["rex_rag/clones_kept"]:
-      assert abs(r["ratio"] - 1) > 1e-3
+      assert abs(r["ratio"] - 1) > 2e-4           # beyond the 1e-4 agreement checked above
       assert r["rex_rag/mu_over_old/continuation"] == pytest.approx(1.0, rel=1e-6)
       assert "rex_rag/mu_over_old/prompt" in r        # the inserted prompt is trained on
 
