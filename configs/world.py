@@ -59,7 +59,7 @@ def get_config(arg: str = "default"):
   # Cold start: SFT on teacher-forced search traces (R3-RAG's recipe; see ragjax.data.world_traces).
   # context_weight: language modelling of the prompt and documents too (the from-scratch
   # policy has never read text; the documents' repeated names teach it to copy).
-  c.sft.update(dict(steps=4 if toy else 500, batch_size=8 if toy else 32, lr=5e-3,
+  c.sft.update(dict(steps=4 if toy else 800, batch_size=8 if toy else 32, lr=5e-3,
                     warmup_steps=1 if toy else 40, min_lr_ratio=0.1, weight_decay=0.01,
                     gather=True, context_weight=0.5, log_every=1 if toy else 10))
   # The cold start is right in its skills and imperfect in its decisions, as a base model is,
@@ -87,10 +87,10 @@ def get_config(arg: str = "default"):
       mini_batch_size=0, micro_batch_size=0, reward_kwargs={}))
   c.rl.rewards = {"em": 1.0}
   c.optim.update(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
-                      min_lr_ratio=0.0, total_steps=2 if toy else 120, b1=0.9, b2=0.999,
+                      min_lr_ratio=0.0, total_steps=2 if toy else 80, b1=0.9, b2=0.999,
                       eps=1e-8, weight_decay=0.0, grad_clip=1.0))
   c.trainer.update(dict(
-      num_steps=2 if toy else 120, batch_prompts=4 if toy else 16, eval_every=1 if toy else 20,
+      num_steps=2 if toy else 80, batch_prompts=4 if toy else 16, eval_every=1 if toy else 20,
       eval_prompts=16 if toy else 100, save_every=1 if toy else 10, max_to_keep=1,
       keep_best_metric="dev/em", keep_best=True, tensorboard=True))
   c.eval.update(dict(batch_size=16 if toy else 100, max_questions=0))
