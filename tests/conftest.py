@@ -11,11 +11,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")   # the same in both workers of one run
-_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ   # made here: removed at the end
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      os.path.join(tempfile.gettempdir(), f"ragjax-tests-jax-cache-{_RUN}")
-                      if _RUN else tempfile.mkdtemp(prefix="ragjax-tests-jax-cache-"))
+# One directory per run for the compilation cache and helpers' temp dirs: made by the
+# controller and inherited by the xdist workers and by every subprocess a test starts (through
+# the environment); the controller removes it when the run ends (xdist workers skip atexit).
+_MADE_HERE = "RAGJAX_TEST_RUN_DIR" not in os.environ
+if _MADE_HERE:
+  os.environ["RAGJAX_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="ragjax-tests-")
+_RUN_DIR = os.environ["RAGJAX_TEST_RUN_DIR"]
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN_DIR, "jax-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -35,15 +38,15 @@ def pytest_addoption(parser):
 
 
 def pytest_sessionfinish(session, exitstatus):
-  """The run's compilation cache goes when the run ends (in the controller, after every xdist
-  worker; a cache the caller named stays)."""
-  if _OWN_CACHE and not hasattr(session.config, "workerinput"):
-    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+  """The run's directory (compilation cache, helpers' temp dirs) goes when the run ends, in
+  the controller, after every xdist worker."""
+  if _MADE_HERE and not hasattr(session.config, "workerinput"):
+    shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
 def temp_dir(prefix: str) -> str:
-  """A temporary directory removed when the test process exits (for cached helpers that have
-  no `tmp_path`)."""
-  d = tempfile.mkdtemp(prefix=prefix)
+  """A temporary directory inside the run's directory (for cached helpers that have no
+  `tmp_path`); removed with it at the end of the run, or at exit of a lone process."""
+  d = tempfile.mkdtemp(prefix=prefix, dir=_RUN_DIR)
   atexit.register(shutil.rmtree, d, True)
   return d
