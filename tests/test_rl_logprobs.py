@@ -46,8 +46,8 @@ def test_sequence_logprobs_match_decoder_logits():
 
 def test_chunked_never_builds_full_logits():
   """The jaxpr of the chunked path holds no [B, T, V] array (forward or backward)."""
-  h = jnp.zeros((2, 8, 16))
-  w = jnp.zeros((16, 4096))
+  h = jnp.zeros((2, 8, 24))
+  w = jnp.zeros((24, 4096))
   y = jnp.zeros((2, 8), jnp.int32)
   jaxpr = jax.make_jaxpr(jax.grad(lambda h, w: chunked_logprobs(h, w, y, chunk=512)[0].sum(),
                                   argnums=(0, 1)))(h, w)
@@ -62,5 +62,5 @@ def test_chunked_never_builds_full_logits():
           if hasattr(sub, "jaxpr"):
             walk(sub.jaxpr if hasattr(sub.jaxpr, "eqns") else sub.jaxpr.jaxpr)
   walk(jaxpr.jaxpr)
-  assert (2, 8, 512) in shapes                        # chunks exist
-  assert not any(s[-1:] == (4096,) and len(s) == 3 for s in shapes)
+  assert (16, 512) in shapes                          # chunks of the 2 x 8 tokens exist
+  assert not any(s[-1:] == (4096,) and s[:1] in ((2,), (16,)) for s in shapes)

@@ -82,7 +82,9 @@ def test_sharded_equals_unsharded_on_8_devices():
   ref, mr, _, _ = _run("sgd", 1)
   got, mg, _, sh = _run("sgd", 2, sharded=True)
   _close(ref.params, got.params)
-  np.testing.assert_allclose(mr[-1]["loss"], mg[-1]["loss"], rtol=1e-5)
+  # The loss is a small difference (about 4e-3), so float32 reduction order alone moves it
+  # by ~1e-5 relative: the absolute bound says what float32 promises here.
+  np.testing.assert_allclose(mr[-1]["loss"], mg[-1]["loss"], rtol=1e-5, atol=1e-7)
   # the params really are split: embedding [V, E] over tensor x fsdp
   emb = sh.params["embed_tokens"]["embedding"]
   assert len(emb.device_set) == 8 and not emb.is_fully_replicated

@@ -4,7 +4,7 @@ With V = 152k a full logits tensor for B*T = 64k tokens is 40 GB in float32.  We
 vocab chunks of the [E, V] unembedding keeping an online logsumexp (running max m, scaled sum
 s = sum e^(z-m), and u = sum e^(z-m) z for the entropy), and pick the target logit from
 whichever chunk holds it.  The scan body is rematerialised, so the backward pass also holds
-only one [B, T, chunk] block at a time.
+only one [B, T, chunk] block at a time (a vocabulary of one chunk is not scanned).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig, as_dtype
-from ragjax.models.decoder import Decoder, unembedding
+from ragjax.models.decoder import Decoder, tokens_flat, unembedding
 
 
 def chunked_logprobs(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray,
                      chunk: int = 8192, compute_dtype=None):
-  """log softmax(hidden @ w)[targets] and entropy, each [B, T], float32.
+  """log softmax(hidden @ w)[targets] and entropy, each shaped as targets, float32.
 
-  hidden [B, T, E], w [E, V], targets [B, T] int.  V need not divide by `chunk` (the tail chunk
+  hidden [B, T, E] (any leading axes), w [E, V], targets [B, T] int.  V need not divide by `chunk` (the tail chunk
   is padded with masked columns).
   """
   e, v = w.shape
@@ -31,35 +31,46 @@ def chunked_logprobs(hidden: jnp.ndarray, w: jnp.ndarray, targets: jnp.ndarray,
   dt = compute_dtype or hidden.dtype
   wp = jnp.pad(w, ((0, 0), (0, pad))) if pad else w
   w_chunks = wp.reshape(e, n, chunk).transpose(1, 0, 2)            # [n, E, C]
-  h = hidden.astype(dt)
+  # One token axis (see ragjax.models.decoder.tokens_flat): the unembedding's gradient is
+  # then contracted in place instead of after a transposed copy of the whole logits block.
+  shape = targets.shape
+  h = tokens_flat(hidden).astype(dt)
+  targets = targets.reshape(-1)
   neg = jnp.float32(-jnp.inf)
 
-  @jax.checkpoint
   def body(carry, xs):
-    m, s, u, tgt = carry
+    m, s, u = carry
     wc, start = xs
-    z = jnp.einsum("bte,ec->btc", h, wc.astype(dt), preferred_element_type=jnp.float32)
-    cols = start + jnp.arange(chunk)
-    z = jnp.where(cols < v, z, neg)
-    m_new = jnp.maximum(m, z.max(axis=-1))
+    z = jnp.einsum("te,ec->tc", h, wc.astype(dt), preferred_element_type=jnp.float32)
+    zf = z
+    if pad:                    # the tail chunk's padded columns take no probability
+      real = start + jnp.arange(chunk) < v
+      z, zf = jnp.where(real, z, neg), jnp.where(real, z, 0.0)
+    # The shift is a constant of the logsumexp (the result does not depend on it), so no
+    # gradient flows through it: the max's own backward pass would double this block's cost.
+    m_new = jax.lax.stop_gradient(jnp.maximum(m, z.max(axis=-1)))
     scale = jnp.exp(m - m_new)
     p = jnp.exp(z - m_new[..., None])
-    zf = jnp.where(cols < v, z, 0.0)
     s = s * scale + p.sum(-1)
     u = u * scale + (p * zf).sum(-1)
-    local = targets - start
-    inside = (local >= 0) & (local < chunk)
-    picked = jnp.take_along_axis(z, jnp.clip(local, 0, chunk - 1)[..., None], axis=-1)[..., 0]
-    tgt = jnp.where(inside, picked, tgt)
-    return (m_new, s, u, tgt), None
+    return (m_new, s, u), None
 
-  b, t = targets.shape
-  init = (jnp.full((b, t), -jnp.inf, jnp.float32), jnp.zeros((b, t), jnp.float32),
-          jnp.zeros((b, t), jnp.float32), jnp.zeros((b, t), jnp.float32))
+  init = (jnp.full(targets.shape, -jnp.inf, jnp.float32), jnp.zeros(targets.shape, jnp.float32),
+          jnp.zeros(targets.shape, jnp.float32))
   starts = jnp.arange(n, dtype=targets.dtype) * chunk
-  (m, s, u, tgt), _ = jax.lax.scan(body, init, (w_chunks, starts))
+  if n == 1:
+    # The whole vocabulary is one chunk: nothing to scan, and rematerialising the block
+    # would only compute the logits and their exponentials a second time in the backward
+    # pass; the backward holds the one [B, T, V] block either way.
+    (m, s, u), _ = body(init, (w_chunks[0], starts[0]))
+  else:
+    (m, s, u), _ = jax.lax.scan(jax.checkpoint(body), init, (w_chunks, starts))
+  # The target's logit straight from its unembedding column: picking it out of the logits
+  # block would scatter into the whole block in the backward pass.
+  tgt = jnp.einsum("te,te->t", h, jnp.take(w.T, targets, axis=0).astype(dt),
+                   preferred_element_type=jnp.float32)
   logz = m + jnp.log(s)
-  return tgt - logz, logz - u / s
+  return (tgt - logz).reshape(shape), (logz - u / s).reshape(shape)
 
 
 def full_logprobs(hidden, w, targets):
