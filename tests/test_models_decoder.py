@@ -35,6 +35,20 @@ def test_logits_match_transformers_on_padded_batch(checkpoint, scan_layers):
     assert cfg.qkv_bias and cfg.tie_word_embeddings and "lm_head" not in params
 
 
+def test_causal_query_blocks_match_transformers(checkpoint, monkeypatch):
+  """Full-sequence attention in query blocks (each against the keys up to its end) gives
+  transformers' logits: blocks of 4 over 11 tokens (4 + 4 + 3), padded rows included."""
+  from ragjax.models import decoder
+  monkeypatch.setattr(decoder, "CAUSAL_BLOCK", 4)
+  kind, path, model = checkpoint
+  cfg, params = load_decoder(path)
+  tokens, mask = padded_batch(cfg.vocab_size, LENGTHS)
+  out, _ = Decoder(cfg).apply({"params": params}, jnp.asarray(tokens),
+                              attention_mask=jnp.asarray(mask))
+  diff = np.abs(np.asarray(out) - torch_logits(model, tokens, mask))[mask.astype(bool)]
+  assert diff.max() <= 1e-4, f"{kind}: max |dlogit| {diff.max()}"
+
+
 @pytest.mark.parametrize("layout", ["per_layer", "stacked", "scan"])
 def test_cached_decoding_equals_full_forward(checkpoint, layout):
   """Prefill a prefix, then feed the rest one token at a time: same logits as one pass, in

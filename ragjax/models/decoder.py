@@ -57,6 +57,27 @@ def _attend_heads_major(qh, keys, values, valid, groups: int, dt):
   return (out.astype(jnp.float32) / norm).astype(dt)
 
 
+# Full-sequence (training, scoring) attention runs in query blocks of this many tokens, each
+# against the keys up to its own end: causal attention never reads the rest, so a sequence of
+# n blocks computes (n + 1) / 2n of the score tensor (0.75 at 256 tokens, 0.625 at 512).
+CAUSAL_BLOCK = 128
+
+
+def _attend_causal_blocks(qg, keys, values, valid, dt, block: int):
+  """Causal attention of qg [B, KVH, G, T, D] in query blocks (see CAUSAL_BLOCK): block i's
+  queries attend keys / values [B, KVH, :end_i, D] under valid [B, T, :end_i] ->
+  [B, KVH, G*T, D], as `_attend_heads_major` over all keys gives."""
+  b, kvh, g, t, d = qg.shape
+  outs = []
+  for start in range(0, t, block):
+    end = min(start + block, t)
+    qb = qg[:, :, :, start:end].reshape(b, kvh, g * (end - start), d)
+    ob = _attend_heads_major(qb, keys[:, :, :end], values[:, :, :end],
+                             valid[:, start:end, :end], g, dt)
+    outs.append(ob.reshape(b, kvh, g, end - start, d))
+  return jnp.concatenate(outs, axis=3).reshape(b, kvh, g * t, d)
+
+
 def _mix_heads_major(probs, values):
   """probs [B, KVH, G, T, S] x values [B, KVH, S, D] -> [B, KVH, G*T, D] as one batched
   matmul: written as an einsum, XLA's CPU backend contracts S as the values' leading
@@ -146,7 +167,10 @@ class Attention(nn.Module):
       qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
       valid_b = jnp.broadcast_to(valid, (b,) + valid.shape[1:])
       n = self.attention_rows if kv is not None else 0
-      if n and b % n == 0 and b > n:
+      if kv is None and t >= 2 * CAUSAL_BLOCK:
+        out = _attend_causal_blocks(qg.transpose(0, 2, 3, 1, 4), keys, values, valid_b, dt,
+                                    CAUSAL_BLOCK)
+      elif n and b % n == 0 and b > n:
         chunk = lambda x: x.reshape((b // n, n) + x.shape[1:])
         out = jax.lax.map(lambda a: _attend_heads_major(*a, g, dt),
                           (chunk(qh), chunk(keys), chunk(values), chunk(valid_b)))
