@@ -50,7 +50,7 @@ def world_config():
   the six reward terms and ReZero's GRPO with LoRA, under a noisy retriever (each gold passage
   dropped with probability 0.5).  Decisions for this scale: exact match stands in for the judge
   (a from-scratch policy of the world cannot read the judge prompt), LoRA rank 8 (the policy
-  is 96 wide) at lr 1e-3, the world's steps and batch, and a stop after `</answer>` (the
+  is 128 wide) at lr 1e-3, the world's steps and batch, and a stop after `</answer>` (the
   world's cold-start traces end there, without an end-of-turn token).  For
   `python -m ragjax.ablate`."""
   import world
