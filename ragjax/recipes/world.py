@@ -214,7 +214,8 @@ def headline(results: Sequence[SystemResult]) -> dict:
       "test_entity_em_without_retrieval": str(ent_no),
       "test_em_with_retrieval": str(em_rl),
       "test_em_without_retrieval": str(em_no),
-      "retrieval_ratio": (em_rl.mean / em_no.mean) if em_no.mean > 0 else float("inf"),
+      # None (null in summary.json, which stays strict JSON) when no-retrieval EM is 0
+      "retrieval_ratio": round(em_rl.mean / em_no.mean, 2) if em_no.mean > 0 else None,
       "test_em_cold_start": str(bootstrap_mean(sft.em)),
       "grpo_minus_cold_start": str(bootstrap_diff(rl.em, sft.em)),
       "test_em_multi_hop": str(bootstrap_mean(multi)),
