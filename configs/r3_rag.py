@@ -151,7 +151,8 @@ def get_config(arg: str = "tiny"):
                           save_every=1, max_to_keep=3, tensorboard=False))
     c.r3.eval_splits = ("test",)
     c.eval.update(dict(batch_size=4, max_questions=4))
-  if world:  # the embedded world (configs/world.py's world; its 96-wide policy of before 2026-11-26), for ablations
+  if world:  # the embedded world for ablations: configs/world.py's world, and the 96-wide
+              # policy that config had until 2026-11-26
     c.world.update(dict(seed=0, train_worlds=4, num_train=800, num_dev=64, num_test=128,
                         num_people=40, num_places=12, num_orgs=10, num_works=20,
                         retry_groups=8, min_passage_words=12, name_lexicon=300))
