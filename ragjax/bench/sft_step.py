@@ -73,7 +73,8 @@ def matmul_rate(m: int, k: int, n: int, reps: int = 10) -> float:
 
 
 def time_width(cfg, state, update_of, rows_t, rows_l, idx, width, sft, steps):
-  """(compile s, median step s, trained tokens) of `steps` updates on one padded batch."""
+  """(state, compile s, median step s, trained tokens) of `steps` updates on one padded
+  batch of `sft.batch_size` traces drawn in turn from `idx`."""
   pick = [idx[i % len(idx)] for i in range(sft.batch_size)]
   tokens = pad_rows([rows_t[i] for i in pick], width, 0, np.int32)
   labels = pad_rows([rows_l[i] for i in pick], width, Source.PAD, LABEL_DTYPE)

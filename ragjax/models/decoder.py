@@ -164,12 +164,12 @@ class Attention(nn.Module):
       # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
       # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
       # transposes the whole score tensor: 2x the attention time of an extend).
-      qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
+      q_major = qg.transpose(0, 2, 3, 1, 4)                              # [B, KVH, G, T, D]
+      qh = q_major.reshape(b, kvh, g * t, d)
       valid_b = jnp.broadcast_to(valid, (b,) + valid.shape[1:])
       n = self.attention_rows if kv is not None else 0
       if kv is None and t >= 2 * CAUSAL_BLOCK:
-        out = _attend_causal_blocks(qg.transpose(0, 2, 3, 1, 4), keys, values, valid_b, dt,
-                                    CAUSAL_BLOCK)
+        out = _attend_causal_blocks(q_major, keys, values, valid_b, dt, CAUSAL_BLOCK)
       elif n and b % n == 0 and b > n:
         chunk = lambda x: x.reshape((b // n, n) + x.shape[1:])
         out = jax.lax.map(lambda a: _attend_heads_major(*a, g, dt),
