@@ -83,20 +83,21 @@ def test_rows_at_different_slots_extend_independently():
   cfg = get_preset("tiny")
   params = init_params(cfg, __import__("jax").random.PRNGKey(0))
   model = Decoder(cfg)
+  apply = __import__("jax").jit(model.apply)        # op by op it costs seconds of dispatch
   rng = np.random.RandomState(3)
   seqs = [rng.randint(0, cfg.vocab_size, n) for n in (9, 5)]
   cache = init_cache(cfg, 2, 16)
   # Prefill both rows to their own lengths (right padded), then append 3 tokens to each.
   pre = np.zeros((2, 6), np.int32)
   pre[0], pre[1, :3] = seqs[0][:6], seqs[1][:3]
-  _, cache = model.apply({"params": params}, jnp.asarray(pre), cache=cache,
+  _, cache = apply({"params": params}, jnp.asarray(pre), cache=cache,
                          cache_start=jnp.zeros(2, jnp.int32))
   ext = np.stack([seqs[0][6:9], seqs[1][3:6] if len(seqs[1]) >= 6 else np.r_[seqs[1][3:], 0]])
-  lg, cache = model.apply({"params": params}, jnp.asarray(ext), cache=cache,
+  lg, cache = apply({"params": params}, jnp.asarray(ext), cache=cache,
                           cache_start=jnp.asarray([6, 3], jnp.int32))
   for row, n_prev in ((0, 6), (1, 3)):
     seq = np.r_[pre[row, :n_prev], ext[row]]
-    ref, _ = model.apply({"params": params}, jnp.asarray(seq[None]))
+    ref, _ = apply({"params": params}, jnp.asarray(seq[None]))
     np.testing.assert_allclose(np.asarray(lg[row]), np.asarray(ref[0, n_prev:]), atol=1e-5)
 
 
@@ -125,12 +126,13 @@ def test_remat_scan_gradients_equal_plain_and_bf16_runs():
     out, _ = Decoder(c).apply({"params": p}, tokens)
     return (out ** 2).mean()
 
-  g_plain = jax.grad(lambda p: loss(plain, p))(params)
-  g_remat = jax.grad(lambda p: loss(cfg, p))(stacked)
+  # Jitted: op-by-op (eager) gradients of even this tiny model cost seconds of dispatch.
+  g_plain = jax.jit(jax.grad(lambda p: loss(plain, p)))(params)
+  g_remat = jax.jit(jax.grad(lambda p: loss(cfg, p)))(stacked)
   np.testing.assert_allclose(np.asarray(g_remat["layers"]["layer"]["mlp"]["up_proj"]["kernel"][1]),
                              np.asarray(g_plain["layers_1"]["mlp"]["up_proj"]["kernel"]), atol=1e-6)
   bf = plain.replace(dtype="bfloat16", param_dtype="bfloat16")
   p16 = init_params(bf, jax.random.PRNGKey(0))
   assert p16["norm"]["scale"].dtype == jnp.bfloat16
-  out, _ = Decoder(bf).apply({"params": p16}, tokens)
+  out, _ = jax.jit(Decoder(bf).apply)({"params": p16}, tokens)
   assert bool(jnp.isfinite(out).all())
