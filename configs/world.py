@@ -89,7 +89,10 @@ def get_config(arg: str = "default"):
       loss_agg="token-mean", kl_coef=0.0, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
       use_sampler_logprobs=True, gather=True, temperature=1.0, logprob_chunk=4096, ppo_epochs=1,
-      mini_batch_size=0, micro_batch_size=0, reward_kwargs={}))
+      mini_batch_size=0, micro_batch_size=0 if toy else 16, reward_kwargs={}))
+  # micro_batch_size: one optimiser step over the 64 trajectories, its gradient summed over
+  # four slices of 16: a slice's activations (4,096 positions) stay in the CPU's caches, where
+  # the whole batch's spill to memory (update 0.95 -> 0.75 s; python -m ragjax.bench.grpo_step).
   c.rl.rewards = {"em": 1.0}
   c.optim.update(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                       min_lr_ratio=0.0, total_steps=2 if toy else 80, b1=0.9, b2=0.999,
