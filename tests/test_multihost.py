@@ -2,7 +2,8 @@
 `configs/search_r1.py:tiny` on 2 processes x 2 devices and on 4 processes x 1 device gives the
 losses of 1 process x 4 devices on the same global batch (4 prompts: one GRPO group per
 process in the 4-process run); a checkpoint written by 2 processes resumes in 1 and one written
-by 1 resumes in 2; a process that dies fails the job within a bounded time, not a hang."""
+by 1 resumes in 2; a process that dies (process 1 of that 2-process resume, after its step 3)
+fails the job within a bounded time, not a hang."""
 
 import json
 import os
@@ -61,6 +62,14 @@ def metrics(workdir):
     return [json.loads(l) for l in f if l.strip()]
 
 
+def logged_step(workdir, step) -> bool:
+  """True once `step`'s metrics line is complete in the (live) run's log."""
+  try:
+    return any(r["step"] == step for r in metrics(workdir))
+  except (OSError, ValueError):          # not written yet, or a line half-written
+    return False
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   logs = str(tmp_path_factory.mktemp("logs"))
@@ -86,26 +95,41 @@ def test_several_processes_give_the_one_process_losses(runs, layout):
   assert os.path.exists(os.path.join(other, "policy", "model.safetensors"))
 
 
-def test_checkpoints_move_between_process_counts(runs, tmp_path):
+@pytest.fixture(scope="module")
+def resumed(runs, tmp_path_factory):
+  """The 2-process checkpoint resumed in 1 process for a third step, and the 1-process one in
+  2 processes, whose process 1 is killed once step 3 is logged (the dead-process test): one
+  startup of each layout serves both tests."""
   one, two, _, logs = runs
-  a, b = str(tmp_path / "from_two"), str(tmp_path / "from_one")
+  a = str(tmp_path_factory.mktemp("resumed") / "from_two")
+  b = str(tmp_path_factory.mktemp("resumed") / "from_one")
   shutil.copytree(two, a)
   shutil.copytree(one, b)
-  finish(launch(a, 3, 1, 4, logs) + launch(b, 3, 2, 2, logs), logs)
-  ma, mb = metrics(a), metrics(b)
-  assert [r["step"] for r in ma] == [1, 2, 3] == [r["step"] for r in mb]
+  procs_a = launch(a, 3, 1, 4, logs)
+  procs_b = launch(b, 50, 2, 2, logs)
+  try:
+    deadline = time.time() + 900
+    while not logged_step(b, 3):
+      assert time.time() < deadline and all(p.poll() is None for p in procs_b), \
+          "the 2-process resume did not reach step 3"
+      time.sleep(1)
+    os.kill(procs_b[1].pid, signal.SIGKILL)
+    t0 = time.time()
+    rc = procs_b[0].wait(timeout=180)
+    elapsed = time.time() - t0
+  finally:
+    for p in procs_b:
+      if p.poll() is None:
+        p.kill()
+  finish(procs_a, logs)
+  return dict(from_two=a, from_one=b, rc=rc, elapsed=elapsed)
+
+
+def test_checkpoints_move_between_process_counts(resumed):
+  ma, mb = metrics(resumed["from_two"]), metrics(resumed["from_one"])
+  assert [r["step"] for r in ma] == [1, 2, 3] == [r["step"] for r in mb][:3]
   assert mb[2]["loss"] == pytest.approx(ma[2]["loss"], rel=2e-4, abs=1e-6)
 
 
-def test_a_dead_process_fails_the_job_in_bounded_time(tmp_path):
-  logs = str(tmp_path)
-  work = str(tmp_path / "work")
-  procs = launch(work, 50, 2, 1, logs)
-  deadline = time.time() + 600
-  while not os.path.exists(os.path.join(work, "rl", "metrics.jsonl")):
-    assert time.time() < deadline and all(p.poll() is None for p in procs), "run did not start"
-    time.sleep(1)
-  os.kill(procs[1].pid, signal.SIGKILL)
-  t0 = time.time()
-  rc = procs[0].wait(timeout=180)
-  assert rc != 0 and time.time() - t0 < 180
+def test_a_dead_process_fails_the_job_in_bounded_time(resumed):
+  assert resumed["rc"] != 0 and resumed["elapsed"] < 180
