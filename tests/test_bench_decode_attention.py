@@ -27,3 +27,26 @@ def test_command_reports_each_window(capsys):
     assert all(v > 0 for v in l["step_ms"].values()) and set(l["attention_ms"]) == {
         "stacked_window", "heads_major_window", "per_layer_full"}
     assert all(v > 0 for v in l["attention_ms"].values())
+    assert l["read_gb_per_s"] > 0 and l["read_floor_ms"] > 0 and l["floor_over_step"] > 0
+    assert l["step_bytes"] == decode_attention.decode_step_bytes(
+        decode_attention_config(), 2, l["window"])
+
+
+def decode_attention_config():
+  from ragjax.bench.rollout import model_config
+  return model_config("small", 8192, "float32")
+
+
+def test_step_bytes_by_hand():
+  """`small`: 4 layers of (q 256x256, k and v 256x128, o 256x256, their 512 biases, MLP
+  3 x 256x704, two norms of 256), a final norm and the 8192 x 256 table, tied: every parameter
+  is read (the table as the unembedding).  Untied, the table's lookup reads only the 2 rows'
+  embeddings and the separate unembedding counts instead.  Plus the window's keys and values."""
+  cfg = decode_attention_config()
+  layer = 65536 + 2 * 32768 + 65536 + 512 + 3 * 256 * 704 + 2 * 256
+  assert cfg.tie_word_embeddings and cfg.num_params() == 4 * layer + 256 + 8192 * 256
+  kv = 4 * 2 * 2 * 2 * 128 * 64            # layers x (k, v) x rows x kv heads x slots x dim
+  assert decode_attention.decode_step_bytes(cfg, 2, 128) == (cfg.num_params() + kv) * 4
+  untied = cfg.replace(tie_word_embeddings=False)
+  weights = 4 * layer + 256 + 8192 * 256 + 2 * 256
+  assert decode_attention.decode_step_bytes(untied, 2, 128) == (weights + kv) * 4

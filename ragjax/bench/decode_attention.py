@@ -22,6 +22,14 @@ the full-cache variant's softmax matches the window's; checked by
 `tests/test_bench_decode_attention.py`).  On a CPU the slices are materialised before the dot
 (a fresh copy of the window per layer per step), which costs more than the slots they skip;
 one JSON line per window says by how much.
+
+The roofline reference, measured in the same run: `read_gb_per_s` is the rate of a jitted sum
+over a 256 MB float32 array (best of `--repeats`), and `step_bytes` what a decode step must
+read at the least: every weight it multiplies by (all parameters but the embedding table, of
+which it gathers B rows; the table is read whole when tied as the unembedding) and the keys
+and values of the attended window.  `read_floor_ms` = step_bytes / read_gb_per_s, and
+`floor_over_step` the share of the grown-cache step it accounts for (1.0: the step runs at
+the memory system's read rate, and only reading less makes it faster).
 """
 
 from __future__ import annotations
@@ -42,6 +50,30 @@ def _median_ms(fn, args, repeats: int) -> float:
     jax.block_until_ready(fn(*args))
     times.append(time.perf_counter() - t0)
   return round(float(np.median(times)) * 1000, 2)
+
+
+def measured_read_bandwidth(repeats: int, mbytes: int = 256) -> float:
+  """Bytes per second of a jitted float32 sum over `mbytes` MB (best of `repeats`)."""
+  import jax
+  import jax.numpy as jnp
+  x = jnp.ones((mbytes * 2 ** 20 // 4,), jnp.float32)
+  f = jax.jit(jnp.sum)
+  jax.block_until_ready(f(x))
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(x))
+    best = min(best, time.perf_counter() - t0)
+  return x.size * 4 / best
+
+
+def decode_step_bytes(cfg, batch: int, window: int, bytes_per_value: int = 4) -> int:
+  """Least bytes a decode step reads (see the module docstring)."""
+  weights = cfg.num_params()
+  if not cfg.tie_word_embeddings:
+    weights -= cfg.vocab_size * cfg.hidden_size - batch * cfg.hidden_size
+  kv = cfg.num_layers * 2 * batch * cfg.num_kv_heads * window * cfg.head_dim
+  return (weights + kv) * bytes_per_value
 
 
 def attention_variants(layers, batch, cache, kv_heads, group, head_dim, window):
@@ -117,6 +149,7 @@ def main(argv=None) -> int:
   tok = jnp.zeros((b, 1), jnp.int32)
   starts = jnp.full((b,), args.position, jnp.int32)
   last = jnp.zeros((b,), jnp.int32)
+  read_rate = measured_read_bandwidth(args.repeats)
   for w in windows:
     step = jax.jit(lambda p, c, t, s, w=w: forward_into_cache(cfg, p, c, t, s, last, window=w),
                    donate_argnums=(1,))              # the sampler donates its cache too
@@ -136,6 +169,10 @@ def main(argv=None) -> int:
             "cache": args.cache, "window": w, "layers": cfg.num_layers,
             "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "step_ms": step_ms,
             "stacked_over_grown_step": round(step_ms["stacked"] / step_ms["per_layer_grown"], 2)}
+    floor_ms = decode_step_bytes(cfg, b, w) / read_rate * 1000
+    line.update(read_gb_per_s=round(read_rate / 1e9, 2), step_bytes=decode_step_bytes(cfg, b, w),
+                read_floor_ms=round(floor_ms, 2),
+                floor_over_step=round(floor_ms / step_ms["per_layer_grown"], 3))
     variants = attention_variants(cfg.num_layers, b, args.cache, cfg.num_kv_heads,
                                   cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, w)
     results = {name: _median_ms(fn, fargs, args.repeats) for name, (fn, fargs) in variants.items()}
