@@ -37,6 +37,28 @@ def pytest_addoption(parser):
                         "(RELIABILITY.md's full run: 10000)")
 
 
+# The files whose subprocess runs take minutes (CPU seconds of each alone, 2026-11-26: 280 for
+# test_multihost, 90-130 for each recipe), most first.  `--dist loadfile` hands files to the
+# two workers in collection order (with xdist's reordering by test count turned off in
+# pytest_configure: it put these few-test files last), so they start first and the run ends
+# on short files instead of one worker idling while the other finishes a long one.
+LONG_FILES = ("test_multihost.py", "test_recipe_search_r1.py", "test_recipe_r3_rag.py",
+              "test_recipe_rex_rag.py", "test_recipe_ur2.py", "test_recipe_autorefine_rezero.py",
+              "test_world_default.py", "test_rollout_sampler.py", "test_rl_trainer.py",
+              "test_rl_resume.py")
+
+
+def pytest_configure(config):
+  if hasattr(config.option, "loadscopereorder"):      # pytest-xdist present
+    config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+  """Long files first (see LONG_FILES); the rest keep their order."""
+  rank = {name: i for i, name in enumerate(LONG_FILES)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+
+
 def pytest_sessionfinish(session, exitstatus):
   """The run's directory (compilation cache, helpers' temp dirs) goes when the run ends, in
   the controller, after every xdist worker."""
