@@ -92,7 +92,8 @@ def get_config(arg: str = "default"):
       mini_batch_size=0, micro_batch_size=0 if toy else 16, reward_kwargs={}))
   # micro_batch_size: one optimiser step over the 64 trajectories, its gradient summed over
   # four slices of 16: a slice's activations (4,096 positions) stay in the CPU's caches, where
-  # the whole batch's spill to memory (update 0.95 -> 0.75 s; python -m ragjax.bench.grpo_step).
+  # the whole batch's activations spill to memory (update 0.95 -> 0.75 s;
+  # python -m ragjax.bench.grpo_step).
   c.rl.rewards = {"em": 1.0}
   c.optim.update(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                       min_lr_ratio=0.0, total_steps=2 if toy else 80, b1=0.9, b2=0.999,
