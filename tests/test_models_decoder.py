@@ -91,10 +91,10 @@ def test_rows_at_different_slots_extend_independently():
   pre = np.zeros((2, 6), np.int32)
   pre[0], pre[1, :3] = seqs[0][:6], seqs[1][:3]
   _, cache = apply({"params": params}, jnp.asarray(pre), cache=cache,
-                         cache_start=jnp.zeros(2, jnp.int32))
+                   cache_start=jnp.zeros(2, jnp.int32))
   ext = np.stack([seqs[0][6:9], seqs[1][3:6] if len(seqs[1]) >= 6 else np.r_[seqs[1][3:], 0]])
   lg, cache = apply({"params": params}, jnp.asarray(ext), cache=cache,
-                          cache_start=jnp.asarray([6, 3], jnp.int32))
+                    cache_start=jnp.asarray([6, 3], jnp.int32))
   for row, n_prev in ((0, 6), (1, 3)):
     seq = np.r_[pre[row, :n_prev], ext[row]]
     ref, _ = apply({"params": params}, jnp.asarray(seq[None]))

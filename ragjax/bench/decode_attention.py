@@ -56,15 +56,10 @@ def measured_read_bandwidth(repeats: int, mbytes: int = 256) -> float:
   """Bytes per second of a jitted float32 sum over `mbytes` MB (best of `repeats`)."""
   import jax
   import jax.numpy as jnp
+  from ragjax.bench.timing import best_time
   x = jnp.ones((mbytes * 2 ** 20 // 4,), jnp.float32)
   f = jax.jit(jnp.sum)
-  jax.block_until_ready(f(x))
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(x))
-    best = min(best, time.perf_counter() - t0)
-  return x.size * 4 / best
+  return x.size * 4 / best_time(lambda: jax.block_until_ready(f(x)), repeats, warmup=True)
 
 
 def decode_step_bytes(cfg, batch: int, window: int, bytes_per_value: int = 4) -> int:
@@ -169,8 +164,9 @@ def main(argv=None) -> int:
             "cache": args.cache, "window": w, "layers": cfg.num_layers,
             "kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim, "step_ms": step_ms,
             "stacked_over_grown_step": round(step_ms["stacked"] / step_ms["per_layer_grown"], 2)}
-    floor_ms = decode_step_bytes(cfg, b, w) / read_rate * 1000
-    line.update(read_gb_per_s=round(read_rate / 1e9, 2), step_bytes=decode_step_bytes(cfg, b, w),
+    step_bytes = decode_step_bytes(cfg, b, w)
+    floor_ms = step_bytes / read_rate * 1000
+    line.update(read_gb_per_s=round(read_rate / 1e9, 2), step_bytes=step_bytes,
                 read_floor_ms=round(floor_ms, 2),
                 floor_over_step=round(floor_ms / step_ms["per_layer_grown"], 3))
     variants = attention_variants(cfg.num_layers, b, args.cache, cfg.num_kv_heads,
