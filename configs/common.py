@@ -8,8 +8,9 @@ Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an un
 an error naming it):
   recipe, seed, workdir, progress      which `ragjax.recipes.<recipe>` runs, and where
   hardware    the accelerators the paper used, the default `--dry_run --target`
-  cpu_threads a CPU-only run uses this many cores (0: all), so its numbers match any machine
-              with that many (ragjax.parallel.cpu_threads)
+  cpu_threads, cpu_isa  a CPU-only run uses this many cores (0: all) and caps XLA's code at
+              this instruction set ("": the CPU's best), so its numbers match any machine with
+              that many cores and that instruction set (ragjax.parallel.cpu_threads)
   model       preset | checkpoint | a from-scratch shape; dtypes; scan / remat; lora (adapters)
   mesh        data, fsdp, tensor (one may be -1: the remaining devices)
   data        source "world" (the synthetic world below) or "files" (train/dev question files);
@@ -47,6 +48,7 @@ def get_config() -> ConfigDict:
   c.progress = True
   c.hardware = ""               # the paper's accelerators, for `--dry_run` (e.g. "h100x8")
   c.cpu_threads = 0             # CPU-only runs: pin to this many cores (0: all of them)
+  c.cpu_isa = ""                # CPU-only runs: XLA code for at most this ISA ("": the CPU's best)
 
   # preset: a named shape (ragjax.models.presets; random weights unless `checkpoint`);
   # checkpoint: an HF directory (its config.json wins); both empty: the shape below, from

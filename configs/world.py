@@ -26,9 +26,11 @@ def get_config(arg: str = "default"):
   c = common.get_config()
   c.recipe = "world"
   c.workdir = "runs/world-toy" if toy else "runs/world"
-  # Two cores, on any machine: XLA's CPU reductions split over as many threads as cores, so
-  # the same seed gave a different table on a 1-core machine (ragjax.parallel.cpu_threads).
+  # Two cores and AVX2 code, on any machine: XLA's CPU reductions split over as many threads as
+  # cores, so the same seed gave a different table on a 1-core machine, and its AVX-512 code
+  # computes other bits than its AVX2 code (ragjax.parallel.cpu_threads).
   c.cpu_threads = 2
+  c.cpu_isa = "AVX2"
 
   # Many small training worlds: a policy trained from scratch memorises the names of a few
   # worlds instead of learning to copy them (see BENCHMARKS.md); short passages keep the

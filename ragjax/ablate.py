@@ -48,8 +48,8 @@ def main(argv):
     arms = dict((parse_arm(flags.FLAGS.a), parse_arm(flags.FLAGS.b)))
     if len(arms) != 2:
       raise ValueError("the two arms need different names")
-    from ragjax.parallel.cpu_threads import pin
-    pin(flags.FLAGS.config.get("cpu_threads", 0))   # before JAX's CPU backend starts
+    from ragjax.parallel.cpu_threads import pin_config
+    pin_config(flags.FLAGS.config)   # before JAX's CPU backend starts
     from ragjax.recipes.ablation import ablate
     report = ablate(flags.FLAGS.config, arms, split=flags.FLAGS.split)
   print(report["table"])

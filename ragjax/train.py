@@ -42,9 +42,9 @@ def recipe_module(config):
 
 
 def run(config) -> dict:
-  from ragjax.parallel.cpu_threads import pin
+  from ragjax.parallel.cpu_threads import pin_config
   from ragjax.parallel.distributed import maybe_initialize
-  pin(config.get("cpu_threads", 0))      # before JAX's CPU backend sizes its thread pool
+  pin_config(config)      # before JAX's CPU backend sizes its thread pool and reads its flags
   maybe_initialize()
   for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
     import gin

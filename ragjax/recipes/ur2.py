@@ -133,7 +133,7 @@ def cold_start_records(records, seed: int) -> list[dict]:
 def start_fingerprint(c) -> dict:
   """What the shared start depends on: everything but the Stage-2 run's own sections."""
   stage2 = ("rl.", "optim.", "trainer.", "data.stages", "critic_optim", "eval.", "workdir",
-            "progress", "hardware", "cpu_threads", "mesh.")
+            "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.")
   return {k: v for k, v in flatten(c).items() if not k.startswith(stage2)}
 
 

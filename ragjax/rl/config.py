@@ -158,7 +158,8 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "retriever.timeout", "retriever.deadline",
-                  "workdir", "progress", "hardware", "cpu_threads", "mesh.", "eval.", "probe.",
+                  "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
+                  "probe.",
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
                   "judge.max_retries", "judge.timeout")
