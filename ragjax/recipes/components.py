@@ -172,13 +172,14 @@ def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
   """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
   from ragjax.eval.systems import evaluate_system
   from ragjax.retrieval.types import NullRetriever
-  results = []
+  results, sampler = [], None
   for split in splits:
     recs = s.setup.splits[split][:c.eval.max_questions or None]
     for name, params, with_retrieval in systems:
       ret = s.setup.retriever if with_retrieval else NullRetriever()
       engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[],
-                           evaluation=True)
+                           evaluation=True, sampler=sampler)
+      sampler = engine.policy              # one sampler, compiled once, for every system
       results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
                                      seed=c.seed))
   return results
@@ -342,9 +343,11 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   if opts.metric != "em":
     from ragjax.metrics.by_task import answer_score
     score = lambda answer, rec: answer_score(opts.metric, answer, rec)  # noqa: E731
-  results = []
+  results, sampler = [], None
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
-    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True)
+    engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True,
+                         sampler=sampler)
+    sampler = engine.policy
     results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
                                    score=score))
   if opts.samples:

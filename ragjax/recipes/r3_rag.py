@@ -226,12 +226,14 @@ def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
            make_chat(c, "judge", policy=(s.cfg, s.params, s.tokenizer), setup=s.setup,
                      mesh=s.mesh))
   ec = eval_config(c)
-  out = []
+  out, sampler = [], None
   for split in splits:
     recs = s.setup.splits[split][:c.eval.max_questions or None]
     for name, params, with_retrieval in systems:
       ret = s.setup.retriever if with_retrieval else NullRetriever()
-      engine = make_engine(ec, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[])
+      engine = make_engine(ec, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[],
+                           sampler=sampler)
+      sampler = engine.policy
       out.append(evaluate_r3(name, engine, recs, split, judge=judge,
                              batch_size=c.eval.batch_size, seed=c.seed))
   return out

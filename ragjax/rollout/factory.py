@@ -83,14 +83,23 @@ def make_hooks(c) -> list:
 
 def make_engine(c, model_cfg, params, tokenizer, retriever, *, greedy: bool,
                 temperature: Optional[float] = None, mesh=None, hooks=None,
-                evaluation: bool = False) -> RolloutEngine:
+                evaluation: bool = False, sampler: Optional[Sampler] = None) -> RolloutEngine:
   """A `RolloutEngine` over a fresh JAX `Sampler` of `params`; `hooks` default to the
-  config's (`rollout.hooks`); evaluation engines pass `hooks=[]` and `evaluation=True`."""
+  config's (`rollout.hooks`); evaluation engines pass `hooks=[]` and `evaluation=True`.
+
+  `sampler`: reuse this one (an earlier engine's `policy`, made from the same config, greedy
+  flag and temperature) with `params` installed, so its compiled programs serve the new engine
+  too: evaluating several policies or retrievers one after the other compiles once."""
   protocol = protocol_from_config(c, evaluation)
   eos = tuple(model_cfg.eos_ids) or (tokenizer.eos_token_id,)
-  sampler = Sampler(model_cfg, params, tokenizer,
-                    sampler_config(c, protocol, eos, greedy=greedy, temperature=temperature),
-                    mesh=mesh)
+  config = sampler_config(c, protocol, eos, greedy=greedy, temperature=temperature)
+  if sampler is None:
+    sampler = Sampler(model_cfg, params, tokenizer, config, mesh=mesh)
+  elif sampler.cfg != model_cfg or sampler.config != config or sampler.mesh is not mesh:
+    raise ValueError("make_engine: the sampler to reuse was made for another model, sampler "
+                     "config or mesh")
+  else:
+    sampler.set_params(params)
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
   wave = wave_rows(c, model_cfg, None if mesh is None else mesh.shape, sampler.cache_dtype)
   return RolloutEngine(protocol, sampler, retriever, tokenizer, engine_config(c, pad_id, wave),
