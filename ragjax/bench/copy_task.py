@@ -9,6 +9,9 @@ predicted and is left out).
 
   python -m ragjax.bench.copy_task                  # offsets vary: needs an induction head
   python -m ragjax.bench.copy_task --fixed-offset   # control: a fixed offset is positional
+  python -m ragjax.bench.copy_task --tiled --length 64
+      # denser: a random period of 6..20 tokens repeated to the end, loss on every token
+      # after the first period (still an induction task: the period varies per row)
 
 It prints the loss every 100 steps next to the reference a non-copying model gets, the
 uniform guess ln(vocab); ratio = loss / ln(vocab) (1.0: nothing learned, ~0: copies).
@@ -21,6 +24,19 @@ import math
 import time
 
 import numpy as np
+
+
+def make_tiled_batch(rng: np.random.Generator, batch: int, length: int, vocab: int,
+                     low: int = 6, high: int = 20):
+  """tokens [B, T]: each row a random period of low..high tokens repeated to the end; the
+  loss mask [B, T] covers every token after the first period (minus the repeat's first)."""
+  x = np.zeros((batch, length), np.int32)
+  m = np.zeros((batch, length), np.float32)
+  for b in range(batch):
+    period = int(rng.integers(low, high + 1))
+    x[b] = np.resize(rng.integers(3, 3 + vocab, period), length)
+    m[b, period + 1:] = 1
+  return x, m
 
 
 def make_batch(rng: np.random.Generator, batch: int, length: int, vocab: int,
@@ -56,10 +72,16 @@ def main(argv=None) -> None:
   p.add_argument("--vocab", type=int, default=700, help="distinct tokens in the sequences")
   p.add_argument("--lr", type=float, default=3e-3)
   p.add_argument("--fixed-offset", action="store_true")
+  p.add_argument("--tiled", action="store_true",
+                 help="rows are a random 6..20-token period repeated (needs --length >= 44)")
   p.add_argument("--seed", type=int, default=0)
   a = p.parse_args(argv)
   if a.length < 32:
     raise SystemExit("--length must be >= 32 (room for a 12-token span, its repeat and a gap)")
+  if a.tiled and a.length < 44:
+    raise SystemExit("--tiled needs --length >= 44 (two periods of up to 20 tokens and more)")
+  if a.tiled and a.fixed_offset:
+    raise SystemExit("--tiled and --fixed-offset are two different tasks: pick one")
 
   m = get_config().model
   cfg = DecoderConfig(arch="qwen2", vocab_size=2048, hidden_size=m.hidden_size,
@@ -91,11 +113,13 @@ def main(argv=None) -> None:
   ref = math.log(a.vocab)
   n_params = sum(int(v.size) for v in jax.tree.leaves(params))
   print(f"policy {n_params / 1e6:.2f}M params ({m.num_layers} layers, hidden {m.hidden_size}); "
-        f"{'fixed' if a.fixed_offset else 'varying'} offsets; reference ln(vocab) = {ref:.3f}")
+        f"{'tiled periods' if a.tiled else 'fixed offsets' if a.fixed_offset else 'varying offsets'}"
+        f"; reference ln(vocab) = {ref:.3f}")
   t0, window = time.perf_counter(), []
   for i in range(1, a.steps + 1):
-    params, state, loss = step(params, state, *map(jnp.asarray, make_batch(
-        rng, a.batch, a.length, a.vocab, a.fixed_offset)))
+    data = (make_tiled_batch(rng, a.batch, a.length, a.vocab) if a.tiled else
+            make_batch(rng, a.batch, a.length, a.vocab, a.fixed_offset))
+    params, state, loss = step(params, state, *map(jnp.asarray, data))
     window.append(float(loss))
     if i % 100 == 0 or i == a.steps:
       mean = float(np.mean(window))
