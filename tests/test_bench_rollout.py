@@ -3,8 +3,6 @@ transformers loop produce identical trajectories, and the JSON line has every fi
 
 import json
 
-import pytest
-
 from ragjax.bench.rollout import LOOPS, main
 
 TINY = ["--preset", "test", "--corpus", "world", "--turns", "2", "--batch", "3",
@@ -39,9 +37,10 @@ def test_three_loops_agree_and_report(tmp_path, capsys):
 
 def test_chunked_turns_overlap_retrieval_and_agree(tmp_path):
   """`--decode-chunk` with a retriever that takes 4 ms per query: searches go to the retrieval
-  thread as rows end their turns (the planted grammar's turns differ in length), the engine
-  agrees on every row with the re-prefill loop and with itself on whole turns, and waits for
-  less retrieval time than the calls took."""
+  thread as rows end their turns (the planted grammar's turns differ in length) and run while
+  other rows decode; the engine agrees on every row with the re-prefill loop and with itself on
+  whole turns.  How much retrieval time that hides is the benchmark's number, not asserted: on a
+  loaded machine it can be none."""
   (result,) = main(TINY + ["--workdir", str(tmp_path), "--skip-hf", "--decode-chunk", "3",
                            "--retrieval-query-ms", "4"])
   assert result["identical"] is True
@@ -50,8 +49,7 @@ def test_chunked_turns_overlap_retrieval_and_agree(tmp_path):
   assert result["decode_chunk"] == 3
   eng, rep = result["loops"]["engine"], result["loops"]["reprefill"]
   assert eng["retrieval_call_s"] >= 0.004 * 3 * 2            # 3 rows x 2 searches
-  assert eng["time_s"]["retrieval"] < eng["retrieval_call_s"]
-  assert 0 < eng["retrieval_overlap"] <= 1
-  for whole in (rep, result["loops"]["whole_turns"]):    # whole turns wait for every call
-    assert whole["retrieval_overlap"] == pytest.approx(0, abs=0.1)
+  assert eng["searches_behind_decoding"] > 0
+  assert eng["retrieval_overlap"] <= 1
+  assert result["loops"]["whole_turns"]["searches_behind_decoding"] == 0
   assert eng["tokens_fed"]["decode"] == rep["tokens_fed"]["decode"] == result["policy_tokens"]

@@ -29,7 +29,8 @@ retrieval thread when its turn ends (`EngineConfig.decode_chunk`), and a fourth 
 `whole_turns`, is the same engine with whole turns;
 the line adds `ratio_engine_vs_whole_turns`, and each engine loop its `retrieval_call_s` (time
 inside retriever calls) beside the time the loop waited for them (`time_s.retrieval`) and the
-share hidden behind decoding (`retrieval_overlap`).  `--retrieval-ms` / `--retrieval-query-ms`
+share hidden behind decoding (`retrieval_overlap`), and the count of retriever calls that
+ran while other rows decoded (`searches_behind_decoding`).  `--retrieval-ms` / `--retrieval-query-ms`
 add latency per call / per query, as a retrieval server on another host has (the local BM25
 index answers a turn's queries in a few milliseconds).
 
@@ -190,6 +191,7 @@ def _engine_run(engine, timed, prompts):
   split["host"] = wall - sum(split.values())
   return batch, {"wall_s": wall, "time_s": split,
                  "retrieval_call_s": batch.timings["retrieval_s"],
+                 "searches_behind_decoding": batch.stats.get("searches_behind_decoding", 0),
                  "tokens_processed": dict(timed.positions), "tokens_fed": dict(timed.tokens)}
 
 
@@ -309,6 +311,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
       loops[name]["tokens_fed"] = stats["tokens_fed"]
     if stats.get("retrieval_call_s"):       # the share of retrieval time hidden behind decoding
       loops[name]["retrieval_call_s"] = round(stats["retrieval_call_s"], 3)
+      loops[name]["searches_behind_decoding"] = stats["searches_behind_decoding"]
       loops[name]["retrieval_overlap"] = round(
           1 - stats["time_s"]["retrieval"] / stats["retrieval_call_s"], 3)
     if "host_in_generate_s" in stats:

@@ -393,6 +393,9 @@ class RolloutEngine:
                              searching))
             waiting.update(searching)
             stop += searching              # no decoding past the search until its documents
+            if decoding():                 # the call runs while other rows decode on
+              self._stats["searches_behind_decoding"] = (
+                  self._stats.get("searches_behind_decoding", 0) + 1)
         # documents that arrived; wait for the searches when no row decodes
         while inflight:
           future, rows = inflight[0]
