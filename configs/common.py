@@ -72,7 +72,7 @@ def get_config() -> ConfigDict:
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
       num_places=25, num_orgs=20, num_works=40, retry_groups=20, min_passage_words=24,
-      name_lexicon=0))
+      name_lexicon=0, name_classes=False))
   # extra_tags: a protocol's tags as one token each (the Search-R1 tags always are)
   c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False,
                                 extra_tags=()))

@@ -4,6 +4,7 @@ import dataclasses
 import filecmp
 import glob
 import os
+import random
 import re
 
 import numpy as np
@@ -290,6 +291,41 @@ def test_name_lexicon_reuses_words_but_never_full_names_or_facts():
     generate_world(dataclasses.replace(cfg, name_lexicon=20))
   with pytest.raises(ValueError, match="name_lexicon"):
     WorldConfig(name_lexicon=-1)
+
+
+def test_name_classes_keep_each_kind_of_name_in_its_own_words():
+  """name_classes: given names, surnames, towns, groups and works' two words come from
+  disjoint parts of the lexicon, so no town or group shares a word with a person or a work
+  (with the halves alone, a town's word is a given name); the shared-stock guarantees hold,
+  and without the flag the world is the one the halves alone give."""
+  from ragjax.data.world_language import ORG_KINDS, PLACE_KINDS
+  from ragjax.data.world_names import CLASS_SHARES
+  cfg = WorldConfig(train_worlds=3, num_train=300, num_dev=20, num_test=40, num_people=30,
+                    num_places=10, num_orgs=8, num_works=12, retry_groups=6, name_lexicon=300)
+  halves, classes = generate_world(cfg), generate_world(dataclasses.replace(cfg, name_classes=True))
+
+  def words_by_kind(w):
+    out = {"person": set(), "place": set(), "org": set(), "work": set()}
+    for e in w.entities:
+      out[e.etype] |= set(e.name.split()) - set(ORG_KINDS) - set(PLACE_KINDS)
+    return out
+  by_kind = words_by_kind(classes)
+  for a in by_kind:
+    for b in by_kind:
+      assert a == b or not by_kind[a] & by_kind[b], (a, b)
+  assert len(by_kind["place"]) <= round(dict(CLASS_SHARES)["place"] * 300)
+  old = words_by_kind(halves)
+  assert old["place"] & old["person"]              # what the classes take away
+  worlds_of = {}
+  for e in classes.entities:
+    worlds_of.setdefault(e.name, set()).add(e.world)
+  assert all(len(ws) == 1 for ws in worlds_of.values())   # namesakes only inside one world
+  assert generate_world(cfg).passages == halves.passages          # the flag off: unchanged
+  for e in classes.questions["test"]:
+    assert all(pid.startswith("w3-") for pid in e.supporting_ids)
+  from ragjax.data.world_names import NamePool
+  with pytest.raises(ValueError, match="unknown kind of name word 'town'"):
+    NamePool(random.Random(0), lexicon=30, classes=True).word(kind="town")
 
 
 @pytest.mark.parametrize("argv,says", [

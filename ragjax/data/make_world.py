@@ -28,6 +28,8 @@ def main(argv=None) -> dict:
       lo, hi = BOUNDS.get(f.name, (None, None))
       kind = int_range(lo, hi) if f.type == "int" else float_range(lo, hi)
       parser.add_argument(f"--{f.name}", type=kind, default=f.default)
+    elif f.type == "bool":
+      parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default)
   args = parser.parse_args(argv)
   try:      # what no single flag can check (e.g. every question count 0)
     cfg = WorldConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WorldConfig)

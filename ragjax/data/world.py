@@ -78,6 +78,8 @@ class WorldConfig:
   train_worlds: int = 1             # worlds the train questions come from (more names to copy)
   name_lexicon: int = 0             # >0: every world draws name words from this many shared
                                     # words (new entities and facts, familiar tokens); 0: all new
+  name_classes: bool = False        # with name_lexicon: a part of the stock per kind of name
+                                    # (given, surname, town, group, work), never shared
   num_dev: int = 100
   num_test: int = 200
   # The test world's index: -1 = train_worlds (the world right after the training ones); a
@@ -220,7 +222,7 @@ class _WorldBuilder:
 
   def _place_name(self) -> str:
     if self.pool.lexicon:
-      return self._name(lambda: f"{self.pool.word()} {self.rng.choice(PLACE_KINDS)}")
+      return self._name(lambda: f"{self.pool.word(kind='place')} {self.rng.choice(PLACE_KINDS)}")
     return self._name(lambda: self.pool.word(2, 3))
 
   def _person(self, name: str, **kw) -> Entity:
@@ -234,34 +236,39 @@ class _WorldBuilder:
     cfg, rng, pool = self.cfg, self.rng, self.pool
     places = [self._add("place", w, aliases=(w, f"{w} town")) for w in
               (self._place_name() for _ in range(cfg.num_places))]
-    people = [self._person(self._name(lambda: f"{pool.word()} {pool.word(slot=1)}"))
+    people = [self._person(self._name(lambda: f"{pool.word()} {pool.word(kind='surname')}"))
               for _ in range(cfg.num_people)]
     twins = []
     for src in rng.sample(people, round(cfg.distractor_rate * len(people))):
       given, sur = src.name.split()
       twins.append((src, self._person(self._name(
-          lambda: f"{given} {pool.word(slot=1)}" if rng.random() < 0.5 else f"{pool.word()} {sur}"))))
+          lambda: f"{given} {pool.word(kind='surname')}" if rng.random() < 0.5 else f"{pool.word()} {sur}"))))
     for _ in range(cfg.retry_groups):
-      name = self._name(lambda: f"{pool.word()} {pool.word(slot=1)}")
+      name = self._name(lambda: f"{pool.word()} {pool.word(kind='surname')}")
       occs = rng.sample(OCCUPATIONS, cfg.retry_decoys + 1)
       self.groups.append([self._person(name, title=f"{name} ({o})", disamb=o)
                           for o in occs])
     orgs = []
     for _ in range(cfg.num_orgs):
       k = rng.choice(ORG_KINDS)
-      orgs.append(self._titled("org", self._name(lambda: f"{pool.word()} {k}"), kind=k))
+      orgs.append(self._titled("org", self._name(lambda: f"{pool.word(kind='org')} {k}"), kind=k))
     for src in rng.sample(orgs, round(cfg.distractor_rate * len(orgs))):
       w = src.name.split()[0]
-      name = self._name(lambda: f"{w} {rng.choice([k for k in ORG_KINDS if k != src.kind])}")
+      try:
+        name = self._name(lambda: f"{w} {rng.choice([k for k in ORG_KINDS if k != src.kind])}")
+      except RuntimeError:
+        if not cfg.name_classes:
+          raise
+        continue      # every other kind of group has this word already (a small org stock)
       twins.append((src, self._titled("org", name, kind=name.split()[-1])))
     works = []
     for _ in range(cfg.num_works):
-      works.append(self._titled("work", self._name(lambda: f"{pool.word()} {pool.word(slot=1)}"),
-                             kind=rng.choice(WORK_KINDS)))
+      name = self._name(lambda: f"{pool.word(kind='work')} {pool.word(kind='work_2')}")
+      works.append(self._titled("work", name, kind=rng.choice(WORK_KINDS)))
     for src in rng.sample(works, round(cfg.distractor_rate * len(works))):
       w = src.name.split()[0]
-      twins.append((src, self._titled("work", self._name(lambda: f"{w} {pool.word(slot=1)}"),
-                                   kind=rng.choice(WORK_KINDS))))
+      name = self._name(lambda: f"{w} {pool.word(kind='work_2')}")
+      twins.append((src, self._titled("work", name, kind=rng.choice(WORK_KINDS))))
 
     all_people = [e for e in self.entities if e.etype == "person"]
     all_orgs = [e for e in self.entities if e.etype == "org"]
@@ -525,7 +532,7 @@ def _to_examples(split: str, items: list[tuple]) -> list[Example]:
 def generate_world(cfg: WorldConfig = WorldConfig()) -> World:
   """Builds worlds 0..K-1 (train; dev from world 0) and world K (test: new entities, facts)."""
   pool = NamePool(random.Random(f"ragjax-names-{cfg.seed}"), reserved=_reserved_words(),
-                  lexicon=cfg.name_lexicon)
+                  lexicon=cfg.name_lexicon, classes=cfg.name_classes)
   weights = dict(cfg.qtype_weights)
   entities, passages, questions = [], [], {}
   k = cfg.train_worlds
