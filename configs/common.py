@@ -69,10 +69,12 @@ def get_config() -> ConfigDict:
   # the trainer walks them (UR²'s curriculum: {"ur2_curriculum": {...}}).
   c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=(),
                            stages={}))
+  # Every knob of ragjax.data.world.WorldConfig (its question-type weights are set in code).
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
-      num_places=25, num_orgs=20, num_works=40, retry_groups=20, min_passage_words=24,
-      name_lexicon=0, name_classes=False))
+      num_places=25, num_orgs=20, num_works=40, retry_groups=20, retry_decoys=2,
+      distractor_rate=0.3, mention_rate=0.3, facts_per_passage=2, min_passage_words=24,
+      paraphrases=3, max_hops=2, name_lexicon=0, name_classes=False, test_world=-1))
   # extra_tags: a protocol's tags as one token each (the Search-R1 tags always are)
   c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False,
                                 extra_tags=()))

@@ -37,14 +37,18 @@ def get_config(arg: str = "default"):
   # MiniLM index and the traces cheap.  name_lexicon: every world (test included) has new
   # entities, facts and full names built from one stock of name words, one token each, which
   # a small policy can copy; with all-new words (0) it would need an induction head it does
-  # not grow in this budget (bench.copy_task).
+  # not grow in this budget (bench.copy_task).  name_classes: that stock split by kind of name
+  # (given names, surnames, towns, groups, works), as real names are told apart by their form:
+  # with one stock the policy copied the asked person's own name word as their home town
+  # (1-hop EM of the skills-only cold start 0.37 -> 0.60 with classes; BENCHMARKS.md).
+  # vocab_size: room for the 480 name words as one token each.
   c.world.update(dict(
       seed=0, train_worlds=1 if toy else 16, num_train=64 if toy else 4000,
       num_dev=16 if toy else 100, num_test=16 if toy else 200,
       num_people=30 if toy else 40, num_places=10 if toy else 12, num_orgs=8 if toy else 10,
       num_works=12 if toy else 20, retry_groups=6 if toy else 8, min_passage_words=12,
-      name_lexicon=200 if toy else 300))
-  c.tokenizer.update(dict(vocab_size=1024 if toy else 2048, syllables=False, digit_pairs=True))
+      name_lexicon=300 if toy else 480, name_classes=True))
+  c.tokenizer.update(dict(vocab_size=1024 if toy else 2304, syllables=False, digit_pairs=True))
   c.retriever.update(dict(backend="scann", encoder_dir="", cache_size=4096))
 
   # A ~0.8M-parameter Qwen2-style policy, trained from scratch (hidden 128: it copies names

@@ -513,3 +513,17 @@ def test_quoted_traces_think_the_sentence_that_states_the_value():
   assert [[re.sub(r"^<think> .*? </think> ", "", t) for t in q] for q in quoted] == plain
   with pytest.raises(ValueError, match="passages"):
     make_scripts(recs, 0, quote=True)
+
+
+def test_every_world_knob_is_a_config_field():
+  """Each WorldConfig field can be set from the command line (`--config.world.FIELD=`), e.g.
+  the README's fresh-world evaluation `--config.world.test_world=20`, with the same default."""
+  import sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "configs"))
+  import common
+  world = common.get_config().world
+  for f in dataclasses.fields(WorldConfig):
+    if f.name == "qtype_weights":      # a tuple of pairs: set in code, not on a command line
+      continue
+    assert f.name in world and world[f.name] == f.default, f.name
