@@ -51,7 +51,7 @@ def get_config(arg: str = "default"):
   c.tokenizer.update(dict(vocab_size=1024 if toy else 2304, syllables=False, digit_pairs=True))
   c.retriever.update(dict(backend="scann", encoder_dir="", cache_size=4096))
 
-  # A ~0.8M-parameter Qwen2-style policy, trained from scratch (hidden 128: it copies names
+  # A ~0.9M-parameter Qwen2-style policy, trained from scratch (hidden 128: it copies names
   # and values off the passages better than hidden 96, and the faster training step pays
   # for it within the fifteen minutes; BENCHMARKS.md).
   c.model.update(dict(hidden_size=32 if toy else 128, intermediate_size=64 if toy else 384,
