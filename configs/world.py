@@ -41,13 +41,14 @@ def get_config(arg: str = "default"):
   # (given names, surnames, towns, groups, works), as real names are told apart by their form:
   # with one stock the policy copied the asked person's own name word as their home town
   # (1-hop EM of the skills-only cold start 0.37 -> 0.60 with classes; BENCHMARKS.md).
-  # vocab_size: room for the 480 name words as one token each.
+  # vocab_size: room for the 480 name words as one token each.  The toy keeps one stock of
+  # 200 words (a stock by kind needs 250 there, and its 1,024 tokens split names either way).
   c.world.update(dict(
       seed=0, train_worlds=1 if toy else 16, num_train=64 if toy else 4000,
       num_dev=16 if toy else 100, num_test=16 if toy else 200,
       num_people=30 if toy else 40, num_places=10 if toy else 12, num_orgs=8 if toy else 10,
       num_works=12 if toy else 20, retry_groups=6 if toy else 8, min_passage_words=12,
-      name_lexicon=300 if toy else 480, name_classes=True))
+      name_lexicon=200 if toy else 480, name_classes=not toy))
   c.tokenizer.update(dict(vocab_size=1024 if toy else 2304, syllables=False, digit_pairs=True))
   c.retriever.update(dict(backend="scann", encoder_dir="", cache_size=4096))
 
