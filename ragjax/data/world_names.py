@@ -54,7 +54,6 @@ class NamePool:
     else:
       half = (words[:(lexicon + 1) // 2], words[(lexicon + 1) // 2:])
       self._lexicon = {kind: half[slot] for kind, slot in SLOTS.items()}
-    self._parts = {id(v): v for v in self._lexicon.values()}   # each part once
     self._in_world: set[str] = set()
     self._names: set[str] = set()
 
@@ -98,11 +97,7 @@ class NamePool:
 
   @property
   def lexicon(self) -> tuple[str, ...]:
-    return tuple(w for part in self._parts.values() for w in part)
-
-  def kind_words(self, kind: str) -> tuple[str, ...]:
-    """The lexicon's words a name word of `kind` is drawn from."""
-    return tuple(self._lexicon[kind])
+    return tuple(dict.fromkeys(w for part in self._lexicon.values() for w in part))
 
   @property
   def used(self) -> frozenset[str]:
