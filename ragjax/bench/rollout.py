@@ -138,7 +138,7 @@ class Setup:
     self._hf = None
     self.args = args
 
-  def sampler(self, turns: int) -> Sampler:
+  def sampler(self, turns: int, cpu_kernel: bool = True) -> Sampler:
     budget = self.grammar.max_turn_tokens + 4          # the grammar always stops before it
     need = max(len(p) for p in self.prompts) + (turns + 1) * budget + turns * (self.obs_cap + 16)
     cache = -(-need // 128) * 128
@@ -147,7 +147,8 @@ class Setup:
         max_cache_length=cache, max_new_tokens=budget, greedy=True,
         attend_buckets=buckets(step, cache) if step else None,
         prompt_buckets=buckets(64, cache), extend_buckets=buckets(64, self.obs_cap + 16, (16, 32)),
-        stop_strings=SearchR1().stop_sequences, eos_ids=(self.tokenizer.eos_token_id,))
+        stop_strings=SearchR1().stop_sequences, eos_ids=(self.tokenizer.eos_token_id,),
+        cpu_attention_kernel=cpu_kernel)
     return Sampler(self.cfg, jax.device_put(self.params), self.tokenizer, scfg)
 
   def hf_model(self):
@@ -261,6 +262,11 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
     timed_c = TimedPolicy(sampler)
     whole = RolloutEngine(protocol, timed_c, retriever, setup.tokenizer, econf)
     runs["whole_turns"] = lambda: _engine_run(whole, timed_c, prompts)
+  if args.xla_attention:           # the same engine with XLA's attention, as the reference
+    timed_x = TimedPolicy(setup.sampler(turns, cpu_kernel=False))
+    xla = RolloutEngine(protocol, timed_x, retriever, setup.tokenizer,
+                        dataclasses.replace(econf, decode_chunk=args.decode_chunk))
+    runs["engine_xla_attention"] = lambda: _engine_run(xla, timed_x, prompts)
   for n in ([] if skip_hf else args.torch_threads):
     runs[f"transformers@{n}"] = functools.partial(_hf_run, setup, protocol, retriever, prompts,
                                                   sampler.config.max_new_tokens, n)
@@ -296,6 +302,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
                 / max(sum(r.num_searches for r in eb.rows), 1), 1),
             "trajectory_tokens": int(np.asarray(eb.traj.lengths).sum()),
             "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
+            "cpu_attention_kernel": sampler.cpu_kernel,
             "decode_chunk": args.decode_chunk,
             "retrieval_ms": args.retrieval_ms, "retrieval_query_ms": args.retrieval_query_ms,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
@@ -330,6 +337,13 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
         best["whole_turns"]["wall_s"] / best["engine"]["wall_s"], 2)
     same = compare(eb, outputs["whole_turns"], None, None)
     result["rows_identical"]["whole_turns"] = same["rows_identical"]["reprefill"]
+    result["identical"] = result["identical"] and same["identical"]
+  if "engine_xla_attention" in best:
+    result["ratio_engine_vs_xla_attention"] = round(
+        best["engine_xla_attention"]["wall_s"] / best["engine"]["wall_s"], 2)
+    same = compare(eb, outputs["engine_xla_attention"], None, None)
+    result["rows_identical"]["engine_xla_attention"] = same["rows_identical"]["reprefill"]
+    result["max_logprob_diff_xla_attention"] = same["max_logprob_diff_reprefill"]
     result["identical"] = result["identical"] and same["identical"]
   return result
 
@@ -372,6 +386,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                   help="added latency per retrieval call (a remote retrieval server)")
   ap.add_argument("--retrieval-query-ms", type=float, default=0.0,
                   help="added latency per query of a retrieval call (its search time)")
+  ap.add_argument("--xla-attention", action="store_true",
+                  help="add the engine with XLA's attention instead of the CPU kernel as a loop")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--workdir", default=None, help="where the corpus, index and export go")
   return ap

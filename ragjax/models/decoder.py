@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
 from ragjax.models.layers import RMSNorm, apply_rope, logical_init, rope_inv_freq
 
@@ -91,6 +92,7 @@ class Attention(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
   attention_rows: int = 0   # cached multi-token attention N rows at a time (0: all at once)
+  cpu_kernel: bool = False  # cached attention through ragjax.models.cpu_attention (CPU only)
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
@@ -160,7 +162,12 @@ class Attention(nn.Module):
 
     g = h // kvh
     qg = q.reshape(b, t, kvh, g, d)
-    if heads_major and t > 1:
+    if kv is not None and heads_major and self.cpu_kernel and new_kv[0].dtype == jnp.float32:
+      # Each row's keys and values read once, up to its own slot (see cpu_attention).
+      qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
+      out = cpu_attention.cached_attention(qh, new_kv[0], new_kv[1], slots, window=n)
+      out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    elif heads_major and t > 1:
       # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
       # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
       # transposes the whole score tensor: 2x the attention time of an extend).
@@ -221,13 +228,15 @@ class DecoderLayer(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None
   attention_rows: int = 0
+  cpu_kernel: bool = False
 
   @nn.compact
   def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
-    attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, name="self_attn")(
+    attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
+                             name="self_attn")(
         norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
     x = x + attn
     x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
@@ -239,6 +248,7 @@ class _ScanLayer(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None
   attention_rows: int = 0
+  cpu_kernel: bool = False
 
   @nn.compact
   def __call__(self, carry, positions, attention_mask, cache_start):
@@ -246,7 +256,7 @@ class _ScanLayer(nn.Module):
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
-    x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, name="layer")(
+    x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel, name="layer")(
         x, positions, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
@@ -258,12 +268,15 @@ class Decoder(nn.Module):
   must hold every position in use; None attends to the whole cache.  `attention_rows`
   (cached, several tokens per row: prefill, extend): compute the attention that many rows at a
   time (`lax.map`), so one chunk's score tensor stays in the CPU's caches; 0 = all rows at once
-  (what a sharded batch needs).
+  (what a sharded batch needs).  `cpu_kernel` (cached, per-layer float32 cache, XLA's CPU
+  backend, unsharded): the attention runs in `ragjax.models.cpu_attention`'s kernel, which
+  reads each row's keys and values only up to its own slot.
   """
   cfg: DecoderConfig
   head: str = "lm"
   attend_length: Optional[int] = None
   attention_rows: int = 0
+  cpu_kernel: bool = False
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -291,8 +304,8 @@ class Decoder(nn.Module):
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, name="layers")((x, kv, jnp.int32(0)), positions,
-                                                   attention_mask, cache_start)
+      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel, name="layers")(
+          (x, kv, jnp.int32(0)), positions, attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
@@ -306,8 +319,8 @@ class Decoder(nn.Module):
           kv = (cache["k"], cache["v"]) if i == 0 else kv
         else:
           kv = (cache["k"][i], cache["v"][i])
-        x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, name=f"layers_{i}")(x, positions, attention_mask, kv,
-                                                   cache_start, i)
+        x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
+                          name=f"layers_{i}")(x, positions, attention_mask, kv, cache_start, i)
         if kv is not None and not stacked:
           new_k.append(kv[0])
           new_v.append(kv[1])

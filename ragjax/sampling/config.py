@@ -53,6 +53,10 @@ class SamplerConfig:
   # Attention windows: a call attends to the smallest of these that holds every live row's
   # end (None: powers of two from 64 below max_cache_length; () : always the whole cache).
   attend_buckets: Optional[tuple[int, ...]] = None
+  # Cached attention (decode, extend) in ragjax's C++ kernel on an unsharded CPU, reading each
+  # row's keys and values only up to its length (`ragjax.models.cpu_attention`; built at first
+  # use, XLA's attention when it cannot be).  False: XLA's attention everywhere.
+  cpu_attention_kernel: bool = True
 
   def __post_init__(self):
     if self.max_new_tokens < 1:

@@ -12,7 +12,7 @@ from typing import Optional
 import jax
 from jax.sharding import Mesh, NamedSharding
 
-from ragjax.models import kv_cache
+from ragjax.models import cpu_attention, kv_cache
 from ragjax.parallel.mesh import logical_to_spec
 from ragjax.parallel.shard import batch_sharding
 
@@ -45,6 +45,15 @@ def attention_rows(mesh: Optional[Mesh]) -> int:
   into 2,048 slots), all at once under a mesh (a chunk loop over a sharded batch would move
   rows between devices) and on accelerators."""
   return 1 if mesh is None and jax.default_backend() == "cpu" else 0
+
+
+def cpu_kernel(mesh: Optional[Mesh], wanted: bool = True) -> bool:
+  """Whether cached attention runs in `ragjax.models.cpu_attention`'s kernel: on an unsharded
+  CPU when the config asks for it and the kernel builds (a decode step's attention read up to
+  each row's length; see the kernel's module).  Under a mesh the batch is sharded and XLA
+  must see the attention, so it stays XLA's there, as on accelerators."""
+  return bool(wanted and mesh is None and jax.default_backend() == "cpu"
+              and cpu_attention.available())
 
 
 def constrain_rows(x, mesh: Optional[Mesh]):

@@ -61,6 +61,7 @@ from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
+from ragjax.sampling import layout
 from ragjax.sampling import rows as rows_lib
 from ragjax.sampling.config import SamplerConfig, pick_bucket
 from ragjax.sampling.layout import constrain_cache, rows_sharding
@@ -93,6 +94,7 @@ class Sampler:
     # before the dot each step (bench.decode_attention).  A stacked cache (scan_layers) is
     # allocated whole and each call slices its window.
     self.grow_cache = not cfg.scan_layers
+    self.cpu_kernel = layout.cpu_kernel(mesh, config.cpu_attention_kernel)
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
                             static_argnames=("samples", "cache_length", "cache_width"))
@@ -122,26 +124,28 @@ class Sampler:
         self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
-        cache_width=cache_width)
+        cache_width=cache_width, cpu_kernel=self.cpu_kernel)
 
   def _grow_fn(self, cache, *, slots):
     return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
 
   def _decode_fn(self, params, stop_table, state, *, window, steps):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
-                                  state, mesh=self.mesh, window=window, steps=steps)
+                                  state, mesh=self.mesh, window=window, steps=steps,
+                                  cpu_kernel=self.cpu_kernel)
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
     return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
-                              window=window)
+                              window=window, cpu_kernel=self.cpu_kernel)
 
   def _extend_rows_fn(self, params, state, src, dst, tokens, counts, *, window):
     part = prefill_lib.extend(self.cfg, params, rows_lib.take(state, src), tokens, counts,
-                              window=window)
+                              window=window, cpu_kernel=self.cpu_kernel)
     return rows_lib.put(state, dst, part)
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
-    return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh)
+    return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh,
+                             cpu_kernel=self.cpu_kernel)
 
   def _place_fn(self, state, fresh, dst, src, batch_rows, seed, temperature):
     return rows_lib.place(state, fresh, dst, src, batch_rows, seed, temperature, mesh=self.mesh)
