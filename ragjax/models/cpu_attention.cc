@@ -33,8 +33,13 @@ namespace ffi = xla::ffi;
 namespace {
 
 // Queries handled together: their key and value reads are shared (the block's keys stay in
-// L1 while every query of the block scores them).
-constexpr int64_t kQueryBlock = 8;
+// L1 while every query of the block scores them).  A decode step's G queries per head are
+// one block (up to kQueryBlock); an extend's or prefill's G * T queries go in blocks of
+// kTileBlock through the tiled products below.
+constexpr int64_t kQueryBlock = 32;
+constexpr int64_t kTileRows = 6;      // queries per register tile (6 x 16 accumulators)
+constexpr int64_t kTileCols = 16;     // keys (scores) or head dims (mix) per register tile
+constexpr int64_t kTileBlock = 4 * kTileRows;
 // Keys scored together per query: their eight partial sums reduce into one vector.
 constexpr int64_t kKeyBlock = 8;
 // Below this many multiply-adds (queries x slots x head dim, an upper bound) a call runs on
@@ -82,6 +87,131 @@ inline __m256 Dot8(const float* q, const float* k, int64_t d) {
 constexpr bool kSimd = true;
 #else
 constexpr bool kSimd = false;
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// scores[r, 0:16] = scale * q[r, :] . panel[:, 0:16] for the tile's kTileRows queries;
+// `panel` is 16 keys transposed, [d][16].
+inline void ScoreTile(const float* q, int64_t d, const float* panel, float scale, float* out,
+                      int64_t out_stride) {
+  __m256 c[kTileRows][2];
+  for (int r = 0; r < kTileRows; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < d; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(panel + k * kTileCols);
+    const __m256 b1 = _mm256_loadu_ps(panel + k * kTileCols + 8);
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m256 a = _mm256_broadcast_ss(q + r * d + k);
+      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+    }
+  }
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm256_storeu_ps(out + r * out_stride, _mm256_mul_ps(c[r][0], sc));
+    _mm256_storeu_ps(out + r * out_stride + 8, _mm256_mul_ps(c[r][1], sc));
+  }
+}
+
+// out[r, c0:c0+16] = sum_s p[r, s] v[s, c0:c0+16] over s < n, for the tile's queries.
+inline void MixTile(const float* p, int64_t p_stride, int64_t n, const float* v, int64_t d,
+                    int64_t c0, float* out) {
+  __m256 c[kTileRows][2];
+  for (int r = 0; r < kTileRows; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < n; ++s) {
+    const __m256 b0 = _mm256_loadu_ps(v + s * d + c0);
+    const __m256 b1 = _mm256_loadu_ps(v + s * d + c0 + 8);
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m256 a = _mm256_broadcast_ss(p + r * p_stride + s);
+      c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm256_storeu_ps(out + r * d + c0, c[r][0]);
+    _mm256_storeu_ps(out + r * d + c0 + 8, c[r][1]);
+  }
+}
+
+// Softmax of one score row in place over its first n entries (zeros after, up to `width`);
+// returns 1 / (the sum of the exponentials), 0 when n is 0.
+inline float SoftmaxRow(float* row, int64_t n, int64_t width) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mv));
+    _mm256_storeu_ps(row + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float sum = 0;
+  for (float x : lanes) sum += x;
+  for (; j < n; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  std::fill(row + n, row + width, 0.0f);
+  return sum > 0 ? 1.0f / sum : 0.0f;
+}
+
+// Queries [m0, m1) of one (row, head) with d % 16 == 0, as register-tiled products: the
+// keys are packed 16 at a time, transposed, and every 6-query tile of the block scores them;
+// the mix runs 6 queries x 16 head dims per tile.  For an extend's or prefill's many queries.
+void AttendTiled(const float* q, const float* k, const float* v, const int32_t* limits,
+                 float* out, int64_t m0, int64_t m1, int64_t t_len, int64_t s_len, int64_t d,
+                 float scale, std::vector<float>& scratch) {
+  const int64_t nq = m1 - m0;
+  const int64_t tiles = (nq + kTileRows - 1) / kTileRows, rows = tiles * kTileRows;
+  int64_t lim[kTileBlock];
+  int64_t n_max = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t n = 0;
+    if (i < nq) {
+      const int64_t l = static_cast<int64_t>(limits[(m0 + i) % t_len]);
+      n = l >= s_len ? 0 : std::max<int64_t>(l + 1, 0);
+    }
+    lim[i] = n;
+    n_max = std::max(n_max, n);
+  }
+  const int64_t width = (n_max + kTileCols - 1) / kTileCols * kTileCols;
+  // scratch: the block's queries (padded to whole tiles), one key panel, the scores, the output.
+  const size_t need = rows * d + d * kTileCols + rows * std::max<int64_t>(width, 1) + rows * d;
+  if (scratch.size() < need) scratch.resize(need);
+  float* qb = scratch.data();
+  float* panel = qb + rows * d;
+  float* sc = panel + d * kTileCols;
+  float* ob = sc + rows * std::max<int64_t>(width, 1);
+  std::copy(q + m0 * d, q + m1 * d, qb);
+  std::fill(qb + nq * d, qb + rows * d, 0.0f);
+  for (int64_t s0 = 0; s0 < width; s0 += kTileCols) {
+    for (int64_t kk = 0; kk < d; ++kk) {
+      for (int64_t j = 0; j < kTileCols; ++j) {
+        panel[kk * kTileCols + j] = s0 + j < n_max ? k[(s0 + j) * d + kk] : 0.0f;
+      }
+    }
+    for (int64_t t = 0; t < tiles; ++t) {
+      bool any = false;   // a tile whose queries all end before these keys skips them
+      for (int64_t r = 0; r < kTileRows; ++r) any |= lim[t * kTileRows + r] > s0;
+      if (any) ScoreTile(qb + t * kTileRows * d, d, panel, scale, sc + t * kTileRows * width + s0, width);
+    }
+  }
+  float norm[kTileBlock];
+  for (int64_t i = 0; i < rows; ++i) norm[i] = SoftmaxRow(sc + i * width, lim[i], width);
+  for (int64_t t = 0; t < tiles; ++t) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < kTileRows; ++r) n = std::max(n, lim[t * kTileRows + r]);
+    for (int64_t c0 = 0; c0 < d; c0 += kTileCols) {
+      MixTile(sc + t * kTileRows * width, width, n, v, d, c0, ob + t * kTileRows * d);
+    }
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    float* o = out + (m0 + i) * d;
+    for (int64_t c = 0; c < d; ++c) o[c] = ob[i * d + c] * norm[i];
+  }
+}
 #endif
 
 inline float Dot(const float* a, const float* b, int64_t d) {
@@ -192,7 +322,8 @@ struct Work {
   float* out;
   int64_t b, h, m, d, s_len, s_stride, t_len;
   float scale;
-  int64_t blocks_per_head = 0, tasks = 0;
+  int64_t block = 0, blocks_per_head = 0, tasks = 0;
+  bool tiled = false;
   std::atomic<int64_t> next{0}, done{0};
 
   Work() = default;
@@ -207,7 +338,16 @@ struct Work {
     for (int64_t task = next.fetch_add(1); task < tasks; task = next.fetch_add(1)) {
       const int64_t bh = task / blocks_per_head, blk = task % blocks_per_head;
       const int64_t row = bh / h;
-      const int64_t m0 = blk * kQueryBlock, m1 = std::min(m, m0 + kQueryBlock);
+      const int64_t m0 = blk * block, m1 = std::min(m, m0 + block);
+#if defined(__AVX2__) && defined(__FMA__)
+      if (tiled) {
+        AttendTiled(q + bh * m * d, k + bh * s_stride * d, v + bh * s_stride * d,
+                    limits + row * t_len, out + bh * m * d, m0, m1, t_len, s_len, d, scale,
+                    scratch);
+        done.fetch_add(1, std::memory_order_release);
+        continue;
+      }
+#endif
       AttendBlock(q + bh * m * d, k + bh * s_stride * d, v + bh * s_stride * d, limits + row * t_len,
                   out + bh * m * d, m0, m1, t_len, s_len, d, scale, scratch);
       done.fetch_add(1, std::memory_order_release);
@@ -235,7 +375,11 @@ ffi::Error CachedAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
   auto work = std::make_shared<Work>(q.typed_data(), keys.typed_data(), values.typed_data(),
                                      limits.typed_data(), out->typed_data(), b, h, m, d, s_len,
                                      kd[2], t_len, scale);
-  work->blocks_per_head = (m + kQueryBlock - 1) / kQueryBlock;
+  // One query per head and token (a decode step): shared key reads, one block of G queries.
+  // Several tokens: register tiles.
+  work->tiled = kSimd && t_len > 1 && d % kTileCols == 0;
+  work->block = work->tiled ? kTileBlock : kQueryBlock;
+  work->blocks_per_head = (m + work->block - 1) / work->block;
   work->tasks = b * h * work->blocks_per_head;
   // The pool's threads and the caller take tasks from one counter; the caller returns when
   // every task is done.  A helper that starts late finds no task left and touches nothing
