@@ -35,11 +35,11 @@ namespace {
 // Queries handled together: their key and value reads are shared (the block's keys stay in
 // L1 while every query of the block scores them).  A decode step's G queries per head are
 // one block (up to kQueryBlock); an extend's or prefill's G * T queries go in blocks of
-// kTileBlock through the tiled products below.
+// kTileBlock through the register-tiled products below.
 constexpr int64_t kQueryBlock = 32;
-constexpr int64_t kTileRows = 6;      // queries per register tile (6 x 16 accumulators)
-constexpr int64_t kTileCols = 16;     // keys (scores) or head dims (mix) per register tile
-constexpr int64_t kTileBlock = 4 * kTileRows;
+constexpr int64_t kTileRows = 6;      // keys (scores) or head dims (mix) per register tile
+constexpr int64_t kTileCols = 16;     // queries per register tile
+constexpr int64_t kTileBlock = kTileCols;
 // Keys scored together per query: their eight partial sums reduce into one vector.
 constexpr int64_t kKeyBlock = 8;
 // Below this many multiply-adds (queries x slots x head dim, an upper bound) a call runs on
@@ -90,126 +90,130 @@ constexpr bool kSimd = false;
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-// scores[r, 0:16] = scale * q[r, :] . panel[:, 0:16] for the tile's kTileRows queries;
-// `panel` is 16 keys transposed, [d][16].
-inline void ScoreTile(const float* q, int64_t d, const float* panel, float scale, float* out,
-                      int64_t out_stride) {
+// A register tile: 6 rows x 16 query columns (12 accumulators).  Scores are kept transposed,
+// [key][16 queries], so no key is ever transposed or copied: the products broadcast six
+// key (or value) elements against 16 queries' worth of scores (or packed queries), and the
+// softmax runs down the columns, 16 queries at once.
+
+// scores[s0 + r][0:16] = scale * k[s0 + r] . qt[:, 0:16] for r < 6; qt is [d][16].
+inline void ScoreTile(const float* k, int64_t d, const float* qt, float scale, float* out) {
   __m256 c[kTileRows][2];
   for (int r = 0; r < kTileRows; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < d; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(panel + k * kTileCols);
-    const __m256 b1 = _mm256_loadu_ps(panel + k * kTileCols + 8);
+  for (int64_t i = 0; i < d; ++i) {
+    const __m256 b0 = _mm256_loadu_ps(qt + i * kTileCols);
+    const __m256 b1 = _mm256_loadu_ps(qt + i * kTileCols + 8);
     for (int r = 0; r < kTileRows; ++r) {
-      const __m256 a = _mm256_broadcast_ss(q + r * d + k);
+      const __m256 a = _mm256_broadcast_ss(k + r * d + i);
       c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
       c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
     }
   }
   const __m256 sc = _mm256_set1_ps(scale);
   for (int r = 0; r < kTileRows; ++r) {
-    _mm256_storeu_ps(out + r * out_stride, _mm256_mul_ps(c[r][0], sc));
-    _mm256_storeu_ps(out + r * out_stride + 8, _mm256_mul_ps(c[r][1], sc));
+    _mm256_storeu_ps(out + r * kTileCols, _mm256_mul_ps(c[r][0], sc));
+    _mm256_storeu_ps(out + r * kTileCols + 8, _mm256_mul_ps(c[r][1], sc));
   }
 }
 
-// out[r, c0:c0+16] = sum_s p[r, s] v[s, c0:c0+16] over s < n, for the tile's queries.
-inline void MixTile(const float* p, int64_t p_stride, int64_t n, const float* v, int64_t d,
-                    int64_t c0, float* out) {
+// acc[c0 + r][0:16] = sum_{s < n} v[s][c0 + r] * p[s][0:16] for r < 6: head dims c0..c0+5 of
+// 16 queries' outputs, transposed ([dim][16]).
+inline void MixTile(const float* p, int64_t n, const float* v, int64_t d, int64_t c0,
+                    float* acc_out) {
   __m256 c[kTileRows][2];
   for (int r = 0; r < kTileRows; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
   for (int64_t s = 0; s < n; ++s) {
-    const __m256 b0 = _mm256_loadu_ps(v + s * d + c0);
-    const __m256 b1 = _mm256_loadu_ps(v + s * d + c0 + 8);
+    const __m256 b0 = _mm256_loadu_ps(p + s * kTileCols);
+    const __m256 b1 = _mm256_loadu_ps(p + s * kTileCols + 8);
+    const float* vs = v + s * d + c0;
     for (int r = 0; r < kTileRows; ++r) {
-      const __m256 a = _mm256_broadcast_ss(p + r * p_stride + s);
+      const __m256 a = _mm256_broadcast_ss(vs + r);
       c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
       c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
     }
   }
   for (int r = 0; r < kTileRows; ++r) {
-    _mm256_storeu_ps(out + r * d + c0, c[r][0]);
-    _mm256_storeu_ps(out + r * d + c0 + 8, c[r][1]);
+    _mm256_storeu_ps(acc_out + (c0 + r) * kTileCols, c[r][0]);
+    _mm256_storeu_ps(acc_out + (c0 + r) * kTileCols + 8, c[r][1]);
   }
 }
 
-// Softmax of one score row in place over its first n entries (zeros after, up to `width`);
-// returns 1 / (the sum of the exponentials), 0 when n is 0.
-inline float SoftmaxRow(float* row, int64_t n, int64_t width) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  const __m256 mv = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mv));
-    _mm256_storeu_ps(row + j, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float lanes[8];
-  _mm256_storeu_ps(lanes, acc);
-  float sum = 0;
-  for (float x : lanes) sum += x;
-  for (; j < n; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
-  std::fill(row + n, row + width, 0.0f);
-  return sum > 0 ? 1.0f / sum : 0.0f;
-}
-
-// Queries [m0, m1) of one (row, head) with d % 16 == 0, as register-tiled products: the
-// keys are packed 16 at a time, transposed, and every 6-query tile of the block scores them;
-// the mix runs 6 queries x 16 head dims per tile.  For an extend's or prefill's many queries.
+// Queries [m0, m1) (at most 16) of one (row, head), d >= 6: an extend's or prefill's many
+// queries.  Query j sees keys s < lim[j]; the key rows past the block's longest are skipped.
 void AttendTiled(const float* q, const float* k, const float* v, const int32_t* limits,
                  float* out, int64_t m0, int64_t m1, int64_t t_len, int64_t s_len, int64_t d,
                  float scale, std::vector<float>& scratch) {
   const int64_t nq = m1 - m0;
-  const int64_t tiles = (nq + kTileRows - 1) / kTileRows, rows = tiles * kTileRows;
-  int64_t lim[kTileBlock];
+  alignas(32) int32_t lim[kTileCols];
   int64_t n_max = 0;
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t j = 0; j < kTileCols; ++j) {
     int64_t n = 0;
-    if (i < nq) {
-      const int64_t l = static_cast<int64_t>(limits[(m0 + i) % t_len]);
+    if (j < nq) {
+      const int64_t l = static_cast<int64_t>(limits[(m0 + j) % t_len]);
       n = l >= s_len ? 0 : std::max<int64_t>(l + 1, 0);
     }
-    lim[i] = n;
+    lim[j] = static_cast<int32_t>(n);
     n_max = std::max(n_max, n);
   }
-  const int64_t width = (n_max + kTileCols - 1) / kTileCols * kTileCols;
-  // scratch: the block's queries (padded to whole tiles), one key panel, the scores, the output.
-  const size_t need = rows * d + d * kTileCols + rows * std::max<int64_t>(width, 1) + rows * d;
+  // Key rows in whole tiles; a tile may run past n_max (up to 5 rows), never past s_len.
+  const int64_t rows = (n_max + kTileRows - 1) / kTileRows * kTileRows;
+  const size_t need = d * kTileCols + std::max<int64_t>(rows, 1) * kTileCols + d * kTileCols;
   if (scratch.size() < need) scratch.resize(need);
-  float* qb = scratch.data();
-  float* panel = qb + rows * d;
-  float* sc = panel + d * kTileCols;
-  float* ob = sc + rows * std::max<int64_t>(width, 1);
-  std::copy(q + m0 * d, q + m1 * d, qb);
-  std::fill(qb + nq * d, qb + rows * d, 0.0f);
-  for (int64_t s0 = 0; s0 < width; s0 += kTileCols) {
-    for (int64_t kk = 0; kk < d; ++kk) {
-      for (int64_t j = 0; j < kTileCols; ++j) {
-        panel[kk * kTileCols + j] = s0 + j < n_max ? k[(s0 + j) * d + kk] : 0.0f;
-      }
-    }
-    for (int64_t t = 0; t < tiles; ++t) {
-      bool any = false;   // a tile whose queries all end before these keys skips them
-      for (int64_t r = 0; r < kTileRows; ++r) any |= lim[t * kTileRows + r] > s0;
-      if (any) ScoreTile(qb + t * kTileRows * d, d, panel, scale, sc + t * kTileRows * width + s0, width);
+  float* qt = scratch.data();                  // [d][16] queries, transposed
+  float* sc = qt + d * kTileCols;              // [rows][16] scores, then probabilities
+  float* acc = sc + std::max<int64_t>(rows, 1) * kTileCols;   // [d][16] outputs, transposed
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j < kTileCols; ++j) qt[i * kTileCols + j] = j < nq ? q[(m0 + j) * d + i] : 0.0f;
+  }
+  int64_t s0 = 0;
+  for (; s0 + kTileRows <= std::min(rows, s_len); s0 += kTileRows) {
+    ScoreTile(k + s0 * d, d, qt, scale, sc + s0 * kTileCols);
+  }
+  for (; s0 < n_max; ++s0) {                   // the last rows when a whole tile would pass s_len
+    for (int64_t j = 0; j < kTileCols; ++j) {
+      float x = 0;
+      for (int64_t i = 0; i < d; ++i) x += k[s0 * d + i] * qt[i * kTileCols + j];
+      sc[s0 * kTileCols + j] = x * scale;
     }
   }
-  float norm[kTileBlock];
-  for (int64_t i = 0; i < rows; ++i) norm[i] = SoftmaxRow(sc + i * width, lim[i], width);
-  for (int64_t t = 0; t < tiles; ++t) {
-    int64_t n = 0;
-    for (int64_t r = 0; r < kTileRows; ++r) n = std::max(n, lim[t * kTileRows + r]);
-    for (int64_t c0 = 0; c0 < d; c0 += kTileCols) {
-      MixTile(sc + t * kTileRows * width, width, n, v, d, c0, ob + t * kTileRows * d);
-    }
+  // Softmax down each column over its own keys, 16 columns at once.
+  const __m256i lim0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lim));
+  const __m256i lim1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lim + 8));
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  __m256 mx0 = ninf, mx1 = ninf;
+  for (int64_t s = 0; s < n_max; ++s) {
+    const __m256i sv = _mm256_set1_epi32(static_cast<int32_t>(s));
+    const __m256 in0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim0, sv));
+    const __m256 in1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim1, sv));
+    mx0 = _mm256_max_ps(mx0, _mm256_blendv_ps(ninf, _mm256_loadu_ps(sc + s * kTileCols), in0));
+    mx1 = _mm256_max_ps(mx1, _mm256_blendv_ps(ninf, _mm256_loadu_ps(sc + s * kTileCols + 8), in1));
   }
-  for (int64_t i = 0; i < nq; ++i) {
-    float* o = out + (m0 + i) * d;
-    for (int64_t c = 0; c < d; ++c) o[c] = ob[i * d + c] * norm[i];
+  // Columns that see no key: shift by 0 (their exponentials are all masked to 0 anyway).
+  mx0 = _mm256_blendv_ps(mx0, _mm256_setzero_ps(), _mm256_cmp_ps(mx0, ninf, _CMP_EQ_OQ));
+  mx1 = _mm256_blendv_ps(mx1, _mm256_setzero_ps(), _mm256_cmp_ps(mx1, ninf, _CMP_EQ_OQ));
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+  for (int64_t s = 0; s < n_max; ++s) {
+    const __m256i sv = _mm256_set1_epi32(static_cast<int32_t>(s));
+    const __m256 in0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim0, sv));
+    const __m256 in1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim1, sv));
+    const __m256 e0 = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + s * kTileCols), mx0)), in0);
+    const __m256 e1 = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + s * kTileCols + 8), mx1)), in1);
+    _mm256_storeu_ps(sc + s * kTileCols, e0);
+    _mm256_storeu_ps(sc + s * kTileCols + 8, e1);
+    sum0 = _mm256_add_ps(sum0, e0);
+    sum1 = _mm256_add_ps(sum1, e1);
+  }
+  // Mix: head dims in tiles of 6; the last tile is shifted back to end at d (it recomputes a
+  // few dims rather than handling a ragged tile).
+  for (int64_t c0 = 0; c0 < d; c0 += kTileRows) {
+    MixTile(sc, n_max, v, d, std::min(c0, d - kTileRows), acc);
+  }
+  alignas(32) float norm[kTileCols];
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  _mm256_store_ps(norm, _mm256_blendv_ps(_mm256_div_ps(one, sum0), zero, _mm256_cmp_ps(sum0, zero, _CMP_EQ_OQ)));
+  _mm256_store_ps(norm + 8, _mm256_blendv_ps(_mm256_div_ps(one, sum1), zero, _mm256_cmp_ps(sum1, zero, _CMP_EQ_OQ)));
+  for (int64_t j = 0; j < nq; ++j) {
+    float* o = out + (m0 + j) * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = acc[i * kTileCols + j] * norm[j];
   }
 }
 #endif
@@ -377,7 +381,7 @@ ffi::Error CachedAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q,
                                      kd[2], t_len, scale);
   // One query per head and token (a decode step): shared key reads, one block of G queries.
   // Several tokens: register tiles.
-  work->tiled = kSimd && t_len > 1 && d % kTileCols == 0;
+  work->tiled = kSimd && t_len > 1 && d >= kTileRows;
   work->block = work->tiled ? kTileBlock : kQueryBlock;
   work->blocks_per_head = (m + work->block - 1) / work->block;
   work->tasks = b * h * work->blocks_per_head;
