@@ -42,9 +42,10 @@ def reference(q, k, v, limits, window):
 @pytest.mark.parametrize("b,h,g,t,d,s,window", [
     (3, 2, 4, 1, 64, 96, 96),      # a decode step, AVX path (d % 8 == 0), several key blocks
     (2, 1, 1, 1, 64, 19, 19),      # a window that is not a multiple of the key block
+    (3, 2, 4, 9, 64, 50, 47),      # an extend whose rows reach the window (47: no whole tile)
     (2, 2, 2, 7, 16, 40, 33),      # an extend of 7 tokens, window narrower than the array
     (2, 2, 3, 5, 12, 30, 30),      # head dim 12: the generic (non-AVX) loops
-    (1, 2, 8, 40, 64, 300, 256),   # enough work to run on the thread pool
+    (2, 2, 8, 40, 64, 300, 256),   # enough work to run on the thread pool
 ])
 def test_kernel_equals_softmax_attention(b, h, g, t, d, s, window):
   rng = np.random.default_rng(b * 100 + t)
@@ -56,6 +57,8 @@ def test_kernel_equals_softmax_attention(b, h, g, t, d, s, window):
   limits[-1] = window + 3                   # a row that writes nothing this call: zeros
   if b > 1:
     limits[0, 0] = 0                        # a query that sees one slot only
+  if b > 2:
+    limits[1] = window - t + np.arange(t)   # a row whose last token is the window's last slot
   got = np.asarray(jax.jit(lambda *a: cpu_attention.cached_attention(*a, window=window))(
       q, k, v, limits))
   want = reference(q, k, v, limits, window)
