@@ -6,6 +6,7 @@ import json
 import numpy as np
 
 from ragjax.bench import decode_attention
+from ragjax.models import cpu_attention
 
 
 def test_layouts_agree():
@@ -23,7 +24,9 @@ def test_command_reports_each_window(capsys):
   lines = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
   assert [l["window"] for l in lines] == [128, 256]
   for l in lines:
-    assert set(l["step_ms"]) == {"stacked", "per_layer", "per_layer_grown"}
+    kernel = {"kernel"} if cpu_attention.available() else set()
+    assert set(l["step_ms"]) == {"stacked", "per_layer", "per_layer_grown"} | kernel
+    assert ("floor_over_kernel_step" in l) == bool(kernel)
     assert all(v > 0 for v in l["step_ms"].values()) and set(l["attention_ms"]) == {
         "stacked_window", "heads_major_window", "per_layer_full"}
     assert all(v > 0 for v in l["attention_ms"].values())

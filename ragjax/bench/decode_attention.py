@@ -11,7 +11,10 @@ Times, jitted and warmed up (median of `--repeats` calls):
   layer; what `scan_layers` configs decode with), `per_layer` (one [B, KVH, S, D] array per
   layer, the window sliced out of it when smaller than the cache) and `per_layer_grown` (the
   per-layer cache only `window` slots wide, attended whole: what the sampler decodes with for
-  `scan_layers=False`, growing the cache through the windows);
+  `scan_layers=False`, growing the cache through the windows, when its CPU kernel is off)
+  and `kernel` (the same cache, the attention in `ragjax.models.cpu_attention`'s kernel,
+  which reads each row's keys and values up to its own slot: the sampler's default on an
+  unsharded CPU; left out where the kernel cannot be built);
 * the attention alone over L layers in three layouts, on the same shapes:
   `stacked_window` (keys as [B, S, KVH, D] sliced out of the stacked cache),
   `heads_major_window` ([L, B, KVH, S, D], the window sliced), and `per_layer_full` (one
@@ -29,7 +32,9 @@ read at the least: every weight it multiplies by (all parameters but the embeddi
 which it gathers B rows; the table is read whole when tied as the unembedding) and the keys
 and values of the attended window.  `read_floor_ms` = step_bytes / read_gb_per_s, and
 `floor_over_step` the share of the grown-cache step it accounts for (1.0: the step runs at
-the memory system's read rate, and only reading less makes it faster).
+the memory system's read rate, and only reading less makes it faster); `floor_over_kernel_step`
+the same for the kernel's step (whose attention reads only `--position` slots per row, less
+than the floor counts).
 """
 
 from __future__ import annotations
@@ -137,6 +142,7 @@ def main(argv=None) -> int:
   from ragjax.bench.rollout import model_config
   from ragjax.models.decoder import init_params
   from ragjax.models.kv_cache import init_cache
+  from ragjax.models import cpu_attention
   from ragjax.sampling.forward import forward_into_cache
   cfg = model_config("small", 8192, "float32")
   params = init_params(cfg, jax.random.PRNGKey(0))
@@ -146,11 +152,15 @@ def main(argv=None) -> int:
   last = jnp.zeros((b,), jnp.int32)
   read_rate = measured_read_bandwidth(args.repeats)
   for w in windows:
-    step = jax.jit(lambda p, c, t, s, w=w: forward_into_cache(cfg, p, c, t, s, last, window=w),
-                   donate_argnums=(1,))              # the sampler donates its cache too
+    steps = {kernel: jax.jit(
+        lambda p, c, t, s, w=w, k=kernel: forward_into_cache(cfg, p, c, t, s, last, window=w,
+                                                               cpu_kernel=k),
+        donate_argnums=(1,)) for kernel in (False, True)}   # the sampler donates its cache too
     step_ms = {}
-    for layout in ("stacked", "per_layer", "per_layer_grown"):
-      slots = w if layout == "per_layer_grown" else args.cache
+    layouts = ("stacked", "per_layer", "per_layer_grown")
+    for layout in layouts + (("kernel",) if cpu_attention.available() else ()):
+      step = steps[layout == "kernel"]
+      slots = w if layout in ("per_layer_grown", "kernel") else args.cache
       cache = init_cache(cfg.replace(scan_layers=layout == "stacked"), b, slots, "float32")
       cache, logits = step(params, cache, tok, starts)
       times = []
@@ -169,6 +179,8 @@ def main(argv=None) -> int:
     line.update(read_gb_per_s=round(read_rate / 1e9, 2), step_bytes=step_bytes,
                 read_floor_ms=round(floor_ms, 2),
                 floor_over_step=round(floor_ms / step_ms["per_layer_grown"], 3))
+    if "kernel" in step_ms:
+      line["floor_over_kernel_step"] = round(floor_ms / step_ms["kernel"], 3)
     variants = attention_variants(cfg.num_layers, b, args.cache, cfg.num_kv_heads,
                                   cfg.num_heads // cfg.num_kv_heads, cfg.head_dim, w)
     results = {name: _median_ms(fn, fargs, args.repeats) for name, (fn, fargs) in variants.items()}

@@ -106,6 +106,8 @@ def cached_attention(q, keys, values, limits, *, window: int):
   A query whose limit is at or past `window` (a row that writes nothing: its slot is past
   the cache) gets zeros.  Needs `available()`."""
   d = q.shape[-1]
-  return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32))(
+  call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32),
+                         vmap_method="sequential")
+  return call(
       q.astype(jnp.float32), keys.astype(jnp.float32), values.astype(jnp.float32),
       limits.astype(jnp.int32), scale=np.float32(1.0 / d ** 0.5), window=np.int64(window))
