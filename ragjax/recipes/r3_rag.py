@@ -267,6 +267,8 @@ def rl_stage(c, run) -> dict:
 
 def run(c) -> dict:
   run_cfg = validate(c)
+  if c.stage in ("rl", "all"):
+    parts.check_resume(c)
   p = paths(c)
   os.makedirs(p["workdir"], exist_ok=True)
   out = {}
