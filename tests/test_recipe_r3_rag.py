@@ -59,10 +59,10 @@ def runs(tmp_path_factory):
   full = str(tmp_path_factory.mktemp("r3_full"))
   port = _free_port()
   url = f"http://127.0.0.1:{port}"
-  judge = start_chat_server(port, "--max-new-tokens", "512")   # the judges' budget (§3.3)
+  judge = start_chat_server(port)                 # --max-new-tokens 64: the judge's budget
   try:
     served = ["--config.judge.kind=url", f"--config.judge.url={url}",
-              "--config.judge.model=judge"]
+              "--config.judge.model=judge", "--config.judge.max_new_tokens=64"]
     out = _train(full, "--config.stage=all", *served)
     resumed = str(tmp_path_factory.mktemp("r3_resumed")) + "/w"
     shutil.copytree(full, resumed)
