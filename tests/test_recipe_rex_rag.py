@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from _rl_helpers import logged_metrics
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -75,7 +76,7 @@ def test_config_arguments():
 
 def _train(workdir):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+             XLA_FLAGS=xla_flags(1))
   return subprocess.Popen([sys.executable, "-m", "ragjax.train", *ARGS,
                            f"--config.workdir={workdir}"], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -12,13 +12,14 @@ import pytest
 
 from ragjax.rl.checkpoint import ConfigMismatchError
 from _rl_helpers import logged_metrics
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
 
 
 def _probe(workdir, *extra):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "resume_probe.py"),
                            "--workdir", workdir, "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
