@@ -42,11 +42,8 @@ def launch(workdir, steps, processes, devices, log_dir):
                XLA_FLAGS=xla_flags(devices),
                RAGJAX_HEARTBEAT_S="10", RAGJAX_SHUTDOWN_TIMEOUT_S="10")
     if processes > 1:
-      # JAX_SHARE_BINARY_BETWEEN_HOSTS: process 0 compiles each program and hands the binary
-      # to the others through the coordinator (as on a pod), instead of every process
-      # compiling the same program at once on this 2-core machine.
       env.update(RAGJAX_COORDINATOR=f"127.0.0.1:{port}", RAGJAX_NUM_PROCESSES=str(processes),
-                 RAGJAX_PROCESS_ID=str(i), JAX_SHARE_BINARY_BETWEEN_HOSTS="1")
+                 RAGJAX_PROCESS_ID=str(i))
     cmd = [sys.executable, "-m", "ragjax.train", "--config=configs/search_r1.py:tiny",
            f"--config.workdir={workdir}", f"--config.trainer.num_steps={steps}", *ARGS]
     log = open(os.path.join(log_dir, f"p{processes}_{i}.log"), "w")
