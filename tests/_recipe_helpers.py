@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from _xla_helpers import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 
@@ -15,7 +17,7 @@ def train_env(devices: int = 1) -> dict:
   """CPU, `devices` fake devices, this checkout (and tests/, for gin plug-ins) on the path
   (and the run's compilation cache, from conftest.py's environment)."""
   return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+              XLA_FLAGS=xla_flags(devices))
 
 
 def train(args, devices: int = 1) -> subprocess.Popen:

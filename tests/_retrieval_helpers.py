@@ -12,6 +12,8 @@ import time
 import numpy as np
 import requests
 
+from _xla_helpers import xla_flags
+
 from ragjax.bench.serving import free_port, stop  # noqa: F401  (re-exported to the tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,14 +66,14 @@ def clustered_vectors(n: int, dim: int, clusters: int, seed: int = 0, noise: flo
 def run_module(*args) -> subprocess.CompletedProcess:
   """`python -m ARGS` as a user runs it (this checkout on the path, CPU, one device)."""
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=300)
 
 
 def start_server(index_dir: str, port: int, *extra: str) -> subprocess.Popen:
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.serve", "--index", index_dir,
                            "--port", str(port), *extra], cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -7,7 +7,9 @@ import os
 import shutil
 import tempfile
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from _xla_helpers import xla_flags  # noqa: E402  (tests/ is on the path: rootdir conftest)
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -24,6 +24,7 @@ import time
 import pytest
 
 from conftest import SHARED_DATA
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared d
 
 def _env():
   return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-              XLA_FLAGS="--xla_force_host_platform_device_count=1")
+              XLA_FLAGS=xla_flags(1))
 
 
 def _run(args, timeout=600):

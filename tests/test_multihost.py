@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from _xla_helpers import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 ARGS = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
@@ -37,7 +39,7 @@ def launch(workdir, steps, processes, devices, log_dir):
   procs = []
   for i in range(processes):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               XLA_FLAGS=xla_flags(devices),
                RAGJAX_HEARTBEAT_S="10", RAGJAX_SHUTDOWN_TIMEOUT_S="10")
     if processes > 1:
       env.update(RAGJAX_COORDINATOR=f"127.0.0.1:{port}", RAGJAX_NUM_PROCESSES=str(processes),

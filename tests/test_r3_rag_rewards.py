@@ -128,6 +128,40 @@ def test_judge_failures_fall_back_and_unparsed_replies_score_zero():
   assert ok == [False] and stats["unparsed"] == 1
 
 
+def test_the_judges_ask_within_the_configured_judge_budget():
+  """The judges' templates ask for 512 tokens (§3.3); a judge served with a smaller cap
+  (`serve --max-new-tokens 64`, `--config.judge.max_new_tokens=64`) refused every such request
+  (400: every relevance score the heuristic, every Acc_model False), and an in-process judge
+  with max_new_tokens=64 raised.  The recipe's judge asks within `judge.max_new_tokens`."""
+  import importlib.util
+  from test_services_fixtures import local_model
+  from ragjax.recipes import r3_rag
+  from ragjax.recipes.chat_services import make_chat
+  from ragjax.services.chat_model import ReplyBudget
+  from ragjax.services.serve import ServerThread, make_app
+  spec = importlib.util.spec_from_file_location(
+      "r3_config", os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "r3_rag.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  model = local_model()                                  # max_new_tokens=64
+  items = [(f"The question: {Q}", "I need the founder of the observatory.", "q", [DOC_A])]
+  answers = [(f"The question: {Q}", "Dunst", ["Mirela Dunst"])]
+  with pytest.raises(ValueError, match="exceeds this model's max_new_tokens=64"):
+    step_relevance(model, items)
+  rel, stats = step_relevance(ReplyBudget(model, 64), items)
+  assert stats["failed"] == 0 and len(rel) == 1
+  with ServerThread(make_app(model, model_name="judge")) as srv:
+    c = mod.get_config("tiny")
+    c.judge.update(dict(kind="url", url=srv.url, model="judge", max_new_tokens=64))
+    _, stats = step_relevance(make_chat(c, "judge"), items)
+    assert stats["failed"] == 1                          # the template's 512: refused
+    judge = r3_rag.judge_chat(c)
+    _, stats = step_relevance(judge, items)
+    assert stats == {"requests": 1, "unparsed": stats["unparsed"], "failed": 0}
+    _, stats = answer_correct(judge, answers)
+    assert stats["requests"] == 1 and stats["failed"] == 0
+
+
 def test_acc_match_is_the_codes_literal_match():
   golds = ["Paris", "PARIS"]
   assert acc_match("paris", ["paris"]) and acc_match("paris", golds)      # .capitalize()

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from test_services_fixtures import start_chat_server
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/r3_rag.py:tiny"
@@ -28,7 +29,7 @@ CONFIG = "configs/r3_rag.py:tiny"
 
 def _train(workdir, *args):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   cmd = [sys.executable, "-m", "ragjax.train", f"--config={CONFIG}",
          f"--config.workdir={workdir}", "--config.progress=False", *args]
   out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
@@ -59,10 +60,10 @@ def runs(tmp_path_factory):
   full = str(tmp_path_factory.mktemp("r3_full"))
   port = _free_port()
   url = f"http://127.0.0.1:{port}"
-  judge = start_chat_server(port, "--max-new-tokens", "512")   # the judges' budget (§3.3)
+  judge = start_chat_server(port)                 # --max-new-tokens 64: the judge's budget
   try:
     served = ["--config.judge.kind=url", f"--config.judge.url={url}",
-              "--config.judge.model=judge"]
+              "--config.judge.model=judge", "--config.judge.max_new_tokens=64"]
     out = _train(full, "--config.stage=all", *served)
     resumed = str(tmp_path_factory.mktemp("r3_resumed")) + "/w"
     shutil.copytree(full, resumed)

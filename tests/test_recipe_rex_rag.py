@@ -7,6 +7,7 @@ ratio is pi / mu (not pi / pi_old), and a run killed with SIGKILL after step 1 r
 same params and metrics as the uninterrupted run."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from _rl_helpers import logged_metrics
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -75,7 +77,7 @@ def test_config_arguments():
 
 def _train(workdir):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+             XLA_FLAGS=xla_flags(1))
   return subprocess.Popen([sys.executable, "-m", "ragjax.train", *ARGS,
                            f"--config.workdir={workdir}"], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -84,10 +86,22 @@ def _train(workdir):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   full = str(tmp_path_factory.mktemp("full"))
-  killed = str(tmp_path_factory.mktemp("killed"))
-  p_full, p_kill = _train(full), _train(killed)
-  step1 = os.path.join(killed, "rl", "latest", "1")
+  killed = str(tmp_path_factory.mktemp("killed")) + "/w"
+  p_full = _train(full)
+  # The killed run starts from the full run's world, index and cold start, which a run reuses
+  # from its workdir under the same cold-start config ("cold start: reusing"): one SFT for both.
+  from ragjax.recipes.world import COLD_START_DIR, COLD_START_META, SFT_DIR
+  meta = os.path.join(full, COLD_START_DIR, COLD_START_META)
   deadline = time.time() + 900
+  while not os.path.exists(meta):
+    if p_full.poll() is not None or time.time() > deadline:
+      pytest.fail(f"run exited before its cold start: {p_full.communicate()[0][-3000:]}")
+    time.sleep(0.1)
+  live = ("rl", "policy", SFT_DIR)            # written (or removed) by the running full run
+  shutil.copytree(full, killed, ignore=lambda d, names: [n for n in names
+                                                         if d == full and n in live])
+  p_kill = _train(killed)
+  step1 = os.path.join(killed, "rl", "latest", "1")
   while not os.path.isdir(step1):             # orbax renames the finished checkpoint to "1"
     if p_kill.poll() is not None or time.time() > deadline:
       pytest.fail(f"run exited before its step-1 checkpoint: {p_kill.communicate()[0][-3000:]}")
@@ -100,6 +114,7 @@ def runs(tmp_path_factory):
   p_res = _train(killed)
   out, _ = p_res.communicate(timeout=900)
   assert p_res.returncode == 0, out[-4000:]
+  assert "cold start: reusing" in out          # the cold start was the full run's
   return full, killed
 
 

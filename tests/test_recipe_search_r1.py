@@ -1,8 +1,8 @@
 """`configs/search_r1.py:tiny` (and `:tiny-ppo`) end to end through `python -m ragjax.train`:
 the real engine, sampler, BM25 index and trainer on the synthetic world; the same losses
 sharded (`--config.mesh.fsdp=2` over 8 fake devices) as unsharded; resume with a changed step
-count, refusal of a changed learning rate naming the field; `python -m ragjax.evaluate` on the
-exported policy."""
+count, refusal of a changed learning rate naming the field (before any set-up); `python -m
+ragjax.evaluate` on the exported policy."""
 
 import os
 import subprocess
@@ -62,10 +62,11 @@ def test_resume_with_more_steps_and_refuse_a_changed_learning_rate(runs, tmp_pat
   out, err = _finish(_train(work, "--config.trainer.num_steps=3"))
   assert [r["step"] for r in _metrics(work)] == [1, 2, 3]
   bad = _train(work, "--config.trainer.num_steps=4", "--config.optim.lr=0.5")
-  _, err = bad.communicate(timeout=600)
+  bad_out, err = bad.communicate(timeout=600)
   assert bad.returncode == 2, err[-3000:]
   assert "optim.lr: checkpoint=0.001 now=0.5" in err and "Traceback" not in err
   assert len(err.strip().splitlines()[-1]) < 400
+  assert "data:" not in bad_out, bad_out[-2000:]       # refused before any set-up work
 
 
 def test_tiny_ppo_trains_a_critic(tmp_path):

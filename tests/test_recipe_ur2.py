@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from _retrieval_helpers import free_port, stop_server
+from _xla_helpers import xla_flags
 from test_services_fixtures import checkpoint_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +32,7 @@ SETS = [("mmlupro", "mmlupro.jsonl", "mcq"), ("mmlupro_med", "mmlupro_med.jsonl"
 
 def _env() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT)
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   return env
 
 

@@ -17,6 +17,7 @@ from _retrieval_helpers import REPO, small_corpus, write_jsonl
 from ragjax.retrieval import embed_store
 from ragjax.retrieval.index import build_index, open_index
 from ragjax.retrieval.scann_index import ScannConfig
+from _xla_helpers import xla_flags
 
 SCANN = {"training_sample_size": 16}          # 43 rows, no tree: trains on 16, upserts all 43
 QUERIES = ["Who founded the Qessa guild of astronomy?", "Zürich Käse", "glassblowing in Belcaro"]
@@ -24,7 +25,7 @@ QUERIES = ["Who founded the Qessa guild of astronomy?", "Zürich Käse", "glassb
 
 def _env(**extra):
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", **extra}
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   return env
 
 

@@ -12,13 +12,14 @@ import pytest
 
 from ragjax.rl.checkpoint import ConfigMismatchError
 from _rl_helpers import logged_metrics
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
 
 
 def _probe(workdir, *extra):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "resume_probe.py"),
                            "--workdir", workdir, "--steps", str(STEPS), *extra], cwd=ROOT, env=env,
@@ -77,3 +78,20 @@ def test_checkpoint_from_other_config_is_refused(runs):
   # fields that do not change the trajectory (num_steps, eval and save cadence) may differ
   ok = build_trainer(killed, STEPS + 2, ["trainer.eval_every=3", "trainer.save_every=2"])
   assert ok.maybe_resume() == STEPS
+
+
+def test_check_resume_reads_only_the_checkpoint_fingerprint(tmp_path):
+  """What recipes call before any set-up: None without a checkpoint, the step under the same
+  config, and the trainer's refusal (each differing field named) under another."""
+  import jax.numpy as jnp
+  from ragjax.rl.checkpoint import Checkpointer, check_resume
+  d = str(tmp_path / "rl")
+  assert check_resume(d, {"optim.lr": 1e-3}) is None and not os.path.exists(d)
+  ckpt = Checkpointer(d, {"optim.lr": 1e-3, "rl.kl_coef": 0.01})
+  ckpt.save(3, {"w": jnp.ones(2)}, {"rng": [0, 1]})
+  ckpt.wait()
+  ckpt.close()
+  assert check_resume(d, {"optim.lr": 1e-3, "rl.kl_coef": 0.01}) == 3
+  with pytest.raises(ConfigMismatchError, match=r"latest/3 .*mismatched field\(s\): optim.lr: "
+                                                r"checkpoint=0.001 now=0.5$"):
+    check_resume(d, {"optim.lr": 0.5, "rl.kl_coef": 0.01})

@@ -13,6 +13,7 @@ import time
 import requests
 
 from _retrieval_helpers import REPO
+from _xla_helpers import xla_flags
 from conftest import temp_dir
 from _rollout_helpers import tokenizer
 
@@ -55,7 +56,7 @@ def conversations(n: int, offset: int = 0) -> list[list[dict]]:
 def start_chat_server(port: int, *extra: str) -> subprocess.Popen:
   """`python -m ragjax.services.serve` on 127.0.0.1:port, returned once /health answers."""
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.Popen(
       [sys.executable, "-m", "ragjax.services.serve", "--checkpoint", checkpoint_dir(), "--port",
        str(port), "--model-name", "judge", "--max-batch", "8", "--max-prompt-tokens",

@@ -21,6 +21,7 @@ from ragjax.services.chat_model import ChatServiceError
 from ragjax.services.proxy import SummarisingRetriever, main as proxy_main
 from ragjax.services.serve import ServerThread, make_app
 from ragjax.services.templates import UR2_FALLBACK, UR2_NO_FINAL_INFORMATION, UR2_SUMMARY_FAILED
+from _xla_helpers import xla_flags
 
 
 def _query(msgs) -> str:
@@ -139,7 +140,7 @@ def test_proxy_cli_serves_search_r1_retrieve_over_a_real_chat_server(tmp_path):
     before = model.decode_calls
     port = free_port()
     env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = xla_flags()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ragjax.services.proxy", "--index", index, "--chat-url",
          chat_srv.url + "/v1", "--port", str(port), "--topk", "3", "--max-tokens", "16",

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from _xla_helpers import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -21,7 +23,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_toy_pipeline_writes_every_output(tmp_path):
   work = str(tmp_path / "run")
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  env.pop("XLA_FLAGS", None)   # one CPU device, as a user's laptop has
+  env["XLA_FLAGS"] = xla_flags()   # one CPU device, as a user's laptop has
   proc = subprocess.run([sys.executable, "-m", "ragjax.train", "--config=configs/world.py:toy",
                          f"--config.workdir={work}", "--config.progress=False"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

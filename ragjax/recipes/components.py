@@ -23,6 +23,7 @@ from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.recipes.chat_services import check_chat, make_services
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
+from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
@@ -56,6 +57,15 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not c.data.train_files:
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
   return run
+
+
+def check_resume(c) -> None:
+  """Refuses, before any data, index or model work, to resume the RL run in `<workdir>/rl`
+  from a checkpoint written under another config (`ConfigMismatchError` naming each differing
+  field); the trainer would refuse the same only after the whole set-up."""
+  step = _check_resume(os.path.join(os.path.abspath(c.workdir), RL_DIR), config_fingerprint(c))
+  if step is not None:
+    log(f"resuming the RL run from its step-{step} checkpoint (same config)")
 
 
 # --- data and retrieval -----------------------------------------------------------------------

@@ -66,6 +66,17 @@ def validate(c):
   return run
 
 
+def judge_chat(c, **kwargs):
+  """The `judge` service (`make_chat`), its replies asked in at most `judge.max_new_tokens`
+  tokens: the judges' templates ask for 512 (§3.3), which a server or in-process judge
+  configured with a smaller budget refuses."""
+  from ragjax.services.chat_model import ReplyBudget
+  chat = make_chat(c, "judge", **kwargs)
+  if chat is None or c.judge.kind not in ("url", "checkpoint", "base"):
+    return chat
+  return ReplyBudget(chat, int(c.judge.max_new_tokens))
+
+
 def paths(c) -> dict:
   w = os.path.abspath(c.workdir)
   return {"workdir": w, "data": c.r3.data_dir or os.path.join(w, DATA_DIR),
@@ -94,7 +105,7 @@ def data_stage(c, setup) -> dict:
   teacher = make_chat(c, "teacher", setup=setup)
   # the answer judge of rejection sampling (Acc_model); a "base" judge is the policy, which
   # this stage does not load: exact matching alone then
-  judge = make_chat(c, "judge", setup=setup) if c.judge.kind != "base" else None
+  judge = judge_chat(c, setup=setup) if c.judge.kind != "base" else None
   summary = generate_cold_start(cold_start_questions(c, setup), teacher, setup.retriever,
                                 p["data"], cfg, judge=judge, progress=c.progress)
   parts.log(f"cold-start data: kept {summary['kept']} of {summary['questions']}, rejected "
@@ -200,7 +211,7 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
   evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
   from ragjax.rl.trainer import Trainer
   from ragjax.rl.config import config_fingerprint
-  judge = make_chat(c, "judge", policy=(cfg, params, tok), setup=setup, mesh=mesh)
+  judge = judge_chat(c, policy=(cfg, params, tok), setup=setup, mesh=mesh)
   engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
   greedy = make_engine(eval_config(c), cfg, params, tok, setup.retriever, greedy=True,
                        mesh=mesh, hooks=[])
@@ -223,8 +234,7 @@ def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
   from ragjax.retrieval.types import NullRetriever
   judged = eval_chat(c)      # eval.judge when it names a model, else the training judge
   judge = (judged[0] if judged is not None else
-           make_chat(c, "judge", policy=(s.cfg, s.params, s.tokenizer), setup=s.setup,
-                     mesh=s.mesh))
+           judge_chat(c, policy=(s.cfg, s.params, s.tokenizer), setup=s.setup, mesh=s.mesh))
   ec = eval_config(c)
   out, sampler = [], None
   for split in splits:
@@ -267,6 +277,8 @@ def rl_stage(c, run) -> dict:
 
 def run(c) -> dict:
   run_cfg = validate(c)
+  if c.stage in ("rl", "all"):
+    parts.check_resume(c)
   p = paths(c)
   os.makedirs(p["workdir"], exist_ok=True)
   out = {}

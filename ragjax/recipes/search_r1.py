@@ -38,6 +38,7 @@ def start(c) -> parts.Start:
 
 def run(c) -> dict:
   run_cfg = parts.validate(c)
+  parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   s = start(c)
   cfg, tok = s.cfg, s.tokenizer

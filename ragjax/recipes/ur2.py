@@ -272,6 +272,7 @@ def start(c) -> parts.Start:
 
 def run(c) -> dict:
   run_cfg = parts.validate(c)
+  parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   s = start(c)
   trainer = parts.make_trainer(c, run_cfg, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)

@@ -147,6 +147,7 @@ def run(c) -> dict:
   if jax.process_count() > 1:
     raise ValueError("the embedded default runs on one process (one CPU machine); multi-host "
                      "training is for the method recipes (e.g. configs/search_r1.py)")
+  parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   timings = {}
   s = start(c, timings)

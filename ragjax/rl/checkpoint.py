@@ -35,6 +35,24 @@ def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any]) -> li
   return out
 
 
+def check_resume(directory: str, fingerprint: Mapping[str, Any]) -> Optional[int]:
+  """The step a run in `directory` would resume from (None when it has no checkpoint), after
+  checking that checkpoint's config fingerprint against `fingerprint`: `ConfigMismatchError`
+  naming every differing field.  Recipes call it before any data, index or model work, so a
+  changed config is refused in seconds, not after the set-up (the trainer checks again when it
+  restores)."""
+  if not os.path.isdir(os.path.join(os.path.abspath(directory), "latest")):
+    return None
+  ckpt = Checkpointer(directory, fingerprint)
+  try:
+    step = ckpt.latest_step()
+    if step is not None:
+      ckpt.check_fingerprint(step)
+    return step
+  finally:
+    ckpt.close()
+
+
 class Checkpointer:
   """Latest-N checkpoints for resuming, plus the best params by a dev metric."""
 

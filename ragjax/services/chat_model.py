@@ -134,3 +134,26 @@ def check_messages_list(messages_list) -> list[list[Message]]:
     raise ValueError("messages_list must be a list of conversations (lists of messages), got a "
                      "single conversation; wrap it in a list")
   return [check_messages(m, f"messages_list[{i}]") for i, m in enumerate(messages_list)]
+
+
+class ReplyBudget:
+  """`chat` asked for at most `max_tokens` tokens a reply: a caller's larger `max_tokens` (a
+  template's, e.g. R3-RAG's 512) is lowered to the budget the service was configured with
+  (`judge.max_new_tokens`), which an in-process model refuses to exceed and a server caps
+  (`serve --max-new-tokens`: a larger request is a 400).  Other attributes are `chat`'s."""
+
+  def __init__(self, chat, max_tokens: int):
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+      raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    self.chat, self.max_tokens = chat, max_tokens
+
+  def complete(self, messages_list, max_tokens: int = 256, temperature: float = 0.0,
+               stop: Optional[Sequence[str]] = None, top_p: float = 1.0,
+               seed: Optional[int] = None) -> list[str]:
+    return self.chat.complete(messages_list, min(max_tokens, self.max_tokens), temperature,
+                              stop, top_p, seed)
+
+  def __getattr__(self, name):
+    if name == "chat":               # not set yet (a copy being built): no recursion
+      raise AttributeError(name)
+    return getattr(self.chat, name)
