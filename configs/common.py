@@ -90,9 +90,12 @@ def get_config() -> ConfigDict:
   c.retriever.noise = ConfigDict(dict(kind="", p=0.0, seed=0, paraphrases=3, depth=10))
 
   c.protocol = ConfigDict(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
+  # cpu_attention_kernel: on an unsharded CPU the cached attention runs in ragjax's C++ kernel
+  # (ragjax.models.cpu_attention; XLA's attention when False or when it cannot be built).
   c.sampler = ConfigDict(dict(
       max_cache_length=4096, max_new_tokens=500, prompt_buckets=(64, 128, 256, 512, 1024, 2048),
-      extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0))
+      extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0,
+      cpu_attention_kernel=True))
   # widths: trajectories are padded to one of these (few shapes -> few compiles);
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
   # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many

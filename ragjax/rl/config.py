@@ -159,6 +159,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
+                  "sampler.cpu_attention_kernel",
                   "probe.",
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
