@@ -48,8 +48,9 @@ def test_a_reused_sampler_compiles_once_and_rolls_out_as_a_fresh_one():
 
 def test_the_cpu_attention_kernel_is_a_config_field_a_resume_may_change():
   """`--config.sampler.cpu_attention_kernel=False` reaches the engine's sampler (XLA's
-  attention), which rolls out the kernel's tokens; the field is not part of the checkpoint's
-  fingerprint (it changes how, not what, the run computes)."""
+  attention; that both give the same tokens is tests/test_models_cpu_attention.py's), and the
+  field is not part of the checkpoint's fingerprint (it changes how, not what, the run
+  computes)."""
   from ragjax.models import cpu_attention
   from ragjax.rl.config import config_fingerprint
   c, tok, ret = _config(), h.tokenizer(), h.bm25_retriever()
@@ -58,10 +59,10 @@ def test_the_cpu_attention_kernel_is_a_config_field_a_resume_may_change():
   assert c.sampler.cpu_attention_kernel is True
   off = _config()
   off.sampler.cpu_attention_kernel = False
-  runs = []
-  for conf in (c, off):
+  for conf, want in ((c, cpu_attention.available()), (off, False)):
     engine = make_engine(conf, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True)
-    assert engine.policy.cpu_kernel is (conf is c and cpu_attention.available())
-    runs.append(_tokens(engine.run(PROMPTS, samples_per_prompt=1, seed=0)))
-  assert runs[0] == runs[1]
+    assert engine.policy.config.cpu_attention_kernel is conf.sampler.cpu_attention_kernel
+    assert engine.policy.cpu_kernel is want
   assert config_fingerprint(c.to_dict()) == config_fingerprint(off.to_dict())
+  off.sampler.temperature = 0.5               # a field that does change the run
+  assert config_fingerprint(c.to_dict()) != config_fingerprint(off.to_dict())
