@@ -42,6 +42,7 @@ def reference(q, k, v, limits, window):
 @pytest.mark.parametrize("b,h,g,t,d,s,window", [
     (3, 2, 4, 1, 64, 96, 96),      # a decode step, AVX path (d % 8 == 0), several key blocks
     (2, 1, 1, 1, 64, 19, 19),      # a window that is not a multiple of the key block
+    (3, 2, 7, 1, 128, 40, 40),     # Qwen2.5's head dim (128) and 7 query heads per KV head
     (3, 2, 4, 9, 64, 50, 47),      # an extend whose rows reach the window (47: no whole tile)
     (2, 2, 2, 7, 16, 40, 33),      # an extend of 7 tokens, window narrower than the array
     (2, 2, 3, 5, 12, 30, 30),      # head dim 12: the generic (non-AVX) loops

@@ -295,16 +295,19 @@ void AttendBlock(const float* q, const float* k, const float* v, const int32_t* 
     float* o = out + (m0 + i) * d;
     const int64_t n = lim[i];
 #if defined(__AVX2__) && defined(__FMA__)
-    if (simd && d == 64) {
-      __m256 acc[8];
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-      for (int64_t j = 0; j < n; ++j) {
-        const __m256 pj = _mm256_set1_ps(p[j]);
-        const float* vj = v + j * d;
-        for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), acc[c]);
-      }
+    if (simd && d % 64 == 0) {
+      // 64 head dims (8 accumulators) per pass over the row's values.
       const __m256 nv = _mm256_set1_ps(norm[i]);
-      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(acc[c], nv));
+      for (int64_t c0 = 0; c0 < d; c0 += 64) {
+        __m256 acc[8];
+        for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n; ++j) {
+          const __m256 pj = _mm256_set1_ps(p[j]);
+          const float* vj = v + j * d + c0;
+          for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+        }
+        for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + c0 + 8 * c, _mm256_mul_ps(acc[c], nv));
+      }
       continue;
     }
 #endif
