@@ -256,8 +256,8 @@ class _ScanLayer(nn.Module):
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
-    x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel, name="layer")(
-        x, positions, attention_mask, kv, cache_start, i)
+    x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
+                      name="layer")(x, positions, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
 
