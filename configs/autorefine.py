@@ -114,6 +114,9 @@ def get_config(arg: str = "tiny"):
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
   c.rollout.kv_budget_gb = 0.0 if tiny else 24.0   # per device: rollouts run in waves
   c.eval.update(dict(batch_size=64, top_k=0))
+  # its row in configs/paper_results.json (`--suite autorefine`; the paper reports 3B only)
+  c.eval.method = "" if tiny else ("AutoRefine-Instruct" if arg.endswith("instruct")
+                                   else "AutoRefine-Base")
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

@@ -160,4 +160,5 @@ def get_config(arg: str = "tiny"):
   c.trainer.update(dict(num_steps=1005, batch_prompts=512, eval_every=50, eval_prompts=500,
                         save_every=50, max_to_keep=2, keep_best_metric="dev/em"))
   c.eval.batch_size = 64
+  c.eval.method = "REX-RAG"      # its row in configs/paper_results.json (`--suite rex_rag`)
   return c
