@@ -62,9 +62,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   f = flags.FLAGS
   from ragjax.errors import exit_on_user_error
+  from ragjax.parallel.backend import start
   from ragjax.parallel.cpu_threads import pin_config
   with exit_on_user_error("ragjax.evaluate"):
     pin_config(f.config)     # before JAX's CPU backend starts
+    start("ragjax.evaluate", f.config)     # backend line; no CPU fallback of a GPU / TPU run
   if f.suite:
     if f.samples or f.data or f.split != "test":
       raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
