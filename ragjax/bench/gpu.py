@@ -1,11 +1,11 @@
-"""The GPU check: the existing benchmarks in one command, one JSON line per part, at most 8
-minutes on one H100.
+"""The GPU check: the existing benchmarks in one command, one JSON line per part, sized for at
+most 8 minutes on one H100 (--budget-s caps the whole; not yet run on a GPU).
 
     python -m ragjax.bench.gpu                  # on a GPU machine (refuses a CPU-only JAX)
     python -m ragjax.bench.gpu --preset tiny    # the same parts at toy sizes, on the CPU
 
-Each part is one benchmark run as its own process, exactly as BENCHMARKS.md runs it, under its
-own time limit (and the whole under --budget-s), in this order:
+Each part is an existing benchmark (or the backend check) run as its own process, its
+command printed in its line, under its own time limit (and the whole under --budget-s):
 
   device         python -m ragjax.parallel.backend --expect gpu   (backend, devices, versions)
   numerics       python -m ragjax.bench.numerics --preset qwen2.5-0.5b --batch 8 ...
@@ -22,7 +22,9 @@ A line: {"part", "status": ok | failed | timeout | crashed | skipped, "seconds",
 "command", the part's headline figures, "result": the benchmark's own JSON line}; the last
 line is {"part": "verdict", ...}.  The numerics gates (and the train step's finite loss) make
 a part `failed`.  Exit 0: every part ok; 1: a numerics failure; 3: a part timed out, crashed
-or was skipped (none failed); 2: no GPU (the device part's one error line, or before it).
+or was skipped (none failed); 2: no GPU, or a PyTorch without CUDA (one error line).  The
+transformers references need PyTorch with CUDA on the GPU machine (`pip install -r
+requirements-dev.txt` from PyPI on Linux gets a CUDA build).
 `--self-test-perturb E` passes to the numerics part, which must then fail (the test of the
 exit code).
 """
@@ -169,6 +171,15 @@ def run_part(part: Part, limit: float) -> dict:
   return line
 
 
+def torch_build() -> dict:
+  """The PyTorch the transformers references run on (its CUDA version; None: CPU-only)."""
+  try:
+    import torch
+  except ImportError:
+    return {"torch": None, "torch_cuda": None}
+  return {"torch": torch.__version__, "torch_cuda": torch.version.cuda or getattr(torch.version, "hip", None)}
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--preset", choices=("full", "tiny"), default="full",
@@ -186,12 +197,18 @@ def main(argv=None) -> int:
     if unknown:
       ap.error(f"--parts: unknown {unknown}; the parts are {[p.name for p in todo]}")
     todo = [p for p in todo if p.name in names]
+  torch = torch_build()
   if args.preset == "full":
-    # before any part starts: a CPU-only JAX stops here, in one line (this process never
-    # starts JAX's backend, so the parts get the whole GPU)
+    # before any part starts: a CPU-only JAX (or a PyTorch without CUDA, whose transformers
+    # references would run on the CPU) stops here in one line; this process never starts
+    # JAX's backend or CUDA, so the parts get the whole GPU
     from ragjax.parallel.backend import BackendError, Expectation, check_installed
     try:
       check_installed(Expectation("gpu", "python -m ragjax.bench.gpu"))
+      if not torch["torch_cuda"]:
+        raise BackendError(f"PyTorch {torch['torch']} has no CUDA: the check's transformers "
+                           "references would run on the CPU; install a CUDA build of torch "
+                           "(PyPI's Linux wheel is one)")
     except BackendError as e:
       print(f"ragjax.bench.gpu: error: {e}", file=sys.stderr)
       return 2
@@ -204,6 +221,8 @@ def main(argv=None) -> int:
               "command": "python -m " + " ".join(part.argv)}
     else:
       line = run_part(part, min(part.limit_s, left))
+    if part.name == "device":
+      line.update(torch)
     print(json.dumps(line), flush=True)
     lines.append(line)
     if part.name == "device" and line["status"] != "ok":
