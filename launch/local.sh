@@ -29,7 +29,7 @@ if [ "$n" -le 1 ]; then
 fi
 port="${COORDINATOR_PORT:-$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 logs="${LOG_DIR:-logs}"
-mkdir -p "$logs"
+if [ -z "${DRY_RUN:-}" ]; then mkdir -p "$logs"; fi
 pids=()
 for ((i = 0; i < n; i++)); do
   cmd="RAGJAX_EXPECT_BACKEND=$RAGJAX_EXPECT_BACKEND RAGJAX_COORDINATOR=127.0.0.1:$port RAGJAX_NUM_PROCESSES=$n RAGJAX_PROCESS_ID=$i python -m $module $*"

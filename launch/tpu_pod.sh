@@ -26,6 +26,6 @@ python -m $module$args > ragjax_worker_\$(hostname).log 2>&1; \
 rc=\$?; tail -n 3 ragjax_worker_\$(hostname).log; exit \$rc"
 run() { if [ -n "${DRY_RUN:-}" ]; then echo "$*"; else "$@"; fi; }
 run gcloud compute tpus tpu-vm ssh "$tpu" --zone="$zone" --worker="$workers" --command="$remote"
-mkdir -p "$logs"
+if [ -z "${DRY_RUN:-}" ]; then mkdir -p "$logs"; fi
 run gcloud compute tpus tpu-vm scp "$tpu:$repo/ragjax_worker_*.log" "$logs/" --zone="$zone" \
   --worker="$workers"
