@@ -267,8 +267,11 @@ def test_ur2_suite_mixes_tasks_and_metrics(setup, tmp_path):
   t = json.loads((tmp_path / "ur2" / "table.json").read_text())
   cols = t["columns"]
   assert [k for k, v in cols.items() if v["status"] == "ok"] == ["history", "medqa", "math500"]
-  assert cols["history"]["values"] == {"em": 0.0, "f1": 0.0, "cover_em": 0.0, "letter_em": 0.0}
-  assert set(cols["math500"]["values"]) == {"em", "f1", "cover_em", "math_equiv"}
+  # a multiple-choice / math column reports its own metric only (not EM / F1 / cover-EM)
+  assert cols["history"]["values"] == {"letter_em": 0.0}
+  assert cols["math500"]["values"] == {"math_equiv": 0.0}
+  rec = json.loads((tmp_path / "ur2" / "predictions" / "history.jsonl").read_text())
+  assert rec["scores"] == {"letter_em": 0.0}
   rec = json.loads((tmp_path / "ur2" / "predictions" / "medqa.jsonl").read_text())
   prompt = "".join(s["text"] for s in rec["trajectory"]["spans"] if s["label"] == "PROMPT")
   assert "multiple-choice question" in prompt and "\nA. " in prompt and "\nE. " in prompt

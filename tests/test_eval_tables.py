@@ -103,9 +103,9 @@ def test_summary_averages_missing_partial_and_published():
   assert g["em"]["macro"] == pytest.approx((25 + 100) / 2)
   assert g["em"]["weighted"] == pytest.approx(100 * 3 / 6) and g["complete"]
   avg = s["averages"]["Avg (macro)"]
-  assert avg["paper_metric"]["macro"] == pytest.approx((25 + 100 + 200 / 3) / 3)
-  assert not avg["complete"] and avg["paper_metric"]["over"] == 3
-  assert s["weighted"]["paper_metric"] == pytest.approx(100 * (1 + 2 + 2) / 9)
+  assert avg["paper_metric"]["macro"] is None        # EM and letter EM are not averaged
+  assert not avg["complete"] and avg["present"] == 3
+  assert s["weighted"]["paper_metric"] is None
   assert s["searches_weighted"] == pytest.approx((4 + 4 + 3) / 9)
   assert s["delta"] == pytest.approx({"a": 5.0, "b": 50.0, "d": 200 / 3 - 60, "G": 22.5})
   md = s["markdown"]
@@ -115,7 +115,39 @@ def test_summary_averages_missing_partial_and_published():
   assert "| published: M / m | 20.0 | 50.0 | – | 60.0 | 40.0 | – |" in md
   lines = s["csv"].splitlines()
   assert lines[0] == ",A,B,C,D,G,Avg (macro) (3 of 4),Avg (weighted by n)"
-  assert lines[2] == "EM,25.0,100.0,,33.3,62.5,52.8,44.4"
+  assert lines[2] == "EM,25.0,100.0,,,62.5,,"        # D reports letter EM only
+
+
+def test_a_column_reports_only_its_task_metric_and_averages_combine_like_metrics():
+  """A multiple-choice column reports letter EM only, a math column math equivalence only
+  (their EM / F1 / cover-EM mean nothing), and an average exists only over columns that all
+  report the same metric: no overall average of letter EM with F1."""
+  from ragjax.eval.paper_table import summarize
+  suite = _suite(columns=("a", "b", "c", "d"), groups={"QA": ("a", "b"), "Mixed": ("a", "d")},
+                 datasets=dict(a=dict(file="a.jsonl"), b=dict(file="b.jsonl"),
+                               c=dict(file="c.jsonl", metric="math_equiv"),
+                               d=dict(file="d.jsonl", metric="letter_em")),
+                 metrics=("em", "f1"))
+  assert suite.metrics_of("d") == ("letter_em",) and suite.metrics_of("c") == ("math_equiv",)
+  assert suite.metrics_of("a") == ("em", "f1")
+  # stored records as an older run wrote them: every metric on every column
+  every = lambda xs: [{"letter_em": x, "math_equiv": x} for x in xs]
+  preds = {"a": _preds("a", [1, 0], extra=every([0, 0])), "b": _preds("b", [1, 1]),
+           "c": _preds("c", [0, 0], extra=every([1, 0])),
+           "d": _preds("d", [1, 1, 1], extra=every([1, 0, 0]))}
+  s = summarize(suite, preds, {"a": 2, "b": 2, "c": 2, "d": 3}, {})
+  cols, avgs = s["columns"], s["averages"]
+  assert cols["d"]["values"] == {"letter_em": pytest.approx(100 / 3)}
+  assert cols["c"]["values"] == {"math_equiv": 50.0}
+  assert cols["a"]["values"] == {"em": 50.0, "f1": 50.0}
+  assert avgs["QA"]["em"]["macro"] == 75.0 and avgs["QA"]["paper_metric"]["macro"] == 75.0
+  for title in ("Mixed", "Avg (macro)"):
+    assert avgs[title]["paper_metric"]["macro"] is None, title      # EM with letter EM
+    assert avgs[title]["em"]["macro"] is None and avgs[title]["letter_em"]["macro"] is None
+  assert s["weighted"]["paper_metric"] is None and s["weighted"]["em"] is None
+  md = s["markdown"]
+  assert "| EM | 50.0 | 100.0 | – | – | 75.0 | – | – | – |" in md
+  assert "| letter EM | – | – | – | 33.3 | – | – | – | – |" in md
 
 
 def test_suite_validation_names_the_field():

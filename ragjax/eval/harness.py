@@ -121,8 +121,6 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever, ch
     check_matches(spec.key, done, records, store.path(spec.key))
     run.present[spec.key], run.sizes[spec.key] = path, len(records)
     todo[spec.key] = (spec, records, done)
-  metrics = suite.all_metrics
-  scored = tuple(m for m in metrics if m != "acc")
   progress = Progress(sum(len(r) - len(d) for _, r, d in todo.values()), log)
   log(f"suite {suite.name}: {len(todo)} datasets here, {len(run.missing)} missing, "
       f"{progress.total} questions to run ({sum(len(d) for *_, d in todo.values())} on disk)")
@@ -136,6 +134,8 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever, ch
                                      temperature=None if suite.greedy else suite.temperature,
                                      hooks=[], evaluation=True)
     engine = engines[setting]
+    metrics = suite.metrics_of(key)
+    scored = tuple(m for m in metrics if m != "acc")
     count = len(done)
     for s in range(0, len(records), batch_size):
       idx = [i for i in range(s, min(s + batch_size, len(records))) if i not in done]

@@ -7,9 +7,12 @@
 Datasets are columns (the suite's order), then the suite's group averages, the macro average
 (unweighted mean over the datasets present, as the papers' "Avg") and the sample-weighted
 average (all questions pooled), both labelled.  Rows: questions (with the paper's set size
-when the file holds fewer), each metric in percent, searches per question, the column's own
-paper metric when the suite mixes metrics, then the published row for the same method and
-model size and our difference from it in points.  Missing datasets stay as columns marked
+when the file holds fewer), each metric in percent (a column shows only the metrics it
+reports, `Suite.metrics_of`: a multiple-choice or math column only its own), searches per
+question, the column's own paper metric when the suite mixes metrics, then the published row
+for the same method and model size and our difference from it in points.  An average is
+given only when every column it covers reports the same metric (no mean of letter EM with
+F1).  Missing datasets stay as columns marked
 "missing" and are left out of every average; the notes under the table list them, the
 slices, and judge replies that could not be parsed.
 """
@@ -30,11 +33,6 @@ from ragjax.report.bootstrap import bootstrap_mean
 MACRO, WEIGHTED = "Avg (macro)", "Avg (weighted by n)"
 
 
-def dataset_metrics(suite: Suite, spec) -> tuple:
-  want = set(suite.metrics) | {spec.metric}
-  return tuple(m for m in suite.all_metrics if m in want)
-
-
 def _mean(xs) -> Optional[float]:
   return float(np.mean(xs)) if len(xs) else None
 
@@ -51,7 +49,7 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
                    "paper_n": spec.paper_n, "metric": spec.metric}
       continue
     recs = preds.get(key, [])
-    ms = dataset_metrics(suite, spec)
+    ms = suite.metrics_of(key)
     per = {m: [r["scores"][m] for r in recs if m in r["scores"]] for m in ms}
     scores[key] = per
     est = bootstrap_mean(per[spec.metric]) if per.get(spec.metric) else None
@@ -67,12 +65,15 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
   present = [s.key for s in suite.datasets if s.key in scores and cols[s.key]["n"]]
 
   def average(keys, metric=None) -> dict:
-    """macro and weighted mean of `metric` (None: each column's own) over `keys` present."""
+    """macro and weighted mean of `metric` (None: each column's own) over `keys` present;
+    None unless every one of them reports that same metric (like with like only)."""
+    here = [k for k in keys if k in present]
+    wanted = {k: metric or suite.dataset(k).metric for k in here}
+    if len(set(wanted.values())) != 1 or any(m not in suite.metrics_of(k)
+                                             for k, m in wanted.items()):
+      return {"macro": None, "weighted": None, "over": 0}
     vals, pooled = [], []
-    for k in keys:
-      if k not in present:
-        continue
-      m = metric or suite.dataset(k).metric
+    for k, m in wanted.items():
       if scores[k].get(m):
         vals.append(100 * float(np.mean(scores[k][m])))
         pooled += scores[k][m]
@@ -84,7 +85,8 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
   for title, keys in avg_cols:
     averages[title] = {"paper_metric": average(keys),
                        **{m: average(keys, m) for m in suite.all_metrics},
-                       "complete": all(k in present for k in keys), "datasets": list(keys)}
+                       "complete": all(k in present for k in keys), "datasets": list(keys),
+                       "present": sum(k in present for k in keys)}
   weighted = {"paper_metric": average(suite.keys)["weighted"],
               **{m: average(suite.keys, m)["weighted"] for m in suite.all_metrics}}
   searches_all = [r["searches"] for k in present for r in preds[k]]
@@ -136,7 +138,7 @@ def _grid(suite: Suite, s: dict) -> tuple[list[str], list[list[str]]]:
   """(header, rows) of the table as strings, shared by the markdown and CSV renderings."""
   cols, avgs = s["columns"], s["averages"]
   head = [""] + [cols[k]["name"] for k in suite.keys] + \
-      [t if avgs[t]["complete"] else f"{t} ({avgs[t]['paper_metric']['over']} of "
+      [t if avgs[t]["complete"] else f"{t} ({avgs[t]['present']} of "
        f"{len(avgs[t]['datasets'])})" for t in avgs] + [WEIGHTED]
   rows = []
   n_row = ["questions"]

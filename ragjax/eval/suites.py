@@ -21,6 +21,9 @@ from typing import Optional
 from ragjax.data.prepare import DEFAULT_DATA_ROOT, REPO  # noqa: F401  (REPO: published.py)
 
 METRICS = ("em", "f1", "cover_em", "letter_em", "math_equiv", "acc")
+# Column metrics that stand alone: a multiple-choice or math column reports only its own
+# metric (EM / F1 / cover-EM of a letter or a formula mean nothing).
+OWN_ONLY = ("letter_em", "math_equiv")
 METRIC_TITLES = {"em": "EM", "f1": "F1", "cover_em": "cover-EM", "letter_em": "letter EM",
                  "math_equiv": "math equiv.", "acc": "ACC (judge)"}
 
@@ -76,6 +79,13 @@ class Suite:
   def all_metrics(self) -> tuple:
     """The suite's metrics plus each column's own, in METRICS order."""
     want = set(self.metrics) | {d.metric for d in self.datasets}
+    return tuple(m for m in METRICS if m in want)
+
+  def metrics_of(self, key: str) -> tuple:
+    """The metrics column `key` reports: its own, plus the suite's unless its own is a
+    multiple-choice or math metric (`OWN_ONLY`), in METRICS order."""
+    own = self.dataset(key).metric
+    want = {own} if own in OWN_ONLY else set(self.metrics) | {own}
     return tuple(m for m in METRICS if m in want)
 
   def settings(self) -> dict:
