@@ -150,6 +150,32 @@ def test_a_column_reports_only_its_task_metric_and_averages_combine_like_metrics
   assert "| letter EM | – | – | – | 33.3 | – | – | – | – |" in md
 
 
+def test_difference_from_the_paper_averages_the_papers_datasets_only():
+  """With a dataset added to a suite, our Avg column covers every dataset, but the difference
+  from the paper's Avg (and a group's) is taken over the datasets the paper averages only,
+  and the note says how many."""
+  from ragjax.eval.paper_table import summarize
+  suite = _suite(columns=("a", "b", "c", "e"), groups={"G": ("a", "b", "e")},
+                 datasets=dict(a=dict(name="A", file="a"), b=dict(name="B", file="b"),
+                               c=dict(name="C", file="c"), e=dict(name="E", file="e")),
+                 metrics=("em",))
+  preds = {"a": _preds("a", [1, 0]), "b": _preds("b", [1, 1]), "c": _preds("c", [0, 0]),
+           "e": _preds("e", [1, 1])}
+  published = {"method": "M", "model": "m", "source": "Paper, Table 1",
+               "values": {k: {"em": 30.0} for k in "abc"},
+               "averages": {"Avg": {"em": 40.0}, "G": {"em": 70.0}}}
+  s = summarize(suite, preds, {k: 2 for k in "abce"}, {}, published)
+  assert s["averages"]["Avg (macro)"]["paper_metric"]["macro"] == 62.5     # all 4 columns
+  assert s["delta"]["Avg (macro)"] == pytest.approx(50.0 - 40.0)           # a, b, c only
+  assert s["delta"]["G"] == pytest.approx(75.0 - 70.0)                     # a, b only
+  assert s["delta_over"] == {"Avg (macro)": ["a", "b", "c"], "G": ["a", "b"]}
+  md = s["markdown"]
+  assert "over all 4" not in md
+  assert ("ours − published for Avg (macro): over the 3 datasets the paper averages (A, B, "
+          "C), not the 4 here") in md
+  assert "| ours − published (points) | 20.0 | 70.0 | -30.0 | – | 5.0 | 10.0 |  |" in md
+
+
 def test_suite_validation_names_the_field():
   from ragjax.eval.suites import get_suite
   with pytest.raises(ValueError, match=r"eval.suites.s.datasets.a: unknown field\(s\) \['fiel'\]"):

@@ -94,7 +94,7 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
          "columns": cols, "averages": averages, "weighted": weighted,
          "searches_weighted": _mean(searches_all), "published": published,
          "info": info or {}}
-  out["delta"] = _delta(suite, out)
+  out["delta"], out["delta_over"] = _delta(suite, out)
   out["markdown"] = render_markdown(suite, out)
   out["csv"] = render_csv(suite, out)
   return out
@@ -104,30 +104,39 @@ def _pub_value(published: dict, key: str, metric: str) -> Optional[float]:
   return (published.get("values", {}).get(key) or {}).get(metric)
 
 
+def paper_datasets(published: dict, suite: Suite, keys) -> list:
+  """The datasets among `keys` the published row reports (its averages are over these)."""
+  return [k for k in keys if _pub_value(published, k, suite.dataset(k).metric) is not None]
+
+
 def _pub_average(published: dict, title: str, suite: Suite, keys) -> Optional[float]:
   name = "Avg" if title == MACRO else title
   cell = published.get("averages", {}).get(name) or {}
-  metrics = {suite.dataset(k).metric for k in keys}
+  metrics = {suite.dataset(k).metric for k in paper_datasets(published, suite, keys)}
   return cell.get(metrics.pop()) if len(metrics) == 1 else None
 
 
-def _delta(suite: Suite, s: dict) -> dict:
+def _delta(suite: Suite, s: dict) -> tuple[dict, dict]:
+  """(our difference from the published row per column and per average, the datasets each
+  average's difference is over): an average is compared over the datasets the paper
+  averages, like for like, and only when every one of them is here."""
   pub = s["published"]
   if not pub:
-    return {}
-  d = {}
+    return {}, {}
+  d, over = {}, {}
   for spec in suite.datasets:
     ours, theirs = s["columns"][spec.key].get("paper_metric"), _pub_value(pub, spec.key,
                                                                            spec.metric)
     if ours is not None and theirs is not None:
       d[spec.key] = ours - theirs
   for title, a in s["averages"].items():
-    if not a["complete"]:          # an average over fewer datasets than the paper's
-      continue
-    ours, theirs = a["paper_metric"]["macro"], _pub_average(pub, title, suite, a["datasets"])
-    if ours is not None and theirs is not None:
-      d[title] = ours - theirs
-  return d
+    keys = paper_datasets(pub, suite, a["datasets"])
+    theirs = _pub_average(pub, title, suite, a["datasets"])
+    ours = [s["columns"][k].get("paper_metric") for k in keys]
+    if theirs is None or not keys or any(x is None for x in ours):
+      continue                     # the paper's average needs every one of its datasets
+    d[title], over[title] = float(np.mean(ours)) - theirs, keys
+  return d, over
 
 
 def _f(x, digits=1) -> str:
@@ -183,8 +192,9 @@ def _notes(suite: Suite, s: dict) -> list[str]:
   cols, notes = s["columns"], []
   metric_names = sorted({METRIC_TITLES[d.metric] for d in suite.datasets})
   notes.append(f"Values are percent. Paper metric: {', '.join(metric_names)}. {MACRO}: "
-               f"unweighted mean over the datasets present (the papers' Avg is over all "
-               f"{len(suite.datasets)}); {WEIGHTED}: every question counted once.")
+               f"unweighted mean over the datasets present; {WEIGHTED}: every question "
+               "counted once; an average is left out (–) where its columns report different "
+               "metrics.")
   for k in suite.keys:
     c = cols[k]
     if c["status"] == "missing":
@@ -208,7 +218,13 @@ def _notes(suite: Suite, s: dict) -> list[str]:
                    "eval.judge.checkpoint), so it is not computed.")
   if s["published"]:
     notes.append(f"Published row: {s['published']['source']}. The difference is left out "
-                 "for averages missing a dataset.")
+                 "for averages missing a dataset the paper averages.")
+    for title, keys in s.get("delta_over", {}).items():
+      here = s["averages"][title]["present"]
+      if len(keys) != here:
+        notes.append(f"ours − published for {title}: over the {len(keys)} datasets the paper "
+                     f"averages ({', '.join(cols[k]['name'] for k in keys)}), not the {here} "
+                     "here.")
   elif info.get("published_hint"):
     notes.append(info["published_hint"])
   return notes
