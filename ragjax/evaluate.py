@@ -15,13 +15,21 @@ still sharpen).
 * `--suite NAME`: a benchmark suite of the config (`eval.suites`, configs/suites.py) to the
   paper's table (markdown / CSV / JSON under `--out`, default `<workdir>/eval/<NAME>`) beside
   the published row; per-question predictions are written as they finish and a killed run
-  resumes.  `--compare DIR2` adds a paired bootstrap / McNemar comparison with another run
-  (without `--checkpoint`: compares the predictions already in `--out` and DIR2).
+  resumes (`run.json` holds the checkpoint's and index's fingerprints and every setting; a
+  resume that differs is refused before the model loads).  `--datasets a,b` runs some of the
+  suite's datasets; `--add_dataset KEY=FILE[,format=F][,metric=M]...` adds one (docs/
+  evaluation.md).  A `--config.protocol.*` / `--config.sampler.*` override of a setting the
+  suite pins is refused (set `--config.eval.suites.NAME.*` instead); `--config.eval.top_k`
+  wins and is recorded.  `--compare DIR2` adds a paired bootstrap / McNemar comparison with
+  another run (without `--checkpoint`: compares the predictions already in `--out` and DIR2).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+from typing import Optional
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -53,6 +61,11 @@ flags.DEFINE_string("data_root", None, "where suite files live (default eval.dat
                     "else ../shared/data beside the repo)")
 flags.DEFINE_string("compare", None, "another suite output directory: paired bootstrap and "
                     "McNemar per dataset and for the average")
+flags.DEFINE_list("datasets", [], "with --suite: run only these of the suite's datasets "
+                  "(comma-separated keys)")
+flags.DEFINE_multi_string("add_dataset", [], "with --suite: add a dataset, "
+                          "KEY=FILE[,format=F][,metric=M][,name=TITLE][,paper_n=N]"
+                          "[,where.FIELD=V][,protocol.FIELD=V] (repeatable)")
 
 
 def main(argv):
@@ -69,14 +82,21 @@ def main(argv):
     if f.samples or f.data or f.split != "test":
       raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
                            "--samples", exitcode=2)
+    if not f["config"].present:
+      raise app.UsageError("--suite needs --config=configs/<method>.py:<size> (the method's "
+                           "protocol and prompt; the default config is the synthetic world's)",
+                           exitcode=2)
     from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
     with exit_on_user_error("ragjax.evaluate"):
       print(evaluate_suite(f.config, SuiteOptions(
           suite=f.suite, checkpoint=f.checkpoint, out=f.out, data_root=f.data_root,
-          index=f.index, url=f.url, limit=f.limit, compare=f.compare)))
+          index=f.index, url=f.url, limit=f.limit, compare=f.compare,
+          datasets=tuple(f.datasets), add_datasets=tuple(f.add_dataset),
+          overrides=tuple(config_flags.get_override_values(f["config"])))))
     return
-  if f.compare or f.out or f.data_root:
-    raise app.UsageError("--compare / --out / --data_root go with --suite", exitcode=2)
+  if f.compare or f.out or f.data_root or f.datasets or f.add_dataset:
+    raise app.UsageError("--compare / --out / --data_root / --datasets / --add_dataset go with "
+                         "--suite", exitcode=2)
   if not f.checkpoint:
     raise app.UsageError("--checkpoint is required", exitcode=2)
   if f.samples and f.temperature <= 0:
@@ -98,5 +118,55 @@ def main(argv):
         temperature=f.temperature, metric=f.metric), qtypes, groups))
 
 
+_DATASET_OVERRIDE = re.compile(r"^--config\.eval\.suites\.([^.=]+)\.datasets\.([^.=]+)[.=]")
+
+
+def _load_config(arg: str):
+  """The ConfigDict of `--config`'s FILE[:ARG], loaded as ml-collections does."""
+  import importlib.util
+  path, _, cfg_arg = arg.partition(":")
+  spec = importlib.util.spec_from_file_location("ragjax_evaluate_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(cfg_arg) if cfg_arg else module.get_config()
+
+
+def dataset_override_error(argv) -> Optional[str]:
+  """One line for `--config.eval.suites.S.datasets.K.FIELD=V` naming a dataset (or suite) the
+  config lacks: the suite's datasets, and --add_dataset for a new one (ml-collections' own
+  message is a quoted KeyError); None when that is not the problem."""
+  from ragjax.eval.suites import ADD_DATASET_HELP, did_you_mean
+  try:
+    args = flags.FLAGS.read_flags_from_files(list(argv[1:]), force_gnu=False)
+    hits = [(m.groups(), a.split("=", 1)[0]) for a in args if (m := _DATASET_OVERRIDE.match(a))]
+    if not hits:
+      return None
+    cfg = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), DEFAULT_CONFIG)
+    suites = _load_config(cfg).eval.suites
+  except Exception:  # noqa: BLE001  (the generic one-line error is printed instead)
+    return None
+  for (name, key), flag in hits:
+    if name not in suites:
+      return f"{flag}: the config has no suite {name}; its suites: {', '.join(suites)}"
+    keys = list(suites[name].get("columns") or suites[name].datasets)
+    if key not in keys:
+      return (f"{flag}: suite {name} has no dataset {key}{did_you_mean(key, keys)}; its datasets: "
+              f"{', '.join(keys)}; to add one: --add_dataset {ADD_DATASET_HELP}")
+  return None
+
+
+def parse_flags(argv):
+  """`ragjax.errors.flags_parser`'s one-line errors, with `dataset_override_error`'s first."""
+  try:
+    return flags.FLAGS(argv)
+  except Exception:  # noqa: BLE001  (every flag mistake gets one line)
+    msg = None if os.environ.get("RAGJAX_TRACEBACK") else dataset_override_error(argv)
+    if msg:
+      print(f"ragjax.evaluate: error: {msg}", file=sys.stderr)
+      sys.exit(2)
+    flags.FLAGS.unparse_flags()
+    return flags_parser("ragjax.evaluate")(argv)
+
+
 if __name__ == "__main__":
-  sys.exit(app.run(main, flags_parser=flags_parser("ragjax.evaluate")))
+  sys.exit(app.run(main, flags_parser=parse_flags))

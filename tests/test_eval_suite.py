@@ -314,3 +314,55 @@ def test_autorefine_suite_runs_its_own_protocol(setup, tmp_path):
     assert ans == ANSWER and 1 <= searches <= 3
     for m in ("em", "f1", "cover_em"):
       assert cols[key]["values"][m] == pytest.approx(100 * scores[m]), (key, m)
+
+
+# --- sampled decoding, batching -----------------------------------------------------------------
+def _random_policy(tmp):
+  """The setup's tokenizer with a small randomly initialised decoder: near-uniform next-token
+  distributions, so sampled text differs with the sampling key."""
+  import jax
+  from ragjax.models.config import DecoderConfig
+  from ragjax.models.decoder import init_params
+  from ragjax.models.hf_io import load_tokenizer
+  tok = load_tokenizer(str(tmp / "policy"))
+  cfg = DecoderConfig(arch="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                      rope_theta=10000.0, tie_word_embeddings=False,
+                      max_position_embeddings=4096, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+  return cfg, init_params(cfg, jax.random.PRNGKey(1)), tok
+
+
+def _sampled_suite(tmp):
+  from ragjax.eval.suites import get_suite
+  data = tmp / "data" / "search_r1"
+  return get_suite({"suites": {"sampled": dict(
+      columns=("nq", "popqa"), datasets=dict(
+          nq=dict(file=str(data / "nq.jsonl"), format="flashrag"),
+          popqa=dict(file=str(data / "popqa.jsonl"), format="flashrag")),
+      metrics=("em",), protocol=dict(max_turns=1), sampler=dict(max_new_tokens=6),
+      greedy=False, temperature=1.0, top_p=1.0)}}, "sampled")
+
+
+def test_sampled_predictions_do_not_depend_on_the_batch(setup, tmp_path):
+  """Each question samples with a key of its own (not its place in a batch): a sampled suite
+  run in batches of 4 and in batches of 2 writes the same trajectories."""
+  from ragjax.eval.harness import run_suite
+  from ragjax.retrieval import open_index
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir = str(tmp_path / "work")
+  suite, policy = _sampled_suite(tmp), _random_policy(tmp)
+  retriever = open_index(str(tmp / "index"))
+  texts = {}
+  for bs in (4, 2):
+    out = tmp_path / f"b{bs}"
+    run_suite(c, suite, SHARED_DATA, str(out), policy=policy, retriever=retriever,
+              batch_size=bs, log=lambda *_: None)
+    texts[bs] = {k: [json.loads(l)["response_text"]
+                     for l in (out / "predictions" / f"{k}.jsonl").read_text().splitlines()]
+                 for k in ("nq", "popqa")}
+  assert len({t for ts in texts[4].values() for t in ts}) == 8     # sampled: all differ
+  assert texts[4] == texts[2]

@@ -31,6 +31,7 @@ from ragjax.eval.suites import METRIC_TITLES, Suite
 from ragjax.report.bootstrap import bootstrap_mean
 
 MACRO, WEIGHTED = "Avg (macro)", "Avg (weighted by n)"
+INFO_LINES = ("checkpoint", "data_root", "retrieval", "protocol", "decoding", "throughput")
 
 
 def _mean(xs) -> Optional[float]:
@@ -38,15 +39,19 @@ def _mean(xs) -> Optional[float]:
 
 
 def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
-              published: Optional[dict] = None, info: Optional[dict] = None) -> dict:
+              published: Optional[dict] = None, info: Optional[dict] = None,
+              files: Optional[dict] = None, not_run=()) -> dict:
   """Per-dataset means (percent) with a 95% bootstrap interval on the column's own metric,
-  group / macro / weighted averages, the published row and our difference from it."""
+  group / macro / weighted averages, the published row and our difference from it.
+  `files`: {key: the file a column came from: path, bytes, sha256} (run.json's);
+  `not_run`: columns `--datasets` left out."""
   cols, scores = {}, {}
+  files = files or {}
   for spec in suite.datasets:
     key = spec.key
-    if key in missing:
-      cols[key] = {"name": spec.name, "status": "missing", "file": missing[key],
-                   "paper_n": spec.paper_n, "metric": spec.metric}
+    if key in missing or key in not_run:
+      cols[key] = {"name": spec.name, "status": "missing" if key in missing else "not run",
+                   "file": missing.get(key, ""), "paper_n": spec.paper_n, "metric": spec.metric}
       continue
     recs = preds.get(key, [])
     ms = suite.metrics_of(key)
@@ -61,7 +66,8 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
         "paper_metric": None if est is None else 100 * est.mean,
         "ci95": None if est is None else [100 * est.low, 100 * est.high],
         "searches": _mean([r["searches"] for r in recs]),
-        "no_answer": sum(r["answer"] is None for r in recs)}
+        "no_answer": sum(r["answer"] is None for r in recs),
+        "source": files.get(key), "where": dict(spec.where)}
   present = [s.key for s in suite.datasets if s.key in scores and cols[s.key]["n"]]
 
   def average(keys, metric=None) -> dict:
@@ -153,8 +159,8 @@ def _grid(suite: Suite, s: dict) -> tuple[list[str], list[list[str]]]:
   n_row = ["questions"]
   for k in suite.keys:
     c = cols[k]
-    if c["status"] == "missing":
-      n_row.append("missing")
+    if c["status"] in ("missing", "not run"):
+      n_row.append(c["status"])
     else:
       cell = str(c["n"]) + ("" if c["status"] == "ok" else f" of {c['expected']} (partial)")
       if c["paper_n"] and c["expected"] < c["paper_n"]:
@@ -200,6 +206,8 @@ def _notes(suite: Suite, s: dict) -> list[str]:
     if c["status"] == "missing":
       notes.append(f"{c['name']}: MISSING — {c['file']} is not on this machine; set "
                    f"eval.suites.{suite.name}.datasets.{k}.file (not in any average).")
+    elif c["status"] == "not run":
+      notes.append(f"{c['name']}: not run (not in --datasets), in no average.")
     elif c["status"] == "partial":
       notes.append(f"{c['name']}: only {c['n']} of {c['expected']} questions have "
                    "predictions (a run that did not finish; run again to resume).")
@@ -234,12 +242,31 @@ def render_markdown(suite: Suite, s: dict) -> str:
   head, rows = _grid(suite, s)
   lines = [f"### {s['title']} (suite `{suite.name}`)", ""]
   for k, v in (s.get("info") or {}).items():
-    if k in ("checkpoint", "data_root", "protocol", "throughput"):
+    if k in INFO_LINES:
       lines.append(f"- {k}: {v}")
   lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   lines += ["| " + " | ".join(r) + " |" for r in rows]
   lines += [""] + [f"- {n}" for n in _notes(suite, s)]
+  sources = _sources(suite, s)
+  if sources:
+    lines += ["", "Data files:"] + [f"- {x}" for x in sources]
   return "\n".join(lines)
+
+
+def _sources(suite: Suite, s: dict) -> list[str]:
+  """Which file each column came from, its size and SHA-256 (and the filter applied)."""
+  out = []
+  for k in suite.keys:
+    c = s["columns"][k]
+    src = c.get("source")
+    if not src:
+      continue
+    where = ", ".join(f"{f}={v}" for f, v in (c.get("where") or {}).items())
+    sha = src.get("sha256", "")
+    out.append(f"{c['name']}: {src['path']} ({src['bytes']:,} bytes, sha256 {sha[:16]}"
+               f"{'' if src.get('hashed', 'all') == 'all' else ', sampled'})"
+               + (f", where {where}" if where else ""))
+  return out
 
 
 def render_csv(suite: Suite, s: dict) -> str:
