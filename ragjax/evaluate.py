@@ -82,12 +82,11 @@ def main(argv):
     if f.samples or f.data or f.split != "test":
       raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
                            "--samples", exitcode=2)
-    if not f["config"].present:
-      raise app.UsageError("--suite needs --config=configs/<method>.py:<size> (the method's "
-                           "protocol and prompt; the default config is the synthetic world's)",
-                           exitcode=2)
     from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
     with exit_on_user_error("ragjax.evaluate"):
+      if not f["config"].present:
+        raise ValueError("--suite needs --config=configs/<method>.py:<size> (the method's "
+                         "protocol and prompt; the default config is the synthetic world's)")
       print(evaluate_suite(f.config, SuiteOptions(
           suite=f.suite, checkpoint=f.checkpoint, out=f.out, data_root=f.data_root,
           index=f.index, url=f.url, limit=f.limit, compare=f.compare,

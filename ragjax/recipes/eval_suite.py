@@ -92,12 +92,16 @@ def tabulate(c, suite, directory: str, *, sizes=None, missing=None, info=None, f
 
 
 def build_suite(c, opts: SuiteOptions):
-  """(the suite with the `--add_dataset`s, the part of it to run: `--datasets`); refuses a
-  command-line override of a setting the suite pins."""
+  """(the suite with the `--add_dataset`s, the part of it to run: `--datasets` and the added
+  ones); refuses a command-line override of a setting the suite pins."""
   from ragjax.eval.suites import add_datasets, check_overrides, get_suite, select_datasets
-  suite = add_datasets(get_suite(c.eval, opts.suite), opts.add_datasets)
+  own = get_suite(c.eval, opts.suite)
+  suite = add_datasets(own, opts.add_datasets)
   check_overrides(suite, opts.overrides)
-  return suite, (select_datasets(suite, opts.datasets) if opts.datasets else suite)
+  if not opts.datasets:
+    return suite, suite
+  added = [k for k in suite.keys if k not in own.keys]
+  return suite, select_datasets(suite, list(opts.datasets) + added)
 
 
 def evaluate_suite(c, opts: SuiteOptions) -> str:
