@@ -27,9 +27,7 @@ still sharpen).
 from __future__ import annotations
 
 import os
-import re
 import sys
-from typing import Optional
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -117,49 +115,14 @@ def main(argv):
         temperature=f.temperature, metric=f.metric), qtypes, groups))
 
 
-_DATASET_OVERRIDE = re.compile(r"^--config\.eval\.suites\.([^.=]+)\.datasets\.([^.=]+)[.=]")
-
-
-def _load_config(arg: str):
-  """The ConfigDict of `--config`'s FILE[:ARG], loaded as ml-collections does."""
-  import importlib.util
-  path, _, cfg_arg = arg.partition(":")
-  spec = importlib.util.spec_from_file_location("ragjax_evaluate_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(cfg_arg) if cfg_arg else module.get_config()
-
-
-def dataset_override_error(argv) -> Optional[str]:
-  """One line for `--config.eval.suites.S.datasets.K.FIELD=V` naming a dataset (or suite) the
-  config lacks: the suite's datasets, and --add_dataset for a new one (ml-collections' own
-  message is a quoted KeyError); None when that is not the problem."""
-  from ragjax.eval.suites import ADD_DATASET_HELP, did_you_mean
-  try:
-    args = flags.FLAGS.read_flags_from_files(list(argv[1:]), force_gnu=False)
-    hits = [(m.groups(), a.split("=", 1)[0]) for a in args if (m := _DATASET_OVERRIDE.match(a))]
-    if not hits:
-      return None
-    cfg = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), DEFAULT_CONFIG)
-    suites = _load_config(cfg).eval.suites
-  except Exception:  # noqa: BLE001  (the generic one-line error is printed instead)
-    return None
-  for (name, key), flag in hits:
-    if name not in suites:
-      return f"{flag}: the config has no suite {name}; its suites: {', '.join(suites)}"
-    keys = list(suites[name].get("columns") or suites[name].datasets)
-    if key not in keys:
-      return (f"{flag}: suite {name} has no dataset {key}{did_you_mean(key, keys)}; its datasets: "
-              f"{', '.join(keys)}; to add one: --add_dataset {ADD_DATASET_HELP}")
-  return None
-
-
 def parse_flags(argv):
   """`ragjax.errors.flags_parser`'s one-line errors, with `dataset_override_error`'s first."""
   try:
     return flags.FLAGS(argv)
   except Exception:  # noqa: BLE001  (every flag mistake gets one line)
-    msg = None if os.environ.get("RAGJAX_TRACEBACK") else dataset_override_error(argv)
+    from ragjax.recipes.eval_suite import dataset_override_error
+    msg = (None if os.environ.get("RAGJAX_TRACEBACK")
+           else dataset_override_error(argv, DEFAULT_CONFIG))
     if msg:
       print(f"ragjax.evaluate: error: {msg}", file=sys.stderr)
       sys.exit(2)

@@ -353,3 +353,161 @@ def test_searchr1_training_mixture(tmp_path):
                         str(nq), str(nq), "--out", str(tmp_path / "c")], env=env,
                        capture_output=True, text=True, timeout=300)
   assert dup.returncode == 2 and "appears twice" in dup.stderr
+
+
+# --- what a suite pins, and datasets from the command line ------------------------------------
+def test_overrides_of_what_a_suite_pins_are_refused():
+  from ragjax.eval.suites import check_overrides, get_suite
+  c = _config()
+  s = get_suite(c.eval, "search_r1")
+  for path, field in (("protocol.top_k", "protocol.top_k=3"),
+                      ("sampler.max_new_tokens", "sampler.max_new_tokens=500"),
+                      ("sampler.temperature", "greedy=True")):
+    with pytest.raises(ValueError, match=re.escape(f"--config.{path}: suite search_r1 pins "
+                                                   f"{field}")):
+      check_overrides(s, [path])
+  check_overrides(s, ["eval.top_k", "protocol.obs_max_chars", "eval.batch_size"])   # not pinned
+  ur2 = get_suite(c.eval, "ur2")
+  with pytest.raises(ValueError, match=r"pins datasets\.history\.protocol\.task='mcq'"):
+    check_overrides(ur2, ["protocol.task"])
+  with pytest.raises(ValueError, match=r"pins top_p=0\.5"):
+    check_overrides(ur2, ["sampler.top_p"])
+
+
+def test_datasets_from_the_command_line():
+  from ragjax.eval.suites import add_datasets, get_suite, select_datasets
+  s = get_suite(_config().eval, "ur2")
+  s2 = add_datasets(s, ["gpqa=/d/gpqa.jsonl,format=mcq,metric=letter_em,name=GPQA,paper_n=198,"
+                        "protocol.task=mcq,where.domain=bio"])
+  g = s2.dataset("gpqa")
+  assert (g.file, g.format, g.metric, g.name, g.paper_n) == ("/d/gpqa.jsonl", "mcq", "letter_em",
+                                                              "GPQA", 198)
+  assert g.protocol == (("task", "mcq"),) and g.where == (("domain", "bio"),)
+  assert s2.keys[-1] == "gpqa" and s2.groups == s.groups and s2.metrics_of("gpqa") == ("letter_em",)
+  assert select_datasets(s2, ["law", "gpqa", "medqa"]).keys == ("law", "medqa", "gpqa")
+  for bad, msg in (("nope", "expected KEY=FILE"), ("x=f,colour=red", "cannot read 'colour=red'"),
+                   ("x=f,metric=bleu", r"--add_dataset x\.metric='bleu'; known"),
+                   ("law=f", "already has a dataset law; point it at another file with "
+                             "--config.eval.suites.ur2.datasets.law.file=PATH")):
+    with pytest.raises(ValueError, match=msg):
+      add_datasets(s, [bad])
+  with pytest.raises(ValueError, match=r"no dataset hist \(did you mean history\?\); its "
+                                       r"datasets: history, philosophy"):
+    select_datasets(s, ["hist"])
+
+
+def test_dataset_override_errors_name_the_suites_datasets(tmp_path):
+  """`--config.eval.suites.S.datasets.K.file=...` for a K the suite lacks (ml-collections says
+  only "'K'"): one line naming the suite's datasets and --add_dataset; also from a flagfile."""
+  from ragjax.recipes.eval_suite import dataset_override_error
+  cfg = "--config=" + os.path.join(ROOT, "configs", "search_r1.py") + ":tiny"
+  msg = dataset_override_error(["x", cfg, "--config.eval.suites.search_r1.datasets.ambigqa.file=f"],
+                               cfg)
+  assert msg.startswith("--config.eval.suites.search_r1.datasets.ambigqa.file: suite search_r1 "
+                        "has no dataset ambigqa; its datasets: nq, triviaqa, popqa")
+  assert "--add_dataset KEY=FILE" in msg and "\n" not in msg
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_text("--config.eval.suites.serch_r1.datasets.nq.file=f\n")
+  msg = dataset_override_error(["x", cfg, f"--flagfile={flagfile}"], cfg)
+  assert msg.endswith("the config has no suite serch_r1; its suites: " + ", ".join(
+      _config().eval.suites))
+  assert dataset_override_error(["x", cfg, "--config.eval.batch_size=3"], cfg) is None
+
+
+# --- smaller items -----------------------------------------------------------------------------
+def test_readme_evaluate_commands_name_real_config_arguments():
+  """Every `python -m ragjax.evaluate --config=configs/X.py:ARG` in README.md is accepted by
+  that config (AutoRefine's sizes end in -base / -instruct)."""
+  import importlib
+  readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+  found = re.findall(r"ragjax\.evaluate --config=configs/(\w+)\.py:([\w.-]+)", readme)
+  assert ("autorefine", "qwen2.5-3b-base") in found and len(found) >= 5
+  for module, arg in found:
+    importlib.import_module(module).get_config(arg)
+
+
+def test_published_rows_cite_the_papers():
+  """The published row printed under a table names the paper and its table, not a file
+  outside the repository."""
+  from ragjax.eval.published import load_published
+  for table, v in load_published().items():
+    if table.startswith("_"):
+      continue
+    for row in v["rows"]:
+      assert "Table" in row["source"] and ".md" not in row["source"], row["source"]
+
+
+def _r3_suite():
+  from ragjax.eval.suites import get_suite
+  return get_suite(_config().eval, "r3_rag")
+
+
+def test_r3_table_shows_every_published_metric_and_the_judge_note():
+  """R3-RAG's published row has ACC, F1 and EM: the table shows each, with our differences;
+  with a judge configured, no note says ACC needs one."""
+  from ragjax.eval.paper_table import summarize
+  from ragjax.eval.published import published_row
+  suite = _r3_suite()
+  preds = {k: _preds(k, [1, 0], extra=[{"acc": 1.0, "cover_em": 1.0}, {"acc": 1.0, "cover_em": 0}])
+           for k in suite.keys}
+  row = published_row("r3_rag", "R3-RAG (E5)", "qwen2.5-7b")
+  s = summarize(suite, preds, {k: 2 for k in suite.keys}, {}, published=row,
+                info={"judge": "J", "judge_calls": 6, "judge_unparsed": 0})
+  md = s["markdown"]
+  assert "| published ACC (judge): R3-RAG (E5) / qwen2.5-7b | 65.5 |" in md
+  assert "| published F1: R3-RAG (E5) / qwen2.5-7b | 59.7 |" in md
+  assert "| published EM: R3-RAG (E5) / qwen2.5-7b | 46.4 |" in md
+  assert s["delta_by_metric"]["f1"]["hotpotqa"] == pytest.approx(50.0 - 59.7)
+  assert s["delta_by_metric"]["em"]["hotpotqa"] == pytest.approx(50.0 - 46.4)
+  assert s["delta"]["hotpotqa"] == pytest.approx(100.0 - 65.5)
+  assert "| ours − published F1 (points) | -9.7 |" in md
+  assert "ACC judged by J" in md and "needs eval.judge" not in md
+  bare = summarize(suite, preds, {k: 2 for k in suite.keys}, {}, published=row)["markdown"]
+  assert "ACC: no judge configured" in bare
+
+
+def test_ur2_note_says_what_retrieval_was_used():
+  """UR² summarises its top-10 passages with an LLM; a run over a plain index reads raw
+  passages, and the table says which, instead of claiming summarised retrieval."""
+  from ragjax.eval.paper_table import summarize
+  from ragjax.eval.run_record import describe_retrieval
+  from ragjax.eval.suites import get_suite
+  suite = get_suite(_config().eval, "ur2")
+  raw = describe_retrieval({"index": "/idx", "sha256": "ab" * 32, "files": {}})
+  assert raw.startswith("index /idx (") and raw.endswith("raw passages, not summarised")
+  proxy = describe_retrieval({"url": "http://h/retrieve",
+                              "server": {"summariser": "http://j/v1", "mode": "weak"}})
+  assert proxy == "server http://h/retrieve: passages summarised by http://j/v1 (mode weak)"
+  preds = {"hotpotqa": _preds("hotpotqa", [1, 0])}
+  md = summarize(suite, preds, {"hotpotqa": 2}, {k: "x" for k in suite.keys if k != "hotpotqa"},
+                 info={"retrieval": raw})["markdown"]
+  assert "- retrieval: index /idx (" in md
+  assert "top-10 is with UR²'s summarised retrieval" not in md
+
+
+def test_compare_reports_both_averages_and_unequal_question_counts():
+  from ragjax.eval.paired import compare_runs
+  suite = _suite(metrics=("em",))
+  a = {"a": _preds("a", [1, 1, 0, 0]), "b": _preds("b", [1, 0])}
+  b = {"a": _preds("a", [1, 0]), "b": _preds("b", [0, 0])}
+  rows, md = compare_runs(suite, a, b, resamples=200)
+  avg = rows[-1]
+  assert avg["a"] == pytest.approx((100 + 50) / 2) and avg["b"] == pytest.approx((50 + 0) / 2)
+  assert "| Avg (macro) | 4 | 75.0 | 25.0 | 50.0 |" in md
+  assert rows[0]["n_a"] == 4 and rows[0]["n_b"] == 2
+  assert "A: 4 questions, B: 2; compared on the 2 both have" in md
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data absent")
+def test_prepare_with_a_missing_dataset_writes_nothing(tmp_path):
+  """`prepare suite` of a suite whose TriviaQA is not on this machine: without --set or
+  --allow-missing, one error line and nothing written (no flagfile missing a dataset); with
+  --allow-missing, the flagfile lists it as missing."""
+  from ragjax.data.prepare import main
+  args = ["suite", "--suite", "search_r1", "--limit", "1", "--data_root", SHARED_DATA]
+  with pytest.raises(SystemExit) as e:
+    main(args + ["--out", str(tmp_path / "a")])
+  assert e.value.code == 2 and not (tmp_path / "a").exists()
+  assert main(args + ["--out", str(tmp_path / "b"), "--allow-missing"]) == 0
+  flags = (tmp_path / "b" / "search_r1" / "flags.txt").read_text()
+  assert "# MISSING triviaqa: " in flags and ".nq.file=" in flags

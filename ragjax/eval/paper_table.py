@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from ragjax.eval.suites import METRIC_TITLES, Suite
+from ragjax.eval.suites import METRIC_TITLES, METRICS, Suite
 from ragjax.report.bootstrap import bootstrap_mean
 
 MACRO, WEIGHTED = "Avg (macro)", "Avg (weighted by n)"
@@ -101,6 +101,9 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
          "searches_weighted": _mean(searches_all), "published": published,
          "info": info or {}}
   out["delta"], out["delta_over"] = _delta(suite, out)
+  extra = published_metrics(suite, published) if published else []
+  if extra:        # the published row reports more than each column's own metric (R3-RAG)
+    out["delta_by_metric"] = {m: _delta(suite, out, m)[0] for m in extra}
   out["markdown"] = render_markdown(suite, out)
   out["csv"] = render_csv(suite, out)
   return out
@@ -110,35 +113,53 @@ def _pub_value(published: dict, key: str, metric: str) -> Optional[float]:
   return (published.get("values", {}).get(key) or {}).get(metric)
 
 
-def paper_datasets(published: dict, suite: Suite, keys) -> list:
+def published_metrics(suite: Suite, published: dict) -> list:
+  """The metrics of a published row that reports more than each column's own (R3-RAG: ACC,
+  F1 and EM), the paper metric first; [] when it reports each column's own only."""
+  have = {m for k in suite.keys for m in (published.get("values", {}).get(k) or {})}
+  own = {d.metric for d in suite.datasets}
+  if have <= own:
+    return []
+  return sorted(have & set(METRICS), key=lambda m: (m not in own, METRICS.index(m)))
+
+
+def paper_datasets(published: dict, suite: Suite, keys, metric: Optional[str] = None) -> list:
   """The datasets among `keys` the published row reports (its averages are over these)."""
-  return [k for k in keys if _pub_value(published, k, suite.dataset(k).metric) is not None]
+  return [k for k in keys
+          if _pub_value(published, k, metric or suite.dataset(k).metric) is not None]
 
 
-def _pub_average(published: dict, title: str, suite: Suite, keys) -> Optional[float]:
+def _pub_average(published: dict, title: str, suite: Suite, keys,
+                 metric: Optional[str] = None) -> Optional[float]:
   name = "Avg" if title == MACRO else title
   cell = published.get("averages", {}).get(name) or {}
-  metrics = {suite.dataset(k).metric for k in paper_datasets(published, suite, keys)}
+  metrics = {metric or suite.dataset(k).metric
+             for k in paper_datasets(published, suite, keys, metric)}
   return cell.get(metrics.pop()) if len(metrics) == 1 else None
 
 
-def _delta(suite: Suite, s: dict) -> tuple[dict, dict]:
-  """(our difference from the published row per column and per average, the datasets each
-  average's difference is over): an average is compared over the datasets the paper
-  averages, like for like, and only when every one of them is here."""
+def _ours(s: dict, key: str, metric: Optional[str]) -> Optional[float]:
+  col = s["columns"][key]
+  return col.get("paper_metric") if metric is None else col.get("values", {}).get(metric)
+
+
+def _delta(suite: Suite, s: dict, metric: Optional[str] = None) -> tuple[dict, dict]:
+  """(our difference from the published row per column and per average, in `metric` (None:
+  each column's own), the datasets each average's difference is over): an average is compared
+  over the datasets the paper averages, like for like, and only when every one is here."""
   pub = s["published"]
   if not pub:
     return {}, {}
   d, over = {}, {}
   for spec in suite.datasets:
-    ours, theirs = s["columns"][spec.key].get("paper_metric"), _pub_value(pub, spec.key,
-                                                                           spec.metric)
+    ours = _ours(s, spec.key, metric)
+    theirs = _pub_value(pub, spec.key, metric or spec.metric)
     if ours is not None and theirs is not None:
       d[spec.key] = ours - theirs
   for title, a in s["averages"].items():
-    keys = paper_datasets(pub, suite, a["datasets"])
-    theirs = _pub_average(pub, title, suite, a["datasets"])
-    ours = [s["columns"][k].get("paper_metric") for k in keys]
+    keys = paper_datasets(pub, suite, a["datasets"], metric)
+    theirs = _pub_average(pub, title, suite, a["datasets"], metric)
+    ours = [_ours(s, k, metric) for k in keys]
     if theirs is None or not keys or any(x is None for x in ours):
       continue                     # the paper's average needs every one of its datasets
     d[title], over[title] = float(np.mean(ours)) - theirs, keys
@@ -184,13 +205,17 @@ def _grid(suite: Suite, s: dict) -> tuple[list[str], list[list[str]]]:
                 + [_f(s["weighted"]["paper_metric"])])
   pub = s["published"]
   if pub:
-    label = f"published: {pub['method']} / {pub['model']}"
-    row = [label] + [_f(_pub_value(pub, k, suite.dataset(k).metric)) for k in suite.keys]
-    row += [_f(_pub_average(pub, t, suite, avgs[t]["datasets"])) for t in avgs] + [""]
-    rows.append(row)
-    d = s["delta"]
-    row = ["ours − published (points)"] + [_f(d.get(k), 1) for k in suite.keys]
-    rows.append(row + [_f(d.get(t), 1) for t in avgs] + [""])
+    by_metric = s.get("delta_by_metric") or {None: s["delta"]}
+    for m in by_metric:
+      title = "" if m is None else f" {METRIC_TITLES[m]}"
+      row = [f"published{title}: {pub['method']} / {pub['model']}"]
+      row += [_f(_pub_value(pub, k, m or suite.dataset(k).metric)) for k in suite.keys]
+      rows.append(row + [_f(_pub_average(pub, t, suite, avgs[t]["datasets"], m))
+                         for t in avgs] + [""])
+    for m, d in by_metric.items():
+      title = "" if m is None else f" {METRIC_TITLES[m]}"
+      row = [f"ours − published{title} (points)"] + [_f(d.get(k), 1) for k in suite.keys]
+      rows.append(row + [_f(d.get(t), 1) for t in avgs] + [""])
   return head, rows
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Optional
 
 from ragjax.recipes.chat_services import eval_chat
@@ -171,6 +172,45 @@ def _run(c, suite, subset, opts: SuiteOptions, directory: str) -> str:
                      not_run=[k for k in suite.keys if k not in subset.keys])
   log(f"tables: {', '.join(summary['paths'].values())}")
   return summary["markdown"]
+
+
+# --- command-line help ---------------------------------------------------------------------
+_DATASET_OVERRIDE = re.compile(r"^--config\.eval\.suites\.([^.=]+)\.datasets\.([^.=]+)[.=]")
+
+
+def _load_config(arg: str):
+  """The ConfigDict of `--config`'s FILE[:ARG], loaded as ml-collections does."""
+  import importlib.util
+  path, _, cfg_arg = arg.partition(":")
+  spec = importlib.util.spec_from_file_location("ragjax_evaluate_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(cfg_arg) if cfg_arg else module.get_config()
+
+
+def dataset_override_error(argv, default_config: str) -> Optional[str]:
+  """One line for `--config.eval.suites.S.datasets.K.FIELD=V` naming a dataset (or suite) the
+  config lacks: the suite's datasets, and --add_dataset for a new one (ml-collections' own
+  message is a quoted KeyError); None when that is not the problem."""
+  from absl import flags
+  from ragjax.eval.suites import ADD_DATASET_HELP, did_you_mean
+  try:
+    args = flags.FLAGS.read_flags_from_files(list(argv[1:]), force_gnu=False)
+    hits = [(m.groups(), a.split("=", 1)[0]) for a in args if (m := _DATASET_OVERRIDE.match(a))]
+    if not hits:
+      return None
+    cfg = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), default_config)
+    suites = _load_config(cfg).eval.suites
+  except Exception:  # noqa: BLE001  (the generic one-line error is printed instead)
+    return None
+  for (name, key), flag in hits:
+    if name not in suites:
+      return f"{flag}: the config has no suite {name}; its suites: {', '.join(suites)}"
+    keys = list(suites[name].get("columns") or suites[name].datasets)
+    if key not in keys:
+      return (f"{flag}: suite {name} has no dataset {key}{did_you_mean(key, keys)}; its datasets: "
+              f"{', '.join(keys)}; to add one: --add_dataset {ADD_DATASET_HELP}")
+  return None
 
 
 def compare(c, suite, dir_a: str, dir_b: str) -> str:
