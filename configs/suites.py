@@ -9,7 +9,12 @@ table's columns, the column groups the paper averages, the metrics it reports, t
 settings the paper pinned (applied over the method config's `protocol` section; a dataset may
 add its own, e.g. UR²'s task), decoding, and which published table its rows come from
 (`configs/paper_results.json`).  Every field can be overridden on the command line, e.g.
-`--config.eval.suites.search_r1.datasets.triviaqa.file=/data/triviaqa/test.jsonl`.
+`--config.eval.suites.search_r1.datasets.triviaqa.file=/data/triviaqa/test.jsonl`.  What a
+suite pins wins over the method config, so `python -m ragjax.evaluate` refuses a
+`--config.protocol.F` / `--config.sampler.F` override of a pinned field (change the suite's
+instead); `--config.eval.top_k` (the evaluation's retrieval depth) wins over the suite's top-k
+and the table prints the depth used.  `--datasets a,b` runs some datasets; `--add_dataset
+KEY=FILE[,format=F][,metric=M]...` adds one (docs/evaluation.md).
 
 `notes` are printed under the table: where this reproduction differs from the paper's protocol.
 
