@@ -414,6 +414,37 @@ def test_dataset_override_errors_name_the_suites_datasets(tmp_path):
   assert dataset_override_error(["x", cfg, "--config.eval.batch_size=3"], cfg) is None
 
 
+def test_run_file_checks_every_setting_and_adds_new_datasets(tmp_path):
+  """run.json: the batch size is recorded (and checked) when the suite samples; a resume may
+  add datasets but not change one it shares; a run.json without fingerprints is refused."""
+  from ragjax.eval.run_record import check_run_file, run_record
+  from ragjax.eval.suites import get_suite
+  c = _config()
+  ur2 = get_suite(c.eval, "ur2")
+  rec = lambda datasets: run_record(c, ur2, checkpoint={"path": "/ckpt", "sha256": "1"},
+                                    retrieval={"url": "http://h", "server": {}}, judge={},
+                                    datasets=datasets)
+  law = {"file": {"path": "/d/law", "bytes": 3, "sha256": "a"}, "protocol": {"top_k": 10}}
+  check_run_file(str(tmp_path), rec({"law": law}))
+  stored = check_run_file(str(tmp_path), rec({"medqa": dict(law, file={"sha256": "b"})}))
+  assert sorted(stored["datasets"]) == ["law", "medqa"]
+  assert json.load(open(tmp_path / "run.json"))["datasets"]["medqa"]["file"] == {"sha256": "b"}
+  with pytest.raises(ValueError, match=r"datasets\.law\.file\.sha256: stored='a' now='z'"):
+    check_run_file(str(tmp_path), rec({"law": dict(law, file=dict(law["file"], sha256="z"))}))
+  batch = c.eval.batch_size
+  c.eval.batch_size = batch + 1
+  with pytest.raises(ValueError, match=rf"config\.eval\.batch_size: stored={batch} "
+                                       rf"now={batch + 1}"):
+    check_run_file(str(tmp_path), rec({}))
+  greedy = run_record(c, get_suite(c.eval, "search_r1"), checkpoint={}, retrieval={}, judge={},
+                      datasets={})
+  assert "batch_size" not in greedy["config"]["eval"]       # checked only when sampling
+  (tmp_path / "old").mkdir()
+  (tmp_path / "old" / "run.json").write_text(json.dumps({"checkpoint": "/ckpt"}))
+  with pytest.raises(ValueError, match="older ragjax"):
+    check_run_file(str(tmp_path / "old"), greedy)
+
+
 # --- smaller items -----------------------------------------------------------------------------
 def test_readme_evaluate_commands_name_real_config_arguments():
   """Every `python -m ragjax.evaluate --config=configs/X.py:ARG` in README.md is accepted by
