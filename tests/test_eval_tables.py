@@ -372,6 +372,9 @@ def test_overrides_of_what_a_suite_pins_are_refused():
     check_overrides(ur2, ["protocol.task"])
   with pytest.raises(ValueError, match=r"pins top_p=0\.5"):
     check_overrides(ur2, ["sampler.top_p"])
+  with pytest.raises(ValueError, match=r"pins greedy=True"):
+    check_overrides(s, ["sampler.top_k"])          # greedy decoding would ignore it
+  check_overrides(ur2, ["sampler.top_k"])          # sampled: it applies (run.json records it)
 
 
 def test_datasets_from_the_command_line():

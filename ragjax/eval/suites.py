@@ -249,9 +249,10 @@ def add_datasets(suite: Suite, args) -> Suite:
   return dataclasses.replace(suite, datasets=tuple(specs))
 
 
-# Config fields a suite's own settings replace: given on the command line they would be
-# silently overridden, so `check_overrides` refuses them.
+# Sampler fields a suite's decoding replaces (greedy decoding ignores top_k too): given on the
+# command line they would be silently overridden, so `check_overrides` refuses them.
 _DECODING_FIELDS = ("greedy", "temperature", "temperatures", "top_p")
+_GREEDY_IGNORES = _DECODING_FIELDS + ("top_k",)
 
 
 def check_overrides(suite: Suite, overrides) -> None:
@@ -262,7 +263,7 @@ def check_overrides(suite: Suite, overrides) -> None:
     for k, v in d.protocol:
       pinned.setdefault(f"protocol.{k}", (f"datasets.{d.key}.protocol.{k}", v))
   pinned.update({f"sampler.{k}": (f"sampler.{k}", v) for k, v in suite.sampler})
-  for k in _DECODING_FIELDS:
+  for k in _GREEDY_IGNORES if suite.greedy else _DECODING_FIELDS:
     what = "greedy" if suite.greedy else (k if k in ("temperature", "top_p") else "temperature")
     pinned.setdefault(f"sampler.{k}", (what, True if suite.greedy else getattr(suite, what)))
   for path in overrides:
