@@ -166,8 +166,8 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever,
   log(f"suite {suite.name}: {len(todo)} datasets here, {len(run.missing)} missing, "
       f"{progress.total} questions to run ({sum(len(p.done) for p in todo.values())} on disk)")
   # a --limit under the batch size runs batches of that size, not padded to the full one
-  batch = min([int(batch_size or c.eval.batch_size)] + [max(
-      [len(p.records) for p in todo.values()] or [1])])
+  largest = max((len(p.records) for p in todo.values()), default=1)
+  batch = min(int(batch_size or c.eval.batch_size), largest)
   run.batch_size = batch
   engines = {}
   for key, p in todo.items():

@@ -192,8 +192,8 @@ def select_datasets(suite: Suite, keys) -> Suite:
   keys = [k.strip() for k in keys if k.strip()]
   for k in keys:
     if k not in suite.keys:
-      raise ValueError(f"--datasets: suite {suite.name} has no dataset {k}{did_you_mean(k, suite.keys)}"
-                       f"; its datasets: {', '.join(suite.keys)}")
+      raise ValueError(f"--datasets: suite {suite.name} has no dataset {k}"
+                       f"{did_you_mean(k, suite.keys)}; its datasets: {', '.join(suite.keys)}")
   if not keys:
     raise ValueError(f"--datasets is empty; suite {suite.name}'s datasets: "
                      f"{', '.join(suite.keys)}")
