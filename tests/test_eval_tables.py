@@ -399,6 +399,18 @@ def test_datasets_from_the_command_line():
     select_datasets(s, ["hist"])
 
 
+def test_every_suite_sampler_takes_max_new_tokens_on_a_locked_config():
+  """A suite that leaves the sampler to the method config still has the field, so the command
+  line (a locked config: no new fields) can set it; unset, it changes nothing."""
+  from ragjax.eval.suites import get_suite
+  assert get_suite(_config().eval, "ur2").sampler == ()
+  c = _config()
+  c.lock()
+  for name in c.eval.suites:
+    c.eval.suites[name].sampler.max_new_tokens = 24
+    assert get_suite(c.eval, name).sampler == (("max_new_tokens", 24),), name
+
+
 def test_dataset_override_errors_name_the_suites_datasets(tmp_path):
   """`--config.eval.suites.S.datasets.K.file=...` for a K the suite lacks (ml-collections says
   only "'K'"): one line naming the suite's datasets and --add_dataset; also from a flagfile."""
