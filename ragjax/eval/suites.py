@@ -10,6 +10,11 @@ A suite is data, not code: datasets (file, format, metadata filter, the paper's 
 column's own metric), column order and groups, the metric set, the protocol / sampler
 settings the paper pinned, decoding and the judge template.  Every field is checked here, so
 a typo fails before a model is loaded, naming `eval.suites.<suite>.<field>`.
+
+    suite = add_datasets(suite, ["ambigqa=/d/ambigqa.jsonl,format=flashrag,metric=em"])
+    part = select_datasets(suite, ["nq", "ambigqa"])        # --datasets
+    check_overrides(suite, ["protocol.top_k"])              # ValueError: the suite pins it
+    suite.metrics_of("nq")                                  # what column nq reports
 """
 
 from __future__ import annotations
