@@ -40,7 +40,8 @@ def make_optimizer(cfg: OptimConfig, lr: float | None = None,
   if cfg.grad_clip is not None:
     parts.append(optax.clip_by_global_norm(cfg.grad_clip))
   if per_rl_step:
-    adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "eps",
+    # only the learning rate lives in the state; every other argument stays a constant
+    adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "eps", "eps_root",
                                                                "weight_decay"))
     first = learning_rate_schedule(cfg, lr)(0)
     parts.append(adamw(learning_rate=first, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
