@@ -10,8 +10,10 @@ The engine (`ragjax.rollout.engine.RolloutEngine`) gets the step's unique prompt
 the group size and returns one `RolloutBatch`; it may hold more rows than prompts x G (REX-RAG
 clones join their prompt's group).  Rewards, metrics and step rewards read each row's metadata
 record; the method parts (reward, batch filter, advantage estimator, behaviour policy, metrics)
-are looked up in `ragjax.registry` by the config's names, so no method name appears here.  A
-batch filter may drop rows after rewards and old log-probs; the update then sees a variable
+are looked up in `ragjax.registry` by the config's names, so no method name appears here.  The
+step's batch is built once (`ragjax.rl.step_batch`: the rows with their masks, log-probs and
+rewards) and its metrics in `ragjax.rl.step_metrics`.  A batch filter may drop rows after
+rewards and old log-probs (`StepBatch.select`); the update then sees a variable
 row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).
 Every step is a deterministic function of (params, optimizer state, RNG key, data position,
 method state), all checkpointed, so a run killed at any point resumes to the same params and
