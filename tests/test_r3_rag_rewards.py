@@ -17,7 +17,8 @@ from ragjax.rl import advantages as adv_lib  # noqa: E402
 from ragjax.rl.rewards import RewardContext, get_reward, score_rows  # noqa: E402
 from ragjax.rl.rewards.r3_rag import outcome_of, step_rewards  # noqa: E402
 from ragjax.rollout.labels import Source, loss_mask  # noqa: E402
-from ragjax.rollout.step_samples import prefix_samples, sample_token_rewards, step_samples  # noqa: E402
+from ragjax.rollout.step_samples import prefix_samples, sample_rewards, step_samples  # noqa: E402
+from ragjax.rollout.token_rewards import place_rewards  # noqa: E402
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,  # noqa: E402
                                        assemble)
 from ragjax.services.chat_model import ChatServiceError  # noqa: E402
@@ -226,7 +227,7 @@ def test_step_level_gae_by_hand(outcome):
   _, per_step = CASES[outcome]
   s = step_samples(stream_batch(), multiple=1)
   mask = loss_mask(np.asarray(s.traj.labels))
-  r = sample_token_rewards(s, [per_step], mask)
+  r = place_rewards(sample_rewards(s, [per_step]), mask)
   assert [r[k][mask[k] > 0].tolist() for k in range(3)] == [
       [0, 0, pytest.approx(per_step[0])], [0, pytest.approx(per_step[1])],
       [0, pytest.approx(per_step[2])]]
@@ -245,8 +246,7 @@ def test_step_level_gae_by_hand(outcome):
   np.testing.assert_allclose(np.asarray(ret)[mask > 0], (adv + values)[mask > 0], atol=1e-6)
   # the same trajectory as one stream sample bootstraps across steps: step 0 sees them all
   whole = loss_mask(np.asarray(stream_batch().traj.labels))
-  from ragjax.rl.trainer import step_token_rewards
-  tr = step_token_rewards([per_step], [[4, 8, 11]], whole)
+  tr = place_rewards([per_step], whole, [[4, 8, 11]])
   a_whole, _ = adv_lib.gae(jnp.asarray(tr), jnp.zeros_like(jnp.asarray(tr)), jnp.asarray(whole),
                            1.0, 1.0)
   assert float(np.asarray(a_whole)[0, 2]) == pytest.approx(sum(per_step))

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages, place_outcome_rewards,
-                                  place_step_rewards, reinforce_pp_baseline_advantages,
-                                  rloo_advantages)
+from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
+                                  reinforce_pp_baseline_advantages, rloo_advantages)
+from ragjax.rollout.token_rewards import place_rewards
 
 # Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
 REWARDS = [1, 0, 0, 1, 1, 0.5, 2, 2]
@@ -102,9 +102,23 @@ def test_gae_hand_numbers_discounted_with_retrieved_block_skipped():
 
 
 def test_reward_placement():
+  """The one placement function (trainer and step samples): an outcome on the row's last
+  trained token (nothing for a row that trains on none), per-step rewards on their step ends
+  and the last step's on the trajectory's end."""
   mask = np.array([[0, 1, 1, 0], [0, 0, 0, 0]], np.float32)
-  np.testing.assert_array_equal(place_outcome_rewards([2.0, 5.0], mask), [[0, 0, 2, 0], [0, 0, 0, 0]])
-  out = place_step_rewards([[0.1, 0.6]], [[1, 3]], (1, 4))
+  np.testing.assert_array_equal(place_rewards([[2.0], [5.0]], mask), [[0, 0, 2, 0], [0, 0, 0, 0]])
+  out = place_rewards([[0.1, 0.6]], np.array([[0, 1, 1, 1]]), [[1, 3]])
   np.testing.assert_allclose(out, [[0, 0.1, 0, 0.6]])
   with pytest.raises(ValueError, match="row 0: 1 step rewards but 2 step ends"):
-    place_step_rewards([[0.1]], [[1, 3]], (1, 4))
+    place_rewards([[0.1]], np.array([[0, 1, 1, 1]]), [[1, 3]])
+  mask = np.zeros((2, 10), np.float32)
+  mask[0, 2:4] = mask[0, 6:9] = 1          # row 0: two turns
+  mask[1, 3:5] = 1                          # row 1: one turn
+  out = place_rewards([[0.5, 2.0], [1.0]], mask, [[3, 8], [4]])
+  want = np.zeros((2, 10), np.float32)
+  want[0, 3], want[0, 8], want[1, 4] = 0.5, 2.0, 1.0
+  np.testing.assert_array_equal(out, want)
+  # a step that kept no token (-1) folds into the final reward; so does a zero-turn row's
+  np.testing.assert_array_equal(place_rewards([[0.5, 2.0], [1.5]], mask, [[-1, 8], []]),
+                                [np.where(np.arange(10) == 8, 2.5, 0.0),
+                                 np.where(np.arange(10) == 4, 1.5, 0.0)])

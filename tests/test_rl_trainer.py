@@ -18,7 +18,7 @@ from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards import register_reward
 from ragjax.rl.sft import make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, make_update
-from ragjax.rl.trainer import NonFiniteError, step_token_rewards
+from ragjax.rl.trainer import NonFiniteError
 from ragjax.rollout.labels import Source
 
 _CALLS = {"n": 0}
@@ -113,19 +113,6 @@ def test_a_step_whose_retriever_stays_down_is_rerun_from_its_start(tmp_path):
   with pytest.raises(ServiceUnavailable, match="step 1: .* gave up after 2 attempts"), \
        pytest.warns(UserWarning):
     dead.train()
-
-
-def test_step_rewards_land_on_step_ends_and_outcome_on_the_last_trained_token():
-  mask = np.zeros((2, 10), np.float32)
-  mask[0, 2:4] = mask[0, 6:9] = 1          # row 0: two turns
-  mask[1, 3:5] = 1                          # row 1: one turn
-  out = step_token_rewards([[0.5, 2.0], [1.0]], [[3, 8], [4]], mask)
-  want = np.zeros((2, 10), np.float32)
-  want[0, 3], want[0, 8], want[1, 4] = 0.5, 2.0, 1.0
-  np.testing.assert_array_equal(out, want)
-  # a step that kept no token (-1) folds into the final reward
-  np.testing.assert_array_equal(step_token_rewards([[0.5, 2.0]], [[-1, 8]], mask[:1])[0], 
-                                np.where(np.arange(10) == 8, 2.5, 0.0))
 
 
 def test_metrics_log_survives_torn_lines_and_kills(tmp_path):

@@ -132,25 +132,3 @@ def gae(token_rewards: jnp.ndarray, values: jnp.ndarray, mask: jnp.ndarray, gamm
   adv = adv.T
   return adv, (adv + v) * m
 
-
-def place_outcome_rewards(rewards, loss_mask) -> np.ndarray:
-  """A [B, T] reward array with each trajectory's scalar reward on its last trained token."""
-  from ragjax.rl.batch import last_token_index
-  mask = np.asarray(loss_mask)
-  out = np.zeros(mask.shape, np.float32)
-  idx = last_token_index(mask)
-  rows = np.nonzero(idx >= 0)[0]
-  out[rows, idx[rows]] = np.asarray(rewards, np.float32)[rows]
-  return out
-
-
-def place_step_rewards(step_rewards: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
-                       shape) -> np.ndarray:
-  """Per-step rewards on each step's last token (R3-RAG process rewards, ReZero per-turn terms)."""
-  out = np.zeros(shape, np.float32)
-  for b, (rs, ends) in enumerate(zip(step_rewards, step_ends)):
-    if len(rs) != len(ends):
-      raise ValueError(f"row {b}: {len(rs)} step rewards but {len(ends)} step ends")
-    for r, e in zip(rs, ends):
-      out[b, e] += r
-  return out

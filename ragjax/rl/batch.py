@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.rollout.labels import DEFAULT_TRAIN_ON, attention_mask, loss_mask, positions
+from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Masks, masks as label_masks
 from ragjax.sampling.config import pick_bucket
 
 
@@ -46,14 +46,6 @@ def broadcast_sequence_advantages(seq_adv: np.ndarray, loss_mask: np.ndarray) ->
   return (np.asarray(seq_adv, np.float32)[:, None] * np.asarray(loss_mask, np.float32))
 
 
-def last_token_index(loss_mask: np.ndarray) -> np.ndarray:
-  """Index of each row's last trained token (-1 when a row has none)."""
-  lm = np.asarray(loss_mask) > 0
-  t = lm.shape[1]
-  idx = t - 1 - np.argmax(lm[:, ::-1], axis=1)
-  return np.where(lm.any(axis=1), idx, -1)
-
-
 def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
   """lo, 2 lo, 4 lo, ... up to the first value >= hi (a few shapes, so few compiles)."""
   out = [lo]
@@ -76,19 +68,25 @@ def trained_positions(mask: np.ndarray) -> np.ndarray:
 
 
 def make_train_batch(tokens, labels, advantages, old_logprobs, *,
-                     train_on: Sequence[str] = DEFAULT_TRAIN_ON,
+                     train_on: Sequence[str] = DEFAULT_TRAIN_ON, masks: Optional[Masks] = None,
                      behaviour_logprobs=None, ref_logprobs=None, returns=None,
                      old_values=None, gather: bool = False) -> TrainBatch:
   """Builds a TrainBatch from rollout arrays; `advantages` is [B] (per sequence) or [B, T].
 
-  gather=True also lists the trained positions (`loss_index`): the same loss, with less
-  vocabulary projection when the policy wrote few of a trajectory's tokens."""
+  `masks`: the labels' masks (`ragjax.rollout.labels.masks(labels, train_on)`) when the caller
+  built them already, as the trainer's step batch does; else they are built here.  gather=True
+  also lists the trained positions (`loss_index`): the same loss, with less vocabulary
+  projection when the policy wrote few of a trajectory's tokens."""
   tokens = np.asarray(tokens, np.int32)
   labels = np.asarray(labels)
   if tokens.ndim != 2 or labels.shape != tokens.shape:
     raise ValueError(f"tokens {tokens.shape} and labels {labels.shape} must both be [B, T]")
   b, t = tokens.shape
-  mask = loss_mask(labels, train_on)
+  if masks is None:
+    masks = label_masks(labels, train_on)
+  elif any(np.shape(m) != (b, t) for m in masks):
+    raise ValueError(f"masks must be [B, T]={(b, t)}, got {[np.shape(m) for m in masks]}")
+  mask = masks.loss
   adv = np.asarray(advantages, np.float32)
   if adv.shape == (b,):
     adv = broadcast_sequence_advantages(adv, mask)
@@ -104,8 +102,8 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
     return jnp.asarray(x)
 
   return TrainBatch(
-      tokens=jnp.asarray(tokens), positions=jnp.asarray(positions(labels)),
-      attention_mask=jnp.asarray(attention_mask(labels)), loss_mask=jnp.asarray(mask),
+      tokens=jnp.asarray(tokens), positions=jnp.asarray(masks.positions),
+      attention_mask=jnp.asarray(masks.attention), loss_mask=jnp.asarray(mask),
       advantages=jnp.asarray(adv * mask), old_logprobs=opt("old_logprobs", old_logprobs),
       behaviour_logprobs=opt("behaviour_logprobs", behaviour_logprobs),
       ref_logprobs=opt("ref_logprobs", ref_logprobs), returns=opt("returns", returns),

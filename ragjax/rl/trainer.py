@@ -10,8 +10,10 @@ The engine (`ragjax.rollout.engine.RolloutEngine`) gets the step's unique prompt
 the group size and returns one `RolloutBatch`; it may hold more rows than prompts x G (REX-RAG
 clones join their prompt's group).  Rewards, metrics and step rewards read each row's metadata
 record; the method parts (reward, batch filter, advantage estimator, behaviour policy, metrics)
-are looked up in `ragjax.registry` by the config's names, so no method name appears here.  A
-batch filter may drop rows after rewards and old log-probs; the update then sees a variable
+are looked up in `ragjax.registry` by the config's names, so no method name appears here.  The
+step's batch is built once (`ragjax.rl.step_batch`: the rows with their masks, log-probs and
+rewards) and its metrics in `ragjax.rl.step_metrics`.  A batch filter may drop rows after
+rewards and old log-probs (`StepBatch.select`); the update then sees a variable
 row count, padded with rows that train on nothing up to whole mini-batches (`_minibatches`).
 Every step is a deterministic function of (params, optimizer state, RNG key, data position,
 method state), all checkpointed, so a run killed at any point resumes to the same params and
@@ -43,23 +45,21 @@ from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.parallel.distributed import global_array, is_main, to_host
 from ragjax.parallel.shard import batch_sharding
-from ragjax.rl import advantages as adv_lib
-from ragjax.rl.batch import TrainBatch, last_token_index, make_train_batch, pad_batch_rows
+from ragjax.rl.batch import TrainBatch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
-from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
+from ragjax.rl.step_batch import StepBatch, build_step_batch, step_advantages, to_train_batch
 from ragjax.rl.step_context import StepContext
+from ragjax.rl.step_metrics import step_metrics
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.mesh import replicated
 from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
-from ragjax.rollout.labels import Source, attention_mask, loss_mask, positions
-from ragjax.rollout.step_samples import sample_token_rewards, step_samples
 from ragjax.rollout.trajectory import RolloutBatch
 
 
@@ -92,25 +92,6 @@ class DataCursor:
 
   def state(self) -> dict:
     return {"epoch": self.epoch, "offset": self.offset}
-
-
-def step_token_rewards(per_step: Sequence[Sequence[float]], step_ends: Sequence[Sequence[int]],
-                       mask: np.ndarray) -> np.ndarray:
-  """[B, T] token rewards: each step's reward on its last policy token, the last step's (and
-  any step's that kept no token) on the row's last trained token (the trajectory's end)."""
-  out = np.zeros(mask.shape, np.float32)
-  last = last_token_index(mask)
-  for b, (rs, ends) in enumerate(zip(per_step, step_ends)):
-    carry = 0.0
-    for i, r in enumerate(rs):
-      end = ends[i] if i < len(ends) else -1
-      if i == len(rs) - 1 or end < 0 or end >= mask.shape[1]:
-        carry += r
-      else:
-        out[b, end] += r
-    if last[b] >= 0:
-      out[b, last[b]] += carry
-  return out
 
 
 class Trainer:
@@ -254,104 +235,82 @@ class Trainer:
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 
-  def _context(self, step, batch, prompts, rewards, old, mask, behaviour=None) -> StepContext:
-    return StepContext(step=step, rollout=batch,
-                       examples=[prompts[row.prompt_index] for row in batch.rows],
-                       rewards=rewards, old_logprobs=old, loss_mask=mask,
+  def _context(self, step: int, sb: StepBatch, prompts: Sequence[Mapping],
+               behaviour=None) -> StepContext:
+    return StepContext(step=step, rollout=sb.rollout,
+                       examples=[prompts[row.prompt_index] for row in sb.rows],
+                       rewards=sb.rewards, old_logprobs=sb.old_logprobs, loss_mask=sb.loss_mask,
                        num_prompts=len(prompts), group_size=self.rl.group_size, rl=self.rl,
                        method_state=self.method_state, behaviour_logprobs=behaviour)
 
   def _build_batch(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
                    step: int) -> tuple[TrainBatch, dict]:
-    t = batch.traj
-    tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
-    rows = batch.rows
-    ctxs = [RewardContext(row, prompts[row.prompt_index], step, self.services) for row in rows]
-    records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index])) for row in rows]
-    results = score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
-    rewards = np.asarray([r.total for r in results], np.float32)
-    samples = None
-    if self.rl.step_samples:   # every turn its own sample: tokens, old/ref/values per sample
-      samples = step_samples(batch, self.rl.mini_batch_size or self.rl.micro_batch_size or 8)
-      t = samples.traj
-      tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
-    elif batch.samples is not None:
-      raise ValueError(f"protocol {batch.meta.protocol!r} prompts every turn afresh "
-                       f"(protocol.context='restart'): train on its step samples with "
-                       f"rl.step_samples=True")
-    mask = loss_mask(labels, self.rl.train_on)
-    attn = attention_mask(labels)
-    args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
+    """Rewards -> the step batch (masks built once) -> old and reference log-probs -> the
+    batch filter -> critic values -> advantages -> behaviour policy -> TrainBatch and metrics."""
+    results = self._rewards(batch, prompts, uids, step)
+    sb = build_step_batch(batch, results, train_on=self.rl.train_on,
+                          step_samples=self.rl.step_samples,
+                          multiple=self.rl.mini_batch_size or self.rl.micro_batch_size or 8)
     t_score = time.perf_counter()           # forwards that score the batch (ragjax.bench.grpo_step)
+    sb = self._score_batch(sb)
+    generated = len(sb.rows)
+    sb = self._filter(sb, prompts, step)
+    if self.rl.uses_critic:
+      sb = sb.replace(values=to_host(self._values(self.critic.params, *self._model_inputs(sb))))
+    score_s = time.perf_counter() - t_score
+    advantages, returns = step_advantages(sb, self.rl)
+    behaviour = None
+    if self.behaviour is not None:   # e.g. REX-RAG's mixture mu over clones
+      behaviour = self.behaviour(sb.rollout, sb.old_logprobs, self.method_state)
+    train_batch = to_train_batch(sb, advantages, self.rl, behaviour=behaviour, returns=returns)
+    stats = step_metrics(sb, self._context(step, sb, prompts, behaviour),
+                         reward_names=list(self.rl.rewards), metric_fns=self.metric_fns,
+                         wants_ctx=self._metric_ctx, score_s=score_s,
+                         generated=generated if self.batch_filter is not None else None)
+    stats.update(self._service_calls_since_last_step())
+    return train_batch, stats
+
+  def _rewards(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
+               step: int) -> list:
+    """Each row's reward (`rl.rewards`), errors naming the row's dataset record."""
+    ctxs = [RewardContext(row, prompts[row.prompt_index], step, self.services)
+            for row in batch.rows]
+    records = [str(prompts[row.prompt_index].get("id", uids[row.prompt_index]))
+               for row in batch.rows]
+    return score_rows(self.rl.rewards, ctxs, self.rl.reward_kwargs, records)
+
+  def _model_inputs(self, sb: StepBatch) -> tuple:
+    return tuple(self._device(x) for x in (sb.tokens, sb.positions, sb.attention_mask))
+
+  def _score_batch(self, sb: StepBatch) -> StepBatch:
+    """The old log-probs (re-scored, or the sampler's) and the reference's, when a KL uses it."""
+    args = self._model_inputs(sb)
     if self.rl.use_sampler_logprobs:
-      old = np.asarray(t.sampler_logprobs, np.float32)
+      old = np.asarray(sb.sampler_logprobs, np.float32)
     else:
       old = to_host(self._score(self.policy_params(), *args)[0])
     ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
-    generated = len(rows)
-    if self.batch_filter is not None:   # e.g. REX-RAG's trajectory filter over its clones
-      keep = [int(i) for i in self.batch_filter(
-          self._context(step, batch, prompts, rewards, old, mask), self.method_state)]
-      if not keep:
-        raise ValueError(f"rl.batch_filter {self.rl.batch_filter!r} kept no row of step {step}")
-      batch, results, rewards = batch.select(keep), [results[i] for i in keep], rewards[keep]
-      t, rows, tokens, labels = batch.traj, batch.rows, tokens[keep], labels[keep]
-      mask, attn, old = mask[keep], attn[keep], old[keep]
-      ref = None if ref is None else ref[keep]
-      args = tuple(self._device(x) for x in (tokens, positions(labels), attn))
-    returns = values = None
-    if self.rl.uses_critic:
-      values = to_host(self._values(self.critic.params, *args))
-    score_s = time.perf_counter() - t_score
-    if self.rl.uses_critic:
-      if samples is not None:
-        token_r = sample_token_rewards(samples, [r.per_step for r in results], mask)
-      else:
-        token_r = step_token_rewards([r.per_step for r in results],
-                                     [row.step_ends for row in rows], mask)
-      if self.rl.kl_in_reward and ref is not None:
-        token_r = token_r - self.rl.kl_coef * np.asarray(
-            kl_penalty(jnp.asarray(old), jnp.asarray(ref), "k1")) * mask
-      a, ret = adv_lib.gae(jnp.asarray(token_r), jnp.asarray(values), jnp.asarray(mask),
-                           self.rl.gamma, self.rl.lam)
-      advantages, returns = np.asarray(a), np.asarray(ret)
-    else:
-      advantages = adv_lib.outcome_advantages(self.rl.advantage, rewards, t.group_id, mask,
-                                              eps=self.rl.adv_eps)
-    behaviour = None
-    if self.behaviour is not None:   # e.g. REX-RAG's mixture mu over clones
-      behaviour = self.behaviour(batch, old, self.method_state)
-    train_batch = make_train_batch(tokens, labels, advantages, old, train_on=self.rl.train_on,
-                                   behaviour_logprobs=behaviour,
-                                   ref_logprobs=ref if not self.rl.kl_in_reward else None,
-                                   returns=returns, old_values=values, gather=self.rl.gather)
-    ctx = self._context(step, batch, prompts, rewards, old, mask, behaviour)
-    examples = ctx.examples
-    ans = [answer_metrics(row.answer, ex["golden_answers"]) for row, ex in zip(rows, examples)]
-    stats = {"reward": float(rewards.mean()), "reward_std": float(rewards.std()),
-             "em": float(np.mean([a["em"] for a in ans])),
-             "f1": float(np.mean([a["f1"] for a in ans])),
-             "response_length": float((labels == Source.POLICY).sum(1).mean()),
-             "searches_per_traj": float(np.mean([row.num_searches for row in rows])),
-             "trajectories": len(rows), "tokens": int(attn.sum()),
-             "positions": int(tokens.size), "trained_tokens": int(mask.sum()),
-             "time/logprob_s": score_s}
-    if samples is not None:
-      stats["step_samples"] = int((samples.row >= 0).sum())
-    if self.batch_filter is not None:
-      stats["trajectories_generated"] = generated
-    stats.update({f"rollout/{k}": float(v) for k, v in batch.stats.items()})   # engine/hook counters
-    for name in self.rl.rewards:
-      stats[f"reward/{name}"] = float(np.mean([r.components[name] for r in results]))
-    for name, fn in self.metric_fns.items():
-      out = fn(rows, examples, ctx=ctx) if name in self._metric_ctx else fn(rows, examples)
-      stats.update({f"{name}/{k}": float(v) for k, v in out.items()})
-    for name, service in self.services.items():   # requests this step (e.g. to the judge)
+    return sb.replace(old_logprobs=old, ref_logprobs=ref)
+
+  def _filter(self, sb: StepBatch, prompts: Sequence[Mapping], step: int) -> StepBatch:
+    """The rows the batch filter keeps (e.g. REX-RAG's trajectory filter over its clones)."""
+    if self.batch_filter is None:
+      return sb
+    keep = [int(i) for i in self.batch_filter(self._context(step, sb, prompts),
+                                              self.method_state)]
+    if not keep:
+      raise ValueError(f"rl.batch_filter {self.rl.batch_filter!r} kept no row of step {step}")
+    return sb.select(keep)
+
+  def _service_calls_since_last_step(self) -> dict:
+    """Requests each service answered this step (e.g. the judge's)."""
+    out = {}
+    for name, service in self.services.items():
       if hasattr(service, "calls"):
         calls = int(service.calls)
-        stats[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
+        out[f"services/{name}/calls"] = float(calls - self._service_calls.get(name, 0))
         self._service_calls[name] = calls
-    return train_batch, stats
+    return out
 
   def _minibatch_rows(self, n: int) -> int:
     """Rows per update: rl.mini_batch_size, or the whole batch of n rounded up to a multiple of

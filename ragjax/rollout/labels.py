@@ -11,7 +11,7 @@ rollout writes labels, the trainer and the SFT loop build their masks here.
 from __future__ import annotations
 
 import enum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -61,8 +61,26 @@ def attention_mask(labels) -> np.ndarray:
 
 def positions(labels) -> np.ndarray:
   """RoPE positions that count real tokens only, so padding never shifts them."""
-  am = attention_mask(labels)
-  return np.maximum(np.cumsum(am, axis=-1) - 1, 0).astype(np.int32)
+  return _count_positions(attention_mask(labels))
+
+
+def _count_positions(attention: np.ndarray) -> np.ndarray:
+  return np.maximum(np.cumsum(attention, axis=-1) - 1, 0).astype(np.int32)
+
+
+class Masks(NamedTuple):
+  """The three arrays a batch derives from its labels."""
+  loss: np.ndarray          # [B, T] float32, `loss_mask`
+  attention: np.ndarray     # [B, T] int32, `attention_mask`
+  positions: np.ndarray     # [B, T] int32, `positions`
+
+
+def masks(labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> Masks:
+  """The loss mask, attention mask and positions of `labels`, built once for a batch."""
+  labels = np.asarray(labels)
+  attention = attention_mask(labels)
+  return Masks(loss=loss_mask(labels, train_on), attention=attention,
+               positions=_count_positions(attention))
 
 
 def label_name(value: int) -> str:

@@ -10,7 +10,8 @@ sequence).  `step_samples` returns either, padded to a multiple of rows with cop
 on nothing, so the update keeps a fixed shape however many turns the rollouts took.
 
 The trainer uses them when `rl.step_samples` is set: rewards are still computed once per
-trajectory (a per-step list, `ragjax.rl.rewards`), then each sample takes its turn's value.
+trajectory (a per-step list, `ragjax.rl.rewards`), then each sample takes its turn's value
+(`sample_rewards`), placed on its tokens like any row's (`ragjax.rollout.token_rewards`).
 """
 
 from __future__ import annotations
@@ -109,15 +110,8 @@ def step_samples(batch: RolloutBatch, multiple: int = 1) -> StepSamples:
   return pad_samples(samples, multiple)
 
 
-def sample_token_rewards(samples: StepSamples, per_step: Sequence[Sequence[float]],
-                         mask: np.ndarray) -> np.ndarray:
-  """[S, T] token rewards: the reward of (row, turn) on its sample's last trained token.
-  `per_step[i]` is trajectory row i's per-turn reward list; padding samples get nothing."""
-  mask = np.asarray(mask) > 0
-  out = np.zeros(mask.shape, np.float32)
-  for s, (i, j) in enumerate(zip(samples.row, samples.turn)):
-    trained = np.flatnonzero(mask[s])
-    if i < 0 or not trained.size:
-      continue
-    out[s, trained[-1]] = float(per_step[i][j])
-  return out
+def sample_rewards(samples: StepSamples, per_step: Sequence[Sequence[float]]) -> list[list[float]]:
+  """Each sample's rewards as a one-step list: the reward of its (row, turn), which
+  `ragjax.rollout.token_rewards.place_rewards` puts on the sample's last trained token.
+  `per_step[i]` is trajectory row i's per-turn reward list; padding samples get none."""
+  return [[float(per_step[i][j])] if i >= 0 else [] for i, j in zip(samples.row, samples.turn)]
