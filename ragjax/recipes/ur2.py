@@ -41,22 +41,33 @@ STAGE1_MODES = ("full", "off")
 
 # --- 1. data ------------------------------------------------------------------------------------
 def parse_file_spec(spec: str) -> tuple[str, str, str]:
-  """"TASK:[FORMAT:]PATH" -> (task, format, path); the format defaults to the task's reader."""
+  """"TASK[/SOURCE]:[FORMAT:]PATH" -> (task, format, path); the format defaults to the task's
+  reader; `file_source` reads the SOURCE."""
   task, sep, rest = str(spec).partition(":")
-  if not sep or task not in TASKS:
-    raise ValueError(f"UR² question file {spec!r}: write TASK:[FORMAT:]PATH with TASK one of "
-                     f"{TASKS} (e.g. 'math:/data/train_math.jsonl', 'qa:verl:/data/qa.parquet')")
+  if not sep or task.partition("/")[0] not in TASKS or task.endswith("/"):
+    raise ValueError(f"UR² question file {spec!r}: write TASK[/SOURCE]:[FORMAT:]PATH with TASK "
+                     f"one of {TASKS} (e.g. 'math:/data/train_math.jsonl', "
+                     f"'qa:verl:/data/qa.parquet', 'mcq/medicine:/data/medqa.jsonl')")
+  task = task.partition("/")[0]
   fmt, sep, path = rest.partition(":")
   if sep and fmt in READERS:
     return task, fmt, path
   return task, task, rest
 
 
+def file_source(spec: str) -> str:
+  """The SOURCE of a "TASK/SOURCE:..." file spec ("" when none): the curriculum's per-source
+  pools (`data.stages.ur2_curriculum.counts` keys "task:source")."""
+  return str(spec).partition(":")[0].partition("/")[2]
+
+
 def read_task_files(specs) -> list[dict]:
   out = []
   for spec in specs:
     task, fmt, path = parse_file_spec(spec)
-    out += [dict(as_record(e), task=task) for e in read_examples(path, fmt)]
+    source = file_source(spec)
+    extra = {"source": source} if source else {}
+    out += [dict(as_record(e), task=task, **extra) for e in read_examples(path, fmt)]
   return out
 
 

@@ -46,7 +46,7 @@ from ragjax.rollout.segments import Segment
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
                                        assemble, assemble_samples)
-from ragjax.sampling.config import CACHE_FULL, NOT_RUN, PAUSED
+from ragjax.sampling.config import BUDGET, CACHE_FULL, NOT_RUN, PAUSED
 
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
 
@@ -380,9 +380,13 @@ class RolloutEngine:
             ids, lp = partial.setdefault(r, ([], []))
             ids += toks[slot, :lens[slot]].tolist()
             lp += lps[slot, :lens[slot]].tolist()
-            if int(reasons[slot]) != PAUSED:
+            reason = int(reasons[slot])
+            cap = self._turn_cap(r)
+            if reason == PAUSED and cap is not None and len(ids) >= cap:
+              reason = BUDGET              # the question's own turn budget is spent
+            if reason != PAUSED:
               ids, lp = partial.pop(r)
-              self._read_turn(r, ids, lp, int(reasons[slot]), total_turns)
+              self._read_turn(r, ids, lp, reason, total_turns)
               ended.append(r)
           searching = [r for r in ended if self._is_search(r)]
           for r in ended:
@@ -507,7 +511,10 @@ class RolloutEngine:
     end (and never past an eos in an inline stream), appended and recorded."""
     row = self._rows[r]
     t, final = row.turn, row.turn == total_turns - 1
-    row.sampler_len += len(ids)
+    row.sampler_len += len(ids)            # what the sampler holds, also past a cut below
+    cap = self._turn_cap(r)
+    if cap is not None and len(ids) > cap:   # as a sampler with this turn budget would stop
+      ids, logprobs, reason = ids[:cap], logprobs[:cap], BUDGET
     eos_tail = bool(ids) and ids[-1] in self.eos_ids
     body = ids[:-1] if eos_tail else ids
     text = decode(self.tokenizer, body)
@@ -539,6 +546,10 @@ class RolloutEngine:
                                   start=row.turn_start, end=len(row.tokens),
                                   query=action.query if action.kind == Kind.SEARCH else None,
                                   all_queries=action.all_queries, reason=row.action.reason))
+
+  def _turn_cap(self, r: int):
+    """Row r's question's own turn budget (`Protocol.turn_budget`), or None."""
+    return self.protocol.turn_budget(self._inputs[self._rows[r].prompt_index])
 
   def _observe(self, r: int, hits, total_turns: int) -> bool:
     """After row r's turn (and its search's `hits`): the row ends (False) or its observation
