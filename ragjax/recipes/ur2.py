@@ -90,9 +90,8 @@ def _source(where: str, c):
   return open_index(where, cache_size=c.retriever.cache_size)
 
 
-def summariser(c):
-  """The in-process summariser's ChatModel (None: none configured)."""
-  s = c.ur2.knowledge.summariser
+def _chat(s):
+  """The ChatModel of a summariser section (None: no url or checkpoint)."""
   if s.url:
     from ragjax.services.http_client import OpenAIChatClient
     return OpenAIChatClient(s.url, s.model or "default", api_key_env=s.api_key_env or None,
@@ -102,6 +101,43 @@ def summariser(c):
     return LocalChatModel.from_checkpoint(s.checkpoint, max_new_tokens=s.max_tokens or 512,
                                           max_prompt_tokens=s.max_prompt_tokens)
   return None
+
+
+def summariser(c):
+  """The in-process summariser (None: none configured): one ChatModel, or {"default": ...,
+  "math": ...} when `ur2.knowledge.math_summariser` has its own model (the code's router: math
+  queries to Qwen-3, the rest to GPT)."""
+  k = c.ur2.knowledge
+  chat = _chat(k.summariser)
+  math = _chat(k.math_summariser) if "math_summariser" in k else None
+  if chat is None or math is None:
+    return chat
+  return {"default": chat, "math": math}
+
+
+def check_services(c) -> None:
+  """Every model service the config names has an endpoint, before any work: the paper's
+  summarisers and math judge are named at real sizes and the user supplies them (or switches
+  them off by the field each message names)."""
+  k = c.ur2.knowledge
+  if k.mode == "summary" and not c.retriever.url:
+    for name, off in (("summariser", "ur2.knowledge.mode='raw' (the paper's 'w/o LLM summary' "
+                                     "ablation)"),
+                      ("math_summariser", "ur2.knowledge.math_summariser.model='' (the "
+                                          "summariser then serves math too)")):
+      s = k.get(name)
+      if s is None or (name == "math_summariser" and not s.model):
+        continue
+      if not (s.url or s.checkpoint):
+        paper = f" (the paper's: {s.model})" if s.model else ""
+        raise ValueError(f"ur2.knowledge.{name}{paper} needs ur2.knowledge.{name}.url (an "
+                         f"OpenAI-compatible server) or .checkpoint (an HF directory), or "
+                         f"retriever.url of a served proxy; or {off}")
+  j = c.judge
+  if j.kind == "url" and not j.url:
+    raise ValueError(f"UR²'s math judge (judge.model={j.model!r}, the paper's) needs judge.url "
+                     f"(an OpenAI-compatible server), or judge.kind='checkpoint' with "
+                     f"judge.checkpoint; judge.kind='' scores math by the rule check alone")
 
 
 def open_knowledge(c, workdir: str, setup: parts.Setup):
@@ -241,6 +277,7 @@ def run_stage1(c, s: parts.Start):
 
 
 def check(c) -> None:
+  check_services(c)
   if c.ur2.stage1.mode not in STAGE1_MODES:
     raise ValueError(f"ur2.stage1.mode must be one of {STAGE1_MODES}, got {c.ur2.stage1.mode!r}")
   if c.ur2.knowledge.mode not in KNOWLEDGE_MODES:
@@ -282,6 +319,7 @@ def start(c) -> parts.Start:
 
 
 def run(c) -> dict:
+  check_services(c)
   run_cfg = parts.validate(c)
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
