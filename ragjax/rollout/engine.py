@@ -146,6 +146,8 @@ class _Row:
   turn_text: str = ""
   end_token_text: Optional[str] = None
   resume: bool = False                   # a hook asked the row to continue without retrieval
+  format_retries: int = 0                # this turn's regenerations (Protocol.format_retries)
+  regenerate: bool = False               # the turn is decoded again (the turn does not advance)
   pending: list = dataclasses.field(default_factory=list)   # ids to extend with this turn
 
   def append(self, ids, label, turn, logprobs=None):
@@ -175,6 +177,7 @@ class RolloutEngine:
     self.retrieval_calls = 0
     caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
     self.response_budget = min(caps) if caps else None
+    self.format_retries = int(getattr(protocol, "format_retries", 0) or 0)
     self.max_extend = policy.max_extend
     stops = policy.stop_strings
     missing = [s for s in protocol.stop_sequences if s not in stops]
@@ -256,7 +259,7 @@ class RolloutEngine:
     """Whether turns stream (`EngineConfig.decode_chunk`, a policy with `chunked_decode`, no
     hooks, a protocol that keeps its context)."""
     return bool(self.config.decode_chunk > 0 and getattr(self.policy, "chunked_decode", False)
-                and not self.hooks and not self.restart)
+                and not self.hooks and not self.restart and not self.format_retries)
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int,
                 held: int):
@@ -300,7 +303,11 @@ class RolloutEngine:
       for r in sorted(self._rows):          # every row still going decoded this turn
         row = self._rows[r]
         if not row.done:
+          if row.regenerate:                # a format retry: the same turn again
+            row.regenerate = False
+            continue
           row.turn += 1
+          row.format_retries = 0
           if row.turn >= total_turns:
             row.done, row.stop_reason = True, "max_turns"
             out_of_turns.append(r)
@@ -555,6 +562,8 @@ class RolloutEngine:
     """After row r's turn (and its search's `hits`): the row ends (False) or its observation
     is appended and waits in `pending` for the sampler (True)."""
     row = self._rows[r]
+    if self._retries(row):
+      return self._regenerate(row)
     t, final = row.turn, row.turn == total_turns - 1
     kind = row.action.kind
     obs = []
@@ -595,6 +604,29 @@ class RolloutEngine:
     if ids:
       row.labels[-len(ids):] = labels
     row.pending = row.pending + ids
+    return True
+
+  def _retries(self, row: _Row) -> bool:
+    """Whether the row's malformed turn is decoded again (`Protocol.format_retries` times at
+    most, for the parse failures in `Protocol.retry_reasons`)."""
+    a = row.action
+    return (row.format_retries < self.format_retries and not row.resume and a is not None
+            and a.kind == Kind.END and a.reason in getattr(self.protocol, "retry_reasons", ()))
+
+  def _regenerate(self, row: _Row) -> bool:
+    """Drops the row's turn (tokens, record) and decodes it again from the same history: the
+    sampler row is truncated back (`_sync_lengths`) and, with a policy that has `reseed`,
+    given a new stream, so the retry samples anew (R3-RAG's code regenerates a step whose
+    `Step j:` header check fails, at most 3 generations in all)."""
+    row.format_retries += 1
+    self._stats["format_retries"] = self._stats.get("format_retries", 0) + 1
+    row.records.pop()
+    row.cut(row.turn_start)
+    row.recorded = True                   # back to the turn's prompt: nothing new to record
+    row.action, row.pending, row.regenerate = None, [], True
+    if hasattr(self.policy, "reseed"):
+      salt = 1000 * (row.turn + 1) + row.format_retries
+      self._state = self.policy.reseed(self._state, [row.slot], [salt])
     return True
 
   def _restart(self, row: _Row) -> bool:
