@@ -11,13 +11,19 @@ the Eq. 3 reward, at tiny and real sizes.
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
 `data.dev_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; dev for keep-best) and
 `retriever.index` or `retriever.url` (E5-base-v2 over wiki-18).  Everything follows
-seeds_rex_autorefine_r3.md §2 (Table 3 and the released code): 256 prompts x 5, lr 1e-6
-constant with no warmup, KL 0.001 (k3 = low_var_kl, as a loss), clip 0.2, entropy 0.001,
-token-mean, temperature 1, 5 searches + one final call without search, 512 tokens per call and
-per observation, top-3, greedy validation every 20 steps.  Decisions (§2.9): 300 steps (the
-code's) with the best checkpoint chosen on dev, never test; the code's per-call 512 tokens and
-no extra total budget; the chat template applied whenever the tokenizer has one (Qwen2.5 base
-models do); training-time turns and observation length also at evaluation.
+seeds_rex_autorefine_r3.md §2 (Table 3 and the released code): 256 prompts x 5 in verl
+mini-batches of 256 sequences (5 optimiser updates per RL step), lr 1e-6 constant with no
+warmup, KL 0.001 (k3 = low_var_kl, as a loss), clip 0.2, entropy 0.001, token-mean,
+temperature 1, 5 searches + one final call without search, 512 tokens per call and per
+observation, top-3, greedy validation every 20 steps.  The ledger, with every reading chosen
+where paper and code disagree: docs/methods/autorefine.md.  In short: 200 steps (§B.1: "trained
+for 200 steps"; Table 3 says 250, the code 300: `--config.trainer.num_steps`), the best
+checkpoint chosen on dev, never test; the code's per-call 512 tokens and no total budget
+(Table 3's "Max Response Length 2048": `--config.rollout.max_response_tokens=2048`); the chat
+template applied whenever the tokenizer has one (Qwen2.5 base models do); evaluation as the
+code's cmd/eval.sh, which produced Table 1: 3 searches and 1,024-token observations
+(`--suite autorefine`; the training settings: `--config.eval.suites.autorefine.protocol.
+max_turns=5 --config.eval.suites.autorefine.protocol.obs_max_tokens=512`).
 
 Ablations, one field each (Table 2, Fig. 6):
   --config.rl.reward_kwargs.autorefine.refine_score=0.0   w/o retrieval reward
@@ -58,6 +64,13 @@ def world_config():
   return c
 
 
+
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol of `--suite
+  autorefine`."""
+  from ragjax.recipes.plan import eval_plan
+  return eval_plan(c, "autorefine")
+
 def get_config(arg: str = "tiny"):
   arg = common.config_arg(arg, [*SIZES, "world"])
   if arg == "world":
@@ -75,18 +88,19 @@ def get_config(arg: str = "tiny"):
       advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.001, use_sampler_logprobs=False, temperature=1.0, ppo_epochs=1,
-      # verl's ppo_mini_batch_size (256 prompts) times the group size: the whole batch, one
-      # optimiser step per RL step.  Micro-batches only bound memory (the paper's 64 relied on
-      # FSDP offload; 16 fits the dry run's plan on 8 x A100-80GB without it).
-      mini_batch_size=10 if tiny else 256 * 5, micro_batch_size=5 if tiny else 16,
+      # verl's ppo_mini_batch_size counts sequences (x rollout.n = 1; groups come from
+      # n_agent): 256 x 5 rows in mini-batches of 256 = 5 optimiser updates per RL step.
+      # Micro-batches only bound memory (the paper's 64 relied on FSDP offload; 16 fits the
+      # dry run's plan on 8 x A100-80GB without it).
+      mini_batch_size=10 if tiny else 256, micro_batch_size=5 if tiny else 16,
       metrics=("autorefine",)))
   c.rl.rewards = {"autorefine": 1.0}
   c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
   c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_steps=0,
-                      warmup_ratio=0.0, total_steps=20 if tiny else 300, weight_decay=0.01,
+                      warmup_ratio=0.0, clock="rl_step", total_steps=0, weight_decay=0.01,
                       grad_clip=1.0))
   c.trainer.update(dict(
-      num_steps=10 if tiny else 300, batch_prompts=4 if tiny else 256,
+      num_steps=10 if tiny else 200, batch_prompts=4 if tiny else 256,
       eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 500,
       save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 
@@ -100,6 +114,9 @@ def get_config(arg: str = "tiny"):
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
   c.rollout.kv_budget_gb = 0.0 if tiny else 24.0   # per device: rollouts run in waves
   c.eval.update(dict(batch_size=64, top_k=0))
+  # its row in configs/paper_results.json (`--suite autorefine`; the paper reports 3B only)
+  c.eval.method = "" if tiny else ("AutoRefine-Instruct" if arg.endswith("instruct")
+                                   else "AutoRefine-Base")
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

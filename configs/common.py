@@ -125,9 +125,11 @@ def get_config() -> ConfigDict:
       reward_kwargs={}, behaviour="", behaviour_kwargs={}, batch_filter="",
       batch_filter_kwargs={}, metrics=()))
   c.rl.dual_clip = config_dict.placeholder(float)
+  # clock: what one schedule step is, "rl_step" (verl: once per RL step) or "update" (OpenRLHF,
+  # TRL: once per optimizer update); total_steps: 0 = the whole run in clock units (derived).
   c.optim = ConfigDict(dict(lr=1e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
-                            min_lr_ratio=0.0, total_steps=1000, b1=0.9, b2=0.999, eps=1e-8,
-                            weight_decay=0.01, grad_clip=1.0))
+                            min_lr_ratio=0.0, clock="rl_step", total_steps=0, b1=0.9, b2=0.999,
+                            eps=1e-8, weight_decay=0.01, grad_clip=1.0))
   c.critic_optim = None
   c.trainer = ConfigDict(dict(
       num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,

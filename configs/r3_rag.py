@@ -136,10 +136,11 @@ def get_config(arg: str = "tiny"):
   c.rl.metrics = ("r3_rag",)
   c.optim.update(dict(lr=5e-7, schedule="constant", warmup_steps=0, warmup_ratio=0.03,
                       min_lr_ratio=0.0, total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8,
-                      weight_decay=0.0, grad_clip=1.0))
+                      weight_decay=0.0, grad_clip=1.0, clock="update"))
   c.critic_optim = common.ConfigDict(dict(
       lr=9e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.03, min_lr_ratio=0.0,
-      total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip=1.0))
+      total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip=1.0,
+      clock="update"))
   # 8,192 RL questions x 4 episodes / 64 prompts per step = 512 steps.
   c.trainer.update(dict(num_steps=512, batch_prompts=64, eval_every=64, eval_prompts=500,
                         save_every=16, max_to_keep=2, keep_best_metric="dev/em",

@@ -37,6 +37,9 @@ Ablations, one switch each (`--config.rex_rag.<field>=...`):
   importance_sampling=False   the plain PPO ratio pi / pi_old ("w/o IS")
   ppd=coarse                  probe prompt tokens: 1/|pool| for the first, 1 after ("Coarse PPD")
   trajectory_filter=False     keep every clone ("w/o TF")
+  adaptive_keep=False         keep a fixed share (keep_ratio) of B x G clones each step, the
+                              reading of Table 4 ("+12% <- 20%"); the default is the authors'
+                              code's EWM, which produced the tables
   the `dapo-3b` argument      clip-higher 0.28 and initial keep ratio 0.12 (the DAPO scripts)
 Hyperparameters of the real sizes: seeds §1.4 table (512 prompts x 5, mini-batch 256
 trajectories, lr 1e-6 with warmup ratio 0.285, KL 0.001 low_var_kl as a loss, clip 0.2, 5 turns,
@@ -53,6 +56,18 @@ import world as world_config  # noqa: E402  (configs/world.py: the embedded defa
 ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")
 
 
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol (`--suite
+  rex_rag`: 5 turns, as trained) and the clone / filter settings."""
+  from ragjax.recipes.plan import eval_plan
+  out = eval_plan(c, "rex_rag")
+  r = c.get("rex_rag")
+  if r is not None:
+    out.update(resample_p=r.p, keep_ratio_initial=r.keep_ratio, keep_ratio_rule=(
+        f"ewm(alpha={r.ewm_alpha})" if r.adaptive_keep else "fixed"))
+  return out
+
+
 def rex_rag_section(keep_ratio: float = 0.08):
   """The method's switches; the plug-in kwargs below refer to them (one place to change)."""
   return common.ConfigDict(dict(
@@ -60,6 +75,7 @@ def rex_rag_section(keep_ratio: float = 0.08):
       pool="all",                 # "all" (30 prompts) | "five" (Table 5)
       keep_ratio=keep_ratio,      # the keep-ratio history's first value
       ewm_alpha=0.1,
+      adaptive_keep=True,         # the code's EWM keep ratio; False: a fixed share (Table 4)
       keep_multiple=1,            # keep_num rounded down to a multiple (the code: GPU count)
       trajectory_filter=True,
       importance_sampling=True,
@@ -78,7 +94,8 @@ def add_rex_rag(c, keep_ratio: float = 0.08):
   c.rl.batch_filter_kwargs = {"keep_ratio": r.get_ref("keep_ratio"),
                               "alpha": r.get_ref("ewm_alpha"),
                               "enabled": r.get_ref("trajectory_filter"),
-                              "multiple_of": r.get_ref("keep_multiple")}
+                              "multiple_of": r.get_ref("keep_multiple"),
+                              "adaptive": r.get_ref("adaptive_keep")}
   c.rl.behaviour = "rex_rag"
   c.rl.behaviour_kwargs = {"pool_name": r.get_ref("pool"), "ppd": r.get_ref("ppd"),
                            "importance_sampling": r.get_ref("importance_sampling")}
@@ -101,7 +118,7 @@ def small_config(arg: str):
   c.sft.update(dict(steps=80, lr=2e-2, warmup_steps=4, log_every=10))
   c.rl.update(dict(group_size=4, kl_coef=0.001, mini_batch_size=32, micro_batch_size=0))
   c.rl.rewards = {"em": 1.0}
-  c.optim.update(dict(lr=1e-3, total_steps=4))
+  c.optim.update(dict(lr=1e-3, total_steps=0))
   c.trainer.update(dict(num_steps=4, batch_prompts=4, eval_every=2, eval_prompts=8,
                         save_every=1, max_to_keep=2, keep_best=False))
   return c
@@ -119,6 +136,7 @@ def get_config(arg: str = "tiny"):
   c.recipe = "search_r1"
   c.seed = 20020717
   c.workdir = f"runs/rex_rag_{arg}"
+  c.hardware = "a800x8"          # "a cluster of 8 NVIDIA A800 80GB GPUs" (Appendix C)
   c.model.update(dict(preset=size, checkpoint="", dtype="bfloat16", param_dtype="float32",
                       scan_layers=True, remat=True))
   c.data.source = "files"
@@ -126,6 +144,7 @@ def get_config(arg: str = "tiny"):
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0, top_p=1.0,
                         prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   c.rollout.widths = (512, 1024, 2048, 3072, 4096)
+  c.rollout.kv_budget_gb = 24.0     # per device: rollouts run in waves (see --dry_run)
   c.rl.update(dict(
       advantage="grpo", group_size=5, clip_low=0.2, clip_high=0.28 if dapo else 0.2,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
@@ -133,11 +152,13 @@ def get_config(arg: str = "tiny"):
       mini_batch_size=256, micro_batch_size=8))
   c.rl.rewards = {"em": 1.0}
   add_rex_rag(c, keep_ratio=0.12 if dapo else 0.08)
-  # 2560 originals + ~12% kept clones in mini-batches of 256: ~11 optimiser steps per RL step
-  # (verl steps its schedule once per RL step; ours counts optimiser steps).
-  c.optim.update(dict(lr=1e-6, schedule="constant", warmup_ratio=0.285,
-                      total_steps=1005 * 11, weight_decay=0.01, grad_clip=1.0))
+  # 2560 originals + the kept clones (~8-12%) in mini-batches of 256: 10 + 1 or 2 optimiser
+  # updates per RL step; verl steps its LR scheduler once per RL step (optim.clock "rl_step"),
+  # so warmup is int(0.285 x 1005) = 286 RL steps whatever the clones add.
+  c.optim.update(dict(lr=1e-6, schedule="constant", warmup_ratio=0.285, clock="rl_step",
+                      total_steps=0, weight_decay=0.01, grad_clip=1.0))
   c.trainer.update(dict(num_steps=1005, batch_prompts=512, eval_every=50, eval_prompts=500,
                         save_every=50, max_to_keep=2, keep_best_metric="dev/em"))
   c.eval.batch_size = 64
+  c.eval.method = "REX-RAG"      # its row in configs/paper_results.json (`--suite rex_rag`)
   return c

@@ -131,7 +131,7 @@ def get_config(arg: str = "tiny"):
   c.judge.update(dict(kind="base", model="rezero-judge", max_batch=8 if tiny else 16,
                       max_prompt_tokens=1024 if tiny else 4096, max_new_tokens=32))
   c.optim.update(dict(lr=1e-3 if tiny else 5e-6, schedule="cosine", warmup_steps=0,
-                      warmup_ratio=0.1, min_lr_ratio=0.0, total_steps=10 if tiny else 1000,
+                      warmup_ratio=0.1, min_lr_ratio=0.0, total_steps=10 if tiny else 1000, clock="update",
                       b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=0.1))
   c.trainer.update(dict(
       num_steps=10 if tiny else 1000, batch_prompts=2 if tiny else 1,

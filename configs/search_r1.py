@@ -24,6 +24,13 @@ SIZES = ("tiny", "qwen2.5-3b", "qwen2.5-7b")
 ARGS = tuple(s + v for s in SIZES for v in ("", "-ppo"))     # every valid config argument
 
 
+
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol of `--suite
+  search_r1`."""
+  from ragjax.recipes.plan import eval_plan
+  return eval_plan(c, "search_r1")
+
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
   algo = "ppo" if arg.endswith("-ppo") else "grpo"
@@ -40,22 +47,28 @@ def get_config(arg: str = "tiny"):
 
   c.rl.update(dict(
       advantage="gae" if algo == "ppo" else "grpo", group_size=1 if algo == "ppo" else 5,
-      clip_low=0.2, clip_high=0.2, loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3",
-      kl_in_reward=algo == "ppo",  # verl PPO: KL penalty in the reward; GRPO: KL loss
+      clip_low=0.2, clip_high=0.2, loss_agg="token-mean", kl_coef=0.001,
+      entropy_coef=0.001,    # verl's actor.entropy_coeff default; the scripts keep it
+      # verl PPO: KL penalty in the reward, algorithm.kl_penalty "kl" (k1); GRPO: a KL loss,
+      # kl_loss_type low_var_kl (k3)
+      kl_in_reward=algo == "ppo", kl_estimator="k1" if algo == "ppo" else "k3",
       value_clip=0.2, gamma=1.0, lam=1.0, use_sampler_logprobs=False, temperature=1.0,
       logprob_chunk=8192, ppo_epochs=1,
-      # verl multiplies ppo_mini_batch_size (256 prompts) by the group size: 2 optimiser steps
-      # per RL step for GRPO; PPO samples once per prompt.
-      mini_batch_size=((10 if algo == "grpo" else 2) if tiny
-                       else (256 * 5 if algo == "grpo" else 256)),
+      # verl's ppo_mini_batch_size counts sequences of the expanded batch (fsdp_workers.py
+      # multiplies it by rollout.n, which is 1: groups come from n_agent=5), so 512 x 5 rows
+      # in mini-batches of 256 make 10 optimiser updates per RL step (GRPO); PPO's 512 rows
+      # make 2.  `--dry_run` prints the derived plan against the paper's.
+      mini_batch_size=((10 if algo == "grpo" else 2) if tiny else 256),
       micro_batch_size=((5 if algo == "grpo" else 1) if tiny else 8)))
   c.rl.rewards = {"search_r1_em": 1.0}
+  # verl steps its LR scheduler once per RL step: warmup int(0.285 x 1005) = 286 RL steps
+  # (optim.clock "rl_step"; total_steps 0 = the run's RL steps).
   c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_ratio=0.285,
-                      total_steps=20 if tiny else 1005 * 2, weight_decay=0.01, grad_clip=1.0))
+                      clock="rl_step", total_steps=0, weight_decay=0.01, grad_clip=1.0))
   if algo == "ppo":
     c.critic_optim = common.ConfigDict(dict(
         lr=1e-3 if tiny else 1e-5, schedule="constant", warmup_steps=0, warmup_ratio=0.015,
-        min_lr_ratio=0.0, total_steps=20 if tiny else 1005 * 2, b1=0.9, b2=0.999, eps=1e-8,
+        min_lr_ratio=0.0, clock="rl_step", total_steps=0, b1=0.9, b2=0.999, eps=1e-8,
         weight_decay=0.01, grad_clip=1.0))
   c.trainer.update(dict(
       num_steps=10 if tiny else 1005, batch_prompts=4 if tiny else 512,

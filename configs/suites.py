@@ -69,6 +69,11 @@ SUITES = dict(
     search_r1=search_r1_suite("Search-R1 7 benchmarks (EM)",
                               "seeds_rex_autorefine_r3.md §0.2, §1.6-1.7",
                               dict(top_k=3, max_turns=4, obs_max_tokens=500), 500),
+    # REX-RAG (seeds §1.4-1.7; Appendix Table 7): the same 7 sets and protocol at the 5 search
+    # turns it trains with ("we increased the Max Search Turns from 2 ... to 5", App. C).
+    rex_rag=search_r1_suite("Search-R1 7 benchmarks, REX-RAG protocol (EM)",
+                            "seeds_rex_autorefine_r3.md §1.4-1.7; REX-RAG App. C Table 7",
+                            dict(top_k=3, max_turns=5, obs_max_tokens=500), 500),
     # AutoRefine's evaluation script (seeds §2.5, §2.9 [C] cmd/eval.sh): the same 7 sets,
     # top-3, 3 turns, 1024-token observations.
     autorefine=search_r1_suite("Search-R1 7 benchmarks, AutoRefine eval protocol (EM)",

@@ -159,7 +159,7 @@ def get_config(arg: str = "tiny"):
   steps = (prompts_total * 3 // 2) // prompts
   c.optim.update(dict(lr=2e-6, schedule="cosine", warmup_steps=0, warmup_ratio=0.0,
                       min_lr_ratio=0.1, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
-                      grad_clip=1.0,
+                      grad_clip=1.0, clock="update",
                       total_steps=steps * (prompts * 16) // c.rl.mini_batch_size))
   c.trainer.update(dict(num_steps=steps, batch_prompts=prompts, eval_every=5 if three_b else 10,
                         eval_prompts=500, save_every=5 if three_b else 10, max_to_keep=2,

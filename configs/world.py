@@ -103,7 +103,7 @@ def get_config(arg: str = "default"):
   # python -m ragjax.bench.grpo_step).
   c.rl.rewards = {"em": 1.0}
   c.optim.update(dict(lr=3e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
-                      min_lr_ratio=0.0, total_steps=2 if toy else 80, b1=0.9, b2=0.999,
+                      min_lr_ratio=0.0, total_steps=0, b1=0.9, b2=0.999,
                       eps=1e-8, weight_decay=0.0, grad_clip=1.0))
   c.trainer.update(dict(
       num_steps=2 if toy else 80, batch_prompts=4 if toy else 16, eval_every=1 if toy else 20,

@@ -21,7 +21,8 @@ from ragjax.recipes import DEFAULT_CONFIG
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
                                 lock_config=True)
 flags.DEFINE_multi_string("gin_file", [], "gin files binding user components")
-flags.DEFINE_bool("dry_run", False, "print the per-device memory plan on --target and exit "
+flags.DEFINE_bool("dry_run", False, "print the derived plan beside the paper's "
+                  "(configs/paper_plans) and the per-device memory plan on --target, then exit "
                   "(exit 3 when it does not fit); builds nothing but shapes")
 flags.DEFINE_string("target", None, "accelerator slice for --dry_run (h100x8, v5p-32, ...); "
                     "default: the config's `hardware`")
@@ -61,16 +62,29 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   with exit_on_user_error("ragjax.train"):
     if flags.FLAGS.dry_run:
-      sys.exit(dry_run(flags.FLAGS.config, flags.FLAGS.target))
+      sys.exit(dry_run(flags.FLAGS.config, flags.FLAGS.target,
+                       config_flags.get_config_filename(flags.FLAGS["config"])))
     run(flags.FLAGS.config)
 
 
-def dry_run(config, target: str = None) -> int:
+def dry_run(config, target: str = None, config_file: str = "") -> int:
+  """The derived plan against the paper's, then the memory plan on `target` (default: the
+  config's `hardware`; none: the memory plan is skipped)."""
   from ragjax.parallel.memory import parse_target
   from ragjax.recipes.dry_run import memory_plan
+  from ragjax.recipes.plan import paper_values, plan_rows, plan_table, split_config_arg
+  path, arg = split_config_arg(config_file or DEFAULT_CONFIG)
+  plans, _ = paper_values(path, arg)
+  print(plan_table(plan_rows(config, path, arg),
+                   f"plan of {path}:{arg or '(default)'}" + (
+                       f" against the paper's ({os.path.relpath(plans)})" if plans else
+                       " (no paper plan for this argument)")))
+  print()
   name = target or config.get("hardware", "")
   if not name:
-    raise ValueError("--dry_run needs --target (e.g. h100x8, v5p-32) or the config's `hardware`")
+    print("memory plan skipped: give --target (e.g. h100x8, v5p-32) or set the config's "
+          "`hardware`")
+    return 0
   plan = memory_plan(config, parse_target(name))
   print(plan.table())
   return 0 if plan.fits else 3

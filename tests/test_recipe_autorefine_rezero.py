@@ -119,7 +119,9 @@ def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
   if "autorefine" in spec:
     assert (run.trainer.batch_prompts, run.rl.group_size, run.optim.lr, run.rl.kl_coef) == \
         (256, 5, 1e-6, 0.001)
-    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 300)
+    # §B.1's 200 steps; verl mini-batches of 256 sequences: 1,280 / 256 = 5 updates per step
+    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 200)
+    assert run.rl.mini_batch_size == 256
     assert (proto.max_turns, proto.final_turn, proto.obs_max_tokens, proto.top_k) == \
         (5, True, 512, 3)
     assert run.rl.rewards == {"autorefine": 1.0} and run.rl.metrics == ("autorefine",)

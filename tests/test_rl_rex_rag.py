@@ -210,6 +210,17 @@ def test_trajectory_filter_keeps_the_likeliest_prompts_and_updates_the_history()
       [0, 1, 2, 3, 5]      # EWM([0.5, 0.5, 0]) = 0.45 -> int(1.8) = 1 clone
 
 
+def test_fixed_keep_share_ignores_the_probe_accuracy():
+  """adaptive=False (Table 4's reading): keep int(B x G x keep_ratio) clones every step, where
+  the code's EWM would have moved to EWM([0.5, 0.5, 0]) = 0.45 -> 1 clone."""
+  b, old = filter_batch()
+  state = {}
+  f = TrajectoryFilter(keep_ratio=0.5, adaptive=False)
+  for ok in ([1, 0, 0, 0, 1, 0, 1], [1, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 1, 0, 1]):
+    assert f(filter_ctx(b, old, ok, state=state), state) == [0, 1, 2, 3, 4, 5]
+    assert state["rex_rag"]["step"]["keep_ratio"] == 0.5
+
+
 def test_trajectory_filter_switches_and_errors():
   b, old = filter_batch()
   ok = [0] * 7

@@ -36,6 +36,7 @@ _TARGETS = (
     (r"h100x(\d+)", lambda n: n, 80 * GB, "NVIDIA H100 80GB"),
     (r"h200x(\d+)", lambda n: n, 141 * GB, "NVIDIA H200"),
     (r"a100x(\d+)", lambda n: n, 80 * GB, "NVIDIA A100 80GB"),
+    (r"a800x(\d+)", lambda n: n, 80 * GB, "NVIDIA A800 80GB"),
     (r"v5p-(\d+)", lambda n: n // 2, 95 * GB, "TPU v5p (name counts TensorCores; 2 per chip)"),
     (r"v4-(\d+)", lambda n: n // 2, 32 * GB, "TPU v4 (name counts TensorCores; 2 per chip)"),
     (r"v6e-(\d+)", lambda n: n, 32 * GB, "TPU v6e (Trillium)"),

@@ -107,6 +107,9 @@ class RLConfig:
     return self.kl_coef != 0.0
 
 
+CLOCKS = ("rl_step", "update")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
   """AdamW with linear warmup then a cosine or constant schedule, and global-norm clipping."""
@@ -115,7 +118,13 @@ class OptimConfig:
   warmup_steps: int = 0
   warmup_ratio: float = 0.0           # used when warmup_steps == 0
   min_lr_ratio: float = 0.0           # cosine floor as a fraction of lr
-  total_steps: int = 1000             # optimiser steps the schedule spans
+  # What one schedule step is in an RL run: "rl_step" (verl, Search-R1's family: the LR
+  # scheduler steps once per RL step, whatever the updates in it) or "update" (OpenRLHF, TRL:
+  # once per optimizer update).  SFT always counts updates.
+  clock: str = "rl_step"
+  # Schedule steps the schedule spans, in `clock` units (0 = the whole run, derived by
+  # `parse_run_config`: trainer.num_steps, times the updates per RL step for "update").
+  total_steps: int = 0
   b1: float = 0.9
   b2: float = 0.999
   eps: float = 1e-8
@@ -125,6 +134,8 @@ class OptimConfig:
   def __post_init__(self):
     if self.schedule not in ("constant", "cosine"):
       raise ValueError(f"optim.schedule={self.schedule!r}; known: ('constant', 'cosine')")
+    if self.clock not in CLOCKS:
+      raise ValueError(f"optim.clock={self.clock!r}; known: {CLOCKS}")
 
   @property
   def warmup(self) -> int:
@@ -186,6 +197,26 @@ class RunConfig:
   critic_optim: Optional[OptimConfig] = None
 
 
+def updates_per_step(rl: RLConfig, trainer: TrainerConfig) -> int:
+  """Optimizer updates of one RL step with no rows added or dropped: ceil(sequences /
+  rl.mini_batch_size) x rl.ppo_epochs (verl's ppo_mini_batch_size counts sequences of the
+  expanded batch; a mini-batch of 0 is the whole batch)."""
+  rows = trainer.batch_prompts * rl.group_size
+  return -(-rows // (rl.mini_batch_size or rows)) * rl.ppo_epochs
+
+
+def derive_schedule_length(run: RunConfig) -> RunConfig:
+  """optim.total_steps / critic_optim.total_steps = 0 span the run: trainer.num_steps RL
+  steps (clock "rl_step": verl, warmup = ratio x RL steps), or that many RL steps' updates
+  (clock "update")."""
+  def span(o: Optional[OptimConfig]):
+    if o is None or o.total_steps:
+      return o
+    per = 1 if o.clock == "rl_step" else updates_per_step(run.rl, run.trainer)
+    return dataclasses.replace(o, total_steps=run.trainer.num_steps * per)
+  return dataclasses.replace(run, optim=span(run.optim), critic_optim=span(run.critic_optim))
+
+
 def parse_run_config(cfg) -> RunConfig:
   """Validates the rl / optim / critic_optim / trainer sections of an experiment ConfigDict
   (other sections belong to the model, data and rollout owners)."""
@@ -195,7 +226,7 @@ def parse_run_config(cfg) -> RunConfig:
   missing = [k for k in ("rl", "optim", "trainer") if k not in sections]
   if missing:
     raise ValueError(f"config lacks section(s) {missing}")
-  run = from_dict(RunConfig, sections)
+  run = derive_schedule_length(from_dict(RunConfig, sections))
   if run.rl.uses_critic and run.critic_optim is None:
     raise ValueError("rl.advantage='gae' (PPO) needs a critic_optim section")
   return run

@@ -50,7 +50,7 @@ from ragjax.rl.config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.metrics_log import MetricsLog
-from ragjax.rl.optim import make_optimizer
+from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
 from ragjax.rl.step_context import StepContext
 from ragjax.models.sharded import decoder_shardings
@@ -144,7 +144,9 @@ class Trainer:
                         if "ctx" in inspect.signature(fn).parameters}
     self.services = dict(services or {})     # e.g. {"judge": ChatModel}, read by rewards
     self._service_calls: dict = {}
-    self.optimizer = make_optimizer(run.optim)
+    # clock "rl_step" (verl): one learning rate per RL step, set before its updates
+    # (`_set_learning_rates`); "update": the schedule follows optax's update count.
+    self.optimizer = make_optimizer(run.optim, per_rl_step=run.optim.clock == "rl_step")
     # `adapter` (e.g. ragjax.models.lora.LoraAdapter): only its trainable params are optimised
     # and checkpointed; the frozen base is an input of the update and the reference policy.
     self.adapter, self.frozen, self._merged = adapter, None, None
@@ -168,7 +170,8 @@ class Trainer:
     if self.rl.uses_critic:
       if critic_params is None:
         raise ValueError("rl.advantage='gae' needs critic_params (a Decoder with head='value')")
-      self.critic_optimizer = make_optimizer(run.critic_optim)
+      self.critic_optimizer = make_optimizer(
+          run.critic_optim, per_rl_step=run.critic_optim.clock == "rl_step")
       self.critic = place_train_state(init_train_state(critic_params, self.critic_optimizer),
                                       model_cfg, mesh, self.critic_optimizer, head="value")
     self.key = jax.random.PRNGKey(seed)
@@ -388,8 +391,30 @@ class Trainer:
                        f"(rl.micro_batch_size)")
     return rows // mbs
 
+  def _place_scalar(self, value, old):
+    return global_array(value, old.sharding) if self.multiprocess else jax.device_put(
+        value, old.sharding)
+
+  def _set_learning_rates(self, step: int) -> dict:
+    """RL step `step` (from 1) trains at schedule(step - 1), as verl's scheduler, stepped once
+    after each RL step, gives (its first step runs at the warmup's 0)."""
+    out = {}
+    for name, optim in (("policy", self.run.optim), ("critic", self.run.critic_optim)):
+      state = self.state if name == "policy" else self.critic
+      if state is None or optim.clock != "rl_step":
+        continue
+      lr = float(learning_rate_schedule(optim)(step - 1))
+      state = state.replace(opt_state=with_learning_rate(state.opt_state, lr, self._place_scalar))
+      if name == "policy":
+        self.state = state
+      else:
+        self.critic = state
+      out[f"lr/{name}"] = lr
+    return out
+
   def train_step(self, step: int) -> dict:
     t0 = time.perf_counter()
+    lrs = self._set_learning_rates(step)
     self.key, rk = jax.random.split(self.key)
     uids = self.cursor.take(self.tc.batch_prompts)
     prompts = [self.train_data[i] for i in uids]
@@ -424,7 +449,7 @@ class Trainer:
     t_upd = time.perf_counter() - t1
     total = time.perf_counter() - t0
     sums.pop("nonfinite_params", None)
-    return {"step": step, **stats, **{k: v / count for k, v in sums.items()},
+    return {"step": step, **stats, **lrs, **{k: v / count for k, v in sums.items()},
             "time/rollout_s": batch.timings.get("rollout_s", t_roll),
             "time/retrieval_s": batch.timings.get("retrieval_s", 0.0),
             "time/retrieval_wait_s": batch.timings.get("retrieval_wait_s", 0.0),

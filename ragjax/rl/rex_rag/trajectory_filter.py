@@ -60,6 +60,8 @@ class TrajectoryFilter:
   alpha: float = 0.1
   enabled: bool = True             # False: keep every clone (the "w/o TF" ablation)
   multiple_of: int = 1
+  adaptive: bool = True            # False: keep_ratio stays at its first value (Table 4's fixed
+                                   # share reading); True: the authors' code's EWM
 
   def __post_init__(self):
     if not 0.0 <= self.keep_ratio <= 1.0 or not 0.0 < self.alpha <= 1.0:
@@ -75,7 +77,7 @@ class TrajectoryFilter:
                        "rl.use_sampler_logprobs=False")
     rec = state.setdefault(STATE_KEY, {})
     history = rec.setdefault("keep_history", [self.keep_ratio])
-    keep_ratio = ewm(history, self.alpha)
+    keep_ratio = ewm(history, self.alpha) if self.adaptive else float(history[0])
     rows = ctx.rows
     originals = [i for i, r in enumerate(rows) if r.clone_of is None]
     clones = [i for i, r in enumerate(rows) if r.clone_of is not None]
@@ -107,9 +109,10 @@ class TrajectoryFilter:
 
 @registry.register("batch_filter", "rex_rag")
 def rex_rag_filter(tokenizer=None, keep_ratio: float = 0.08, alpha: float = 0.1,
-                   enabled: bool = True, multiple_of: int = 1) -> TrajectoryFilter:
+                   enabled: bool = True, multiple_of: int = 1,
+                   adaptive: bool = True) -> TrajectoryFilter:
   """Config entry point: `rl.batch_filter = "rex_rag"`, `rl.batch_filter_kwargs = {
-  "keep_ratio": 0.08, "alpha": 0.1, "enabled": True, "multiple_of": 1}`."""
+  "keep_ratio": 0.08, "alpha": 0.1, "enabled": True, "multiple_of": 1, "adaptive": True}`."""
   del tokenizer   # the filter reads token ids and labels only
   return TrajectoryFilter(keep_ratio=keep_ratio, alpha=alpha, enabled=enabled,
-                          multiple_of=multiple_of)
+                          multiple_of=multiple_of, adaptive=adaptive)

@@ -1,0 +1,204 @@
+"""A config's derived plan beside the paper's: what `--dry_run` prints above the memory table.
+
+    python -m ragjax.train --config=configs/search_r1.py:qwen2.5-3b --dry_run
+
+`derived(c)` computes, from the config alone, the quantities a reproduction turns on:
+sequences and optimizer updates per RL step and in total, the LR schedule, token budgets,
+retrieval depth.  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
+stages, evaluation protocols).  The paper's values live in `configs/paper_plans/<config>.json`:
+
+    {"<config argument>": {"<quantity>": {"paper": 10, "source": "§ / code file",
+                                          "deviation": "why ragjax differs; the field"}}}
+
+`deviation` is there only where ragjax deliberately differs (a reading of the authors' code
+over the text, a setting this machine forces); every other paper value must equal the derived
+one (`tests/test_paper_plans.py`).  The method's ledger (`docs/methods/<method>.md`) says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+from typing import Any, Mapping, Optional
+
+from ragjax.rl.config import parse_run_config, updates_per_step
+
+# quantity -> how the plan names it (the order is the table's)
+LABELS = {
+    "prompts_per_step": "prompts per RL step",
+    "group_size": "samples per prompt (group size)",
+    "sequences_per_step": "sequences per RL step",
+    "mini_batch_size": "sequences per optimizer update",
+    "updates_per_step": "optimizer updates per RL step",
+    "rl_steps": "RL steps",
+    "updates_total": "optimizer updates in total",
+    "lr": "learning rate",
+    "lr_schedule": "LR schedule",
+    "lr_clock": "LR schedule steps once per",
+    "lr_warmup": "LR warmup (schedule steps)",
+    "kl_coef": "KL coefficient",
+    "kl_estimator": "KL estimator",
+    "clip_low": "clip (low)",
+    "clip_high": "clip (high)",
+    "entropy_coef": "entropy coefficient",
+    "temperature": "sampling temperature",
+    "max_turns": "searches per trajectory",
+    "tokens_per_turn": "generated tokens per turn",
+    "obs_tokens": "tokens per observation",
+    "response_tokens": "tokens after the prompt (0: no cap)",
+    "top_k": "documents per search",
+    "sft_steps": "SFT steps before RL",
+    "critic_lr": "critic learning rate",
+    "critic_lr_warmup": "critic LR warmup (schedule steps)",
+    "eval_suite": "evaluation suite (--suite)",
+    "eval_max_turns": "evaluation: searches per trajectory",
+    "eval_tokens_per_turn": "evaluation: generated tokens per turn",
+    "eval_obs_tokens": "evaluation: tokens per observation",
+    "eval_top_k": "evaluation: documents per search",
+    "eval_decoding": "evaluation: decoding",
+}
+
+
+def derived(c) -> dict[str, Any]:
+  """The generic derived quantities of an RL config (and the config module's `plan(c)`
+  additions when `module` is given to `plan_of`)."""
+  run = parse_run_config(c)
+  rl, tr, opt = run.rl, run.trainer, run.optim
+  per = updates_per_step(rl, tr)
+  critic = {} if run.critic_optim is None else {"critic_lr": run.critic_optim.lr,
+                                                 "critic_lr_warmup": run.critic_optim.warmup}
+  return {
+      "prompts_per_step": tr.batch_prompts, "group_size": rl.group_size,
+      "sequences_per_step": tr.batch_prompts * rl.group_size,
+      "mini_batch_size": rl.mini_batch_size or tr.batch_prompts * rl.group_size,
+      "updates_per_step": per, "rl_steps": tr.num_steps, "updates_total": tr.num_steps * per,
+      "lr": opt.lr, "lr_schedule": opt.schedule, "lr_clock": opt.clock, "lr_warmup": opt.warmup,
+      "kl_coef": rl.kl_coef, "kl_estimator": rl.kl_estimator, "clip_low": rl.clip_low,
+      "clip_high": rl.clip_high, "entropy_coef": rl.entropy_coef,
+      "temperature": c.sampler.temperature, "max_turns": c.protocol.get("max_turns"),
+      "tokens_per_turn": c.sampler.max_new_tokens,
+      "obs_tokens": c.protocol.get("obs_max_tokens"),
+      "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
+      "sft_steps": c.sft.steps, **critic,
+  }
+
+
+def eval_plan(c, suite: str) -> dict[str, Any]:
+  """The evaluation protocol `python -m ragjax.evaluate --suite <suite>` runs with this config:
+  the suite's pinned protocol over the config's own (for a config module's `plan(c)`)."""
+  s = c.eval.suites[suite]
+  proto = {**c.protocol.to_dict(), **dict(s.get("protocol", {}) or {})}
+  sampler = {**c.sampler.to_dict(), **dict(s.get("sampler", {}) or {})}
+  return {"eval_suite": suite, "eval_max_turns": proto.get("max_turns"),
+          "eval_tokens_per_turn": sampler.get("max_new_tokens"),
+          "eval_obs_tokens": proto.get("obs_max_tokens"), "eval_top_k": proto.get("top_k"),
+          "eval_decoding": "greedy" if s.get("greedy", True) else
+                           f"T={s.get('temperature')}, top_p={s.get('top_p')}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  key: str
+  ours: Any
+  paper: Any = None
+  source: str = ""
+  deviation: str = ""
+
+  @property
+  def known(self) -> bool:
+    return self.paper is not None
+
+  @property
+  def agrees(self) -> bool:
+    return same(self.ours, self.paper)
+
+  @property
+  def verdict(self) -> str:
+    if not self.known:
+      return ""
+    if self.agrees:
+      return "= paper"
+    return f"deviates: {self.deviation}" if self.deviation else "DIFFERS (undocumented)"
+
+
+def same(a, b) -> bool:
+  if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
+    return a == b
+  if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+  if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+  return a == b
+
+
+def config_module(path: str):
+  """The config file as a module (its `plan(c)` hook, if any)."""
+  spec = importlib.util.spec_from_file_location(
+      "ragjax_plan_" + os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def paper_values(config_file: str, arg: str) -> tuple[Optional[str], Mapping[str, Mapping]]:
+  """(json path, {quantity: {"paper", "source", "deviation"}}) for `config_file:arg`; an empty
+  mapping when the config has no plan file or the file has no entry for the argument."""
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), "paper_plans",
+                      f"{name}.json")
+  if not os.path.exists(path):
+    return None, {}
+  with open(path) as f:
+    table = json.load(f)
+  return path, table.get(arg, {})
+
+
+def plan_rows(c, config_file: Optional[str] = None, arg: str = "") -> list[Row]:
+  """Every derived quantity (generic, then the config module's `plan(c)`), with the paper's
+  value where `configs/paper_plans/<config>.json` has one; paper-only quantities that nothing
+  derives are listed last (ours None)."""
+  ours = derived(c)
+  paper: Mapping[str, Mapping] = {}
+  if config_file:
+    module = config_module(config_file)
+    if hasattr(module, "plan"):
+      ours.update(module.plan(c))
+    paper = paper_values(config_file, arg)[1]
+  rows = []
+  for key, value in ours.items():
+    p = paper.get(key, {})
+    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+  for key in paper:
+    if key not in ours:
+      p = paper[key]
+      rows.append(Row(key, None, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+  return rows
+
+
+def show(value) -> str:
+  if value is None:
+    return "-"
+  if isinstance(value, float):
+    return f"{value:g}"
+  return str(value)
+
+
+def plan_table(rows, title: str) -> str:
+  out = [title, "| quantity | ragjax | paper | | source |", "|---|---|---|---|---|"]
+  for r in rows:
+    out.append(f"| {LABELS.get(r.key, r.key.replace('_', ' '))} | {show(r.ours)} | "
+               f"{show(r.paper) if r.known else ''} | {r.verdict} | {r.source} |")
+  flagged = [r for r in rows if r.known and not r.agrees]
+  undocumented = [r for r in flagged if not r.deviation]
+  out.append(f"{sum(r.known for r in rows)} quantities with a paper value: "
+             f"{len(flagged) - len(undocumented)} deviate (documented), "
+             f"{len(undocumented)} differ without a reason")
+  return "\n".join(out)
+
+
+def split_config_arg(spec: str) -> tuple[str, str]:
+  """`configs/x.py:arg` -> ("configs/x.py", "arg")."""
+  path, _, arg = spec.partition(":")
+  return path, arg.lower()

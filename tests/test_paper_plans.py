@@ -1,0 +1,125 @@
+"""Paper-size configs against their papers: every quantity of `configs/paper_plans/*.json` is
+derived from the config (`ragjax.recipes.plan`) and equals the paper's value, or the plan
+names why it deviates and the field that switches it; the RL learning rate follows verl's
+clock (once per RL step, whatever the updates in it)."""
+
+import glob
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from ragjax.recipes.config_files import load_config
+from ragjax.recipes.plan import config_module, derived, plan_rows
+from ragjax.rl.config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
+                              updates_per_step)
+from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLANS = sorted(glob.glob(os.path.join(ROOT, "configs", "paper_plans", "*.json")))
+
+
+def plan_cases():
+  for path in PLANS:
+    method = os.path.splitext(os.path.basename(path))[0]
+    with open(path) as f:
+      for arg in json.load(f):
+        yield method, arg
+
+
+@pytest.mark.parametrize("method,arg", list(plan_cases()), ids=lambda x: x)
+def test_every_paper_value_is_derived_or_its_deviation_is_named(method, arg):
+  config_file = os.path.join(ROOT, "configs", f"{method}.py")
+  c = load_config(f"{config_file}:{arg}")
+  rows = [r for r in plan_rows(c, config_file, arg) if r.known]
+  assert rows, f"{method}:{arg} has no paper values"
+  for r in rows:
+    assert r.source, f"{method}:{arg} {r.key}: no source"
+    assert r.ours is not None, f"{method}:{arg} {r.key}: the paper's value is not derived"
+    if r.deviation:
+      assert not r.agrees, f"{method}:{arg} {r.key}: a deviation note but the values agree"
+      assert "--config." in r.deviation, f"{method}:{arg} {r.key}: no field switches it"
+    else:
+      assert r.agrees, f"{method}:{arg} {r.key}: ragjax {r.ours!r} vs paper {r.paper!r}"
+
+
+def paper_size_args(module) -> set:
+  for name in ("ARGS", "SIZES"):
+    if hasattr(module, name):
+      return {a for a in getattr(module, name) if a not in ("tiny", "world", "toy")
+              and not a.startswith(("tiny", "world"))}
+  raise AssertionError(f"{module} lists no config arguments")
+
+
+@pytest.mark.parametrize("path", PLANS, ids=os.path.basename)
+def test_every_paper_size_argument_has_a_plan(path):
+  method = os.path.splitext(os.path.basename(path))[0]
+  module = config_module(os.path.join(ROOT, "configs", f"{method}.py"))
+  with open(path) as f:
+    covered = set(json.load(f))
+  assert paper_size_args(module) <= covered, sorted(paper_size_args(module) - covered)
+
+
+def test_updates_per_step_count_sequences_as_verl_does():
+  """verl: ppo_mini_batch_size (x rollout.n = 1) sequences per update; 512 x 5 / 256 = 10."""
+  tr = TrainerConfig(batch_prompts=512)
+  assert updates_per_step(RLConfig(group_size=5, mini_batch_size=256), tr) == 10
+  assert updates_per_step(RLConfig(group_size=1, mini_batch_size=256), tr) == 2
+  assert updates_per_step(RLConfig(group_size=5, mini_batch_size=0), tr) == 1
+  assert updates_per_step(RLConfig(group_size=5, mini_batch_size=300, ppo_epochs=2), tr) == 18
+  c = load_config(os.path.join(ROOT, "configs", "search_r1.py") + ":qwen2.5-3b")
+  d = derived(c)
+  assert (d["updates_per_step"], d["updates_total"], d["lr_warmup"]) == (10, 10050, 286)
+
+
+def test_schedule_length_is_derived_from_the_run():
+  """optim.total_steps 0: the run's RL steps (clock rl_step) or its updates (clock update)."""
+  c = load_config(os.path.join(ROOT, "configs", "search_r1.py") + ":qwen2.5-3b")
+  assert parse_run_config(c).optim.total_steps == 1005
+  c.optim.clock = "update"
+  assert parse_run_config(c).optim.total_steps == 10050
+  c.optim.total_steps = 7
+  assert parse_run_config(c).optim.total_steps == 7
+  c.optim.clock = "minute"
+  with pytest.raises(ValueError, match="optim.clock"):
+    parse_run_config(c)
+
+
+def test_injected_learning_rate_steps_exactly_as_adamw_with_that_rate():
+  """Two updates at lr 0.1 then one at 0.05 through `with_learning_rate` equal optax.adamw
+  run with the same rates (the injected scalar replaces the schedule, nothing else)."""
+  cfg = OptimConfig(lr=0.1, warmup_steps=0, grad_clip=None, weight_decay=0.01)
+  params = {"w": jnp.arange(4.0)}
+  grads = [{"w": jnp.array([1.0, -2.0, 0.5, 3.0]) * (i + 1)} for i in range(3)]
+  ours = make_optimizer(cfg, per_rl_step=True)
+  state, p = ours.init(params), params
+  for g, lr in zip(grads, (0.1, 0.1, 0.05)):
+    state = with_learning_rate(state, lr)
+    assert learning_rate(state) == pytest.approx(lr)
+    u, state = ours.update(g, state, p)
+    p = optax.apply_updates(p, u)
+  ref_p = params
+  ref = optax.adamw(lambda n: jnp.where(n < 2, 0.1, 0.05), weight_decay=0.01)
+  ref_state = ref.init(params)
+  for g in grads:
+    u, ref_state = ref.update(g, ref_state, ref_p)
+    ref_p = optax.apply_updates(ref_p, u)
+  np.testing.assert_allclose(np.asarray(p["w"]), np.asarray(ref_p["w"]), rtol=1e-6)
+
+
+def test_trainer_sets_one_learning_rate_per_rl_step(tmp_path):
+  """Warmup of 2 RL steps, 2 updates per step (8 rows, mini-batches of 4): RL step s trains
+  at lr x min(1, (s - 1) / 2) in both of its updates, as verl's scheduler (stepped once per
+  RL step, starting at 0) does."""
+  from resume_probe import build_trainer
+  trainer = build_trainer(str(tmp_path), 3, ["optim.schedule='constant'", "optim.lr=0.002",
+                                             "optim.warmup_steps=2", "optim.total_steps=0",
+                                             "trainer.eval_every=0"])
+  hist = trainer.train()
+  assert [h["lr/policy"] for h in hist] == pytest.approx([0.0, 0.001, 0.002])
+  assert int(jax.device_get(trainer.state.step)) == 3 * 2       # optimizer updates
+  assert learning_rate(trainer.state.opt_state) == pytest.approx(0.002)
