@@ -134,13 +134,16 @@ def get_config(arg: str = "tiny"):
                                        doc_cut=c.protocol.get_ref("doc_cut"),
                                        doc_chars=c.protocol.get_ref("obs_max_chars"))}
   c.rl.metrics = ("r3_rag",)
-  c.optim.update(dict(lr=5e-7, schedule="constant", warmup_steps=0, warmup_ratio=0.03,
-                      min_lr_ratio=0.0, total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8,
-                      weight_decay=0.0, grad_clip=1.0, clock="update"))
-  c.critic_optim = common.ConfigDict(dict(
-      lr=9e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.03, min_lr_ratio=0.0,
-      total_steps=4 * 20 * 128, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip=1.0,
-      clock="update"))
+  # OpenRLHF's scheduler (train/R3RAG_OpenRLHF/openrlhf/cli/train_ppo.py) steps once per
+  # optimizer update and spans num_episodes 4 x (8,192 x 4 // 64) = 2,048 of them, warmup
+  # ceil(0.03 x 2,048) = 62; Adam betas (0.9, 0.95), no weight decay (its defaults).  The paper
+  # states lr 5e-7 / 9e-6 only; after the warmup the rate stays there (the code's
+  # cosine_with_min_lr keeps cycling past its 2,048 steps: docs/methods/r3_rag.md).
+  sched = dict(schedule="constant", warmup_steps=0 if small else 62, warmup_ratio=0.03,
+               min_lr_ratio=0.0, total_steps=2048, b1=0.9, b2=0.999 if small else 0.95,
+               eps=1e-8, weight_decay=0.0, grad_clip=1.0, clock="update")
+  c.optim.update(dict(lr=5e-7, **sched))
+  c.critic_optim = common.ConfigDict(dict(lr=9e-6, **sched))
   # 8,192 RL questions x 4 episodes / 64 prompts per step = 512 steps.
   c.trainer.update(dict(num_steps=512, batch_prompts=64, eval_every=64, eval_prompts=500,
                         save_every=16, max_to_keep=2, keep_best_metric="dev/em",

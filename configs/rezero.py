@@ -74,6 +74,21 @@ PAPER_NOISE = dict(kind="shuffle", p=0.3, seed=0, depth=10)
 PROMPT_DATE = "04 Apr 2025"      # the paper's runs (250404-...); see the docstring
 
 
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: the whole-chat token cap, the reward set
+  and weights, the retry counting, the noise, the judge, LoRA, the evaluation cadence."""
+  caps = [x for x in (c.rollout.max_response_tokens, c.protocol.get("max_response_tokens")) if x]
+  weights = {k: float(w) for k, w in c.rl.rewards.items() if w}
+  retry = dict(c.rl.reward_kwargs.get("rezero_retry", {}) or {})
+  return {"response_tokens": min(caps) if caps else 0,
+          "reward_functions": sorted(weights), "reward_weights": weights,
+          "retry_counting": retry.get("retry_counting", "all_searches")
+                            if "rezero_retry" in weights else "none",
+          "noise_injection": bool(c.retriever.noise.kind), "judge": c.judge.kind,
+          "lora_rank": c.model.lora.rank, "lora_alpha": c.model.lora.alpha,
+          "eval_every": c.trainer.eval_every, "eval_questions": c.trainer.eval_prompts}
+
+
 def world_config():
   """configs/world.py's world and cold start, then ReZero's RL: its protocol (with a short
   prompt a from-scratch policy can use; observations inline, the world has no chat format),

@@ -77,6 +77,8 @@ QA_RATIOS = {"hard": 7, "medium": 2, "easy": 1}
 MATH_RATIOS = {"hard": 1, "medium": 1, "easy": 1}
 # Per-task turn budgets (the code's vLLM max_tokens; paper App. C.1).
 TURN_TOKENS = {"qa": 512, "mcq": 1536, "math": 3072}
+# The training scripts' --num_episodes: the span of OpenRLHF's LR schedule, not the run's length.
+EPISODES = 10000
 # The multiple-choice training set (§4.1): 3K MedQA + 2K of each synthetic MMLU-Pro domain,
 # by the code's source names.
 MCQ_SOURCES = {"mcq:medicine": 3000, "mcq:philosophy": 2000, "mcq:history": 2000,
@@ -155,12 +157,15 @@ def get_config(arg: str = "tiny"):
   # lr 2e-6, cosine_with_min_lr (min 0.1 x lr), no warmup; Adam (0.9, 0.95), no decay.
   # Epochs: the paper trains up to 2 and reports the best test checkpoint within 1.5; here
   # 1.5 epochs with keep-best on dev (§A4.3 [D]): 6000 (Math&QA) / 9000 (MCQ) prompts.
+  # OpenRLHF's cosine spans the scripts' num_episodes (10,000) x the updates of one pass
+  # (UR2_RL/OpenRLHF-RAG/openrlhf/trainer/ray/ppo_actor.py: max_steps), stepped per update:
+  # over the 1.5 epochs trained the rate stays at 2e-6 (within 1e-6 of it).
   prompts_total = 9000 if mcq else 6000
   steps = (prompts_total * 3 // 2) // prompts
   c.optim.update(dict(lr=2e-6, schedule="cosine", warmup_steps=0, warmup_ratio=0.0,
                       min_lr_ratio=0.1, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
                       grad_clip=1.0, clock="update",
-                      total_steps=steps * (prompts * 16) // c.rl.mini_batch_size))
+                      total_steps=EPISODES * (prompts_total * 16 // c.rl.mini_batch_size)))
   c.trainer.update(dict(num_steps=steps, batch_prompts=prompts, eval_every=5 if three_b else 10,
                         eval_prompts=500, save_every=5 if three_b else 10, max_to_keep=2,
                         keep_best_metric="dev/em", keep_best=True))

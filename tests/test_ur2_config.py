@@ -131,7 +131,9 @@ def test_stage1_config_is_the_stage1_run():
                                                                           "stage1"))
   stage = c1.data.stages.ur2_curriculum
   assert tuple(stage.keep) == ("very_hard",) and tuple(stage.tasks) == ("math",)
-  assert c1.optim.total_steps == 10 * 4         # 64 x 16 rows in mini-batches of 256
+  # the schedule spans OpenRLHF's max_steps: 10,000 episodes x 6,000 x 16 / 256 updates
+  assert c1.optim.total_steps == c.optim.total_steps == 10000 * 375
+  assert parse_run_config(c1).rl.mini_batch_size == 256
   assert recipe.parse_file_spec("qa:verl:/d/x.parquet") == ("qa", "verl", "/d/x.parquet")
   assert recipe.parse_file_spec("math:/d/x.jsonl") == ("math", "math", "/d/x.jsonl")
   with pytest.raises(ValueError, match="TASK\\[/SOURCE\\]:\\[FORMAT:\\]PATH"):

@@ -254,8 +254,8 @@ def stage1_config(c):
   c1.workdir = os.path.join(os.path.abspath(c.workdir), STAGE1_DIR)
   c1.rl.rewards = s1.rewards.to_dict()
   c1.rl.reward_kwargs = s1.reward_kwargs.to_dict()
-  updates = -(-c.trainer.batch_prompts * c.rl.group_size // (c.rl.mini_batch_size or 10**9))
-  c1.optim.total_steps = s1.num_steps * max(1, updates) * c.rl.ppo_epochs
+  # (the LR schedule keeps Stage 2's span: the code's Stage-1 run spans 10,000 episodes of its
+  # own data, so over its 10-15 steps the rate is 2e-6 either way)
   c1.trainer.num_steps = s1.num_steps
   c1.trainer.save_every = min(c.trainer.save_every, s1.num_steps)
   c1.trainer.eval_every = 0
