@@ -89,6 +89,45 @@ MATH_SUMMARISER = "Qwen3-32B"
 MATH_JUDGE = "gpt-4.1-mini-2025-04-14"
 
 
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: per-task turn budgets, the two stages,
+  the advantage / clip / answer-reward readings, the services, the data mix, the LR span, the
+  KV cache a trajectory lives in, and the evaluation protocol (`--suite ur2`)."""
+  from ragjax.recipes.plan import eval_plan
+  out = eval_plan(c, "ur2")
+  cap = int(c.sampler.max_new_tokens)
+  budgets = dict(c.protocol.get("turn_tokens") or {})
+  for task in ("qa", "mcq", "math"):
+    out[f"turn_tokens_{task}"] = min(int(budgets.get(task, cap)), cap)
+  s1 = c.ur2.stage1
+  full = s1.mode == "full"
+  out["stage1_steps"] = s1.num_steps if full else 0
+  if full:
+    r = s1.reward_kwargs.ur2_retrieval
+    out["stage1_retrieval_reward"] = [float(r.one), float(r.many)]
+  bonus = c.rl.reward_kwargs.get("ur2_retrieval") if "ur2_retrieval" in c.rl.rewards else None
+  out["stage2_retrieval_bonus"] = ([float(bonus.one), float(bonus.many), int(bonus.steps)]
+                                   if bonus is not None else "none")
+  out["advantage"] = c.rl.advantage
+  out["ratio_clip"] = bool(c.rl.clip_ratio)
+  out["answer_reward"] = ("binary" if c.rl.reward_kwargs.ur2_answer.get("binary", False)
+                          else "2xF1 (QA), partial math credit")
+  k = c.ur2.knowledge
+  out["summariser"] = k.summariser.model if k.mode == "summary" else "none (raw passages)"
+  out["math_summariser"] = (k.math_summariser.model or k.summariser.model
+                            if k.mode == "summary" else "none (raw passages)")
+  out["math_judge"] = c.judge.model if c.judge.kind else "none (rule check)"
+  counts = dict(c.data.stages.get("ur2_curriculum", {}).get("counts", {}) or {})
+  out["train_questions"] = sum(int(v) for v in counts.values())
+  mcq = {key.partition(":")[2]: int(v) for key, v in counts.items() if ":" in key}
+  if mcq:
+    out["mcq_sources"] = mcq
+  out["lr_schedule_span"] = int(c.optim.total_steps)
+  out["top_p"] = c.sampler.top_p
+  out["cache_tokens"] = int(c.sampler.max_cache_length)
+  return out
+
+
 def summariser_section(model: str):
   """An in-process summariser: an OpenAI-compatible `url` serving `model`, or an HF
   `checkpoint`; `model` alone names the paper's and the run asks for the rest."""
