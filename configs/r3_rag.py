@@ -45,6 +45,47 @@ import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
 ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config argument
 
 
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's.  Every step is its own sample, so a step
+  trains 1 to max_turns samples per trajectory, in mini-batches of rl.mini_batch_size: the
+  generic per-trajectory counts are replaced by ranges.  Then the rewards' readings, the
+  judges, the data and SFT, and the evaluation protocol (`--suite r3_rag`)."""
+  from ragjax.recipes.plan import eval_plan
+  out = eval_plan(c, "r3_rag")
+  rows = c.trainer.batch_prompts * c.rl.group_size
+  turns, mb = int(c.protocol.max_turns), int(c.rl.mini_batch_size or rows)
+  lo, hi = -(-rows // mb) * c.rl.ppo_epochs, -(-rows * turns // mb) * c.rl.ppo_epochs
+  out.update(
+      sequences_per_step=f"{rows}-{rows * turns} step samples ({rows} trajectories x 1-{turns})",
+      updates_per_step=f"{lo}-{hi}", updates_total=f"{lo * c.trainer.num_steps}-"
+                                                    f"{hi * c.trainer.num_steps}")
+  kw = c.rl.reward_kwargs.r3_rag
+  out["process_reward"] = bool(kw.get("process", True))
+  out["lambda_T"] = [round(g if kw.get("lambda_form", "gamma") == "gamma" else 1 + g, 6)
+                     for g in (kw.get("gamma_correct", 0.6), kw.get("gamma_incorrect", -0.2),
+                               kw.get("gamma_fail", -0.1))]
+  out["answer_reward"] = float(kw.get("answer_reward", 2.0))
+  out["format_penalty"] = float(kw.get("format_penalty", -0.9))
+  out["step_generations"] = 1 + int(c.protocol.get("format_retries", 0))
+  out["doc_chars"] = c.protocol.get("obs_max_chars")
+  out["doc_cut"] = c.protocol.get("doc_cut", "joined")
+  out["temperatures"] = [float(t) for t in c.sampler.get("temperatures", ())]
+  out["gae"] = [float(c.rl.gamma), float(c.rl.lam)]
+  out["value_clip"] = c.rl.value_clip
+  out["adam_betas"] = [float(c.optim.b1), float(c.optim.b2)]
+  out["relevance_judge"] = c.judge.model
+  out["acc_judge"] = (c.eval.judge.model or "(none: ACC not computed)"
+                      if c.r3.acc_judge == "eval" else f"{c.judge.model} (the training judge)")
+  out["rl_questions"] = int(c.r3.rl_questions)
+  out["rl_sample"] = c.r3.rl_sample
+  out["teacher"] = c.teacher.model
+  out["cold_start_attempts"] = int(c.cold_start.attempts)
+  out["sft_lr"], out["sft_batch"] = float(c.sft.lr), int(c.sft.batch_size)
+  out["sft_epochs"] = int(c.r3.sft_epochs)
+  out["sft_warmup_ratio"] = float(c.r3.get("sft_warmup_ratio", 0.0))
+  return out
+
+
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
   if arg not in ARGS:
@@ -105,6 +146,7 @@ def get_config(arg: str = "tiny"):
       rl_sample="random",        # random: a seeded sample (the paper); first: in file order
       acc_judge="training" if small else "eval",   # ACC by eval.judge, or the training judge
       sft_epochs=3,              # SFT steps = ceil(epochs x samples / sft.batch_size)
+      sft_warmup_ratio=0.0 if small else 0.1,   # SFT warmup = ceil(ratio x steps) (0: sft's own)
       sft_doc_chars=0,           # documents in SFT inputs cut to this (0 = as retrieved)
       policy="",                 # "" = <workdir>/cold_start_policy (the SFT stage's output)
       eval_splits=("dev", "test"), eval_top_k=5, eval_max_turns=5, eval_doc_chars=0))

@@ -127,6 +127,7 @@ def sft_fingerprint(c, data_dir: str) -> dict:
   keep = {k: v for k, v in flatten(c).items() if k.split(".")[0] in SFT_SECTIONS
           and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env"))}
   return {**keep, "r3.sft_epochs": c.r3.sft_epochs, "r3.sft_doc_chars": c.r3.sft_doc_chars,
+          "r3.sft_warmup_ratio": c.r3.get("sft_warmup_ratio", 0.0),
           "trajectories_sha256": digest}
 
 
@@ -155,6 +156,9 @@ def sft_stage(c, setup) -> dict:
   sft = from_dict(SFTConfig, c.sft, "sft")
   if c.r3.sft_epochs:
     sft = dataclasses.replace(sft, steps=math.ceil(c.r3.sft_epochs * len(rows_t) / sft.batch_size))
+  ratio = float(c.r3.get("sft_warmup_ratio", 0.0))
+  if ratio:        # LLaMA-Factory / transformers: warmup = ceil(ratio x steps)
+    sft = dataclasses.replace(sft, warmup_steps=math.ceil(ratio * sft.steps))
   parts.log(f"SFT: {stats['samples']} step samples from {stats['trajectories']} trajectories "
             f"({stats['incomplete']} replays did not reach their answer, "
             f"{stats['doc_mismatches']} steps retrieved other passages than stored), "
