@@ -1,13 +1,12 @@
 """R3-RAG's paper-size pieces beside the reward (tests/test_r3_rag_rewards.py): the format retry
-(the code regenerates a step whose `Step j:` header check fails, 3 generations in all), each
+(the code regenerates a step whose `Step j:` header check fails, 3 generations in all; the
+sampler's `reseed` is tested in tests/test_rollout_fidelity.py), each
 document cut to 512 characters (App. E), the RL sample of 8,192 questions, and evaluation ACC
 by the paper's judge or not at all."""
 
 import os
 import sys
 
-import jax
-import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -53,32 +52,6 @@ def test_a_step_failing_the_header_check_is_generated_again():
   batch, _ = run(0, scripts)
   assert [r.stop_reason for r in batch.rows] == ["format_step_header"] * 2
   assert "format_retries" not in batch.stats
-
-
-def test_the_sampler_regenerates_anew_after_a_reseed():
-  """The JAX sampler's draws depend on (seed, row, position), so a turn decoded again from the
-  same history repeats itself; `reseed` gives the row a new stream (other rows unchanged)."""
-  from ragjax.models.decoder import init_params
-  from ragjax.models.presets import PRESETS
-  from ragjax.sampling import Sampler, SamplerConfig
-  tok, cfg = h.tokenizer(), PRESETS["tiny"]
-  params = jax.jit(lambda key: init_params(cfg, key))(jax.random.PRNGKey(1))
-  sampler = Sampler(cfg, params, tok, SamplerConfig(
-      max_cache_length=64, max_new_tokens=8, prompt_buckets=(16,), extend_buckets=(16,),
-      eos_ids=(tok.eos_token_id,), temperature=1.5))
-  prompt = tok("The question: who?", add_special_tokens=False)["input_ids"]
-
-  def turn(state):
-    state, out = sampler.decode(state)
-    return state, [np.asarray(out.tokens)[r, :int(np.asarray(out.lengths)[r])].tolist()
-                   for r in range(2)]
-
-  state, first = turn(sampler.prefill([prompt], samples_per_prompt=2, seed=0))
-  state, again = turn(sampler.truncate(state, [0, 1], [len(prompt)] * 2))
-  assert again == first
-  state = sampler.reseed(sampler.truncate(state, [0, 1], [len(prompt)] * 2), [0], [1001])
-  _, anew = turn(state)
-  assert anew[0] != first[0] and anew[1] == first[1]
 
 
 def test_each_document_is_cut_not_the_joined_string():
