@@ -9,7 +9,12 @@ table's columns, the column groups the paper averages, the metrics it reports, t
 settings the paper pinned (applied over the method config's `protocol` section; a dataset may
 add its own, e.g. UR²'s task), decoding, and which published table its rows come from
 (`configs/paper_results.json`).  Every field can be overridden on the command line, e.g.
-`--config.eval.suites.search_r1.datasets.triviaqa.file=/data/triviaqa/test.jsonl`.
+`--config.eval.suites.search_r1.datasets.triviaqa.file=/data/triviaqa/test.jsonl`.  What a
+suite pins wins over the method config, so `python -m ragjax.evaluate` refuses a
+`--config.protocol.F` / `--config.sampler.F` override of a pinned field (change the suite's
+instead); `--config.eval.top_k` (the evaluation's retrieval depth) wins over the suite's top-k
+and the table prints the depth used.  `--datasets a,b` runs some datasets; `--add_dataset
+KEY=FILE[,format=F][,metric=M]...` adds one (docs/evaluation.md).
 
 `notes` are printed under the table: where this reproduction differs from the paper's protocol.
 
@@ -24,6 +29,13 @@ choice: the extracted letter equals the gold letter), math_equiv (rule-based equ
 """
 
 import copy
+
+from ml_collections import config_dict
+
+# A sampler field a suite leaves to the method config, present so that
+# `--config.eval.suites.NAME.sampler.max_new_tokens=N` can set it (a locked config takes no new
+# fields); None values are ignored.
+UNPINNED_SAMPLER = dict(max_new_tokens=config_dict.placeholder(int))
 
 # The 7 Search-R1 benchmarks (seeds_rex_autorefine_r3.md §1.6, §2.6): test split where one
 # exists (NQ, TriviaQA, PopQA, Bamboogle), dev otherwise.  The shared data has the full NQ test
@@ -96,11 +108,12 @@ SUITES = dict(
             musique=dict(name="MuSiQue", file="flashrag_format/derived_musique_dev_qa_2417.jsonl",
                          format="flashrag", paper_n=2417, metric="acc")),
         metrics=("acc", "f1", "em", "cover_em"),
-        protocol=dict(top_k=5, max_turns=5, obs_max_chars=None), sampler={}, greedy=True,
+        protocol=dict(top_k=5, max_turns=5, obs_max_chars=None),
+        sampler=copy.deepcopy(UNPINNED_SAMPLER), greedy=True,
         temperature=0.0, top_p=1.0, judge_template="r3_answer",
         notes=("EM / F1 score the protocol's parsed answer; R3-RAG scores a short answer an LLM "
                "extracts from the response (seeds §3.7).",
-               "ACC needs eval.judge; the paper's judge is Qwen2.5-72B-Instruct.")),
+               "The paper's ACC judge is Qwen2.5-72B-Instruct.")),
     # UR² (seeds_ur2_rezero.md §A6-A7): MMLU-Pro history / philosophy / economics / law,
     # MedQA and MMLU-Pro health (letter EM), MATH500 and Minerva (the paper: LLM judge; here
     # rule-based equivalence), HotpotQA / 2Wiki / Bamboogle / MuSiQue (F1); vLLM decoding at
@@ -144,10 +157,11 @@ SUITES = dict(
             musique=dict(name="MuSiQue", file="ur2_eval/musique_500.jsonl", format="qa",
                          paper_n=500, metric="f1", protocol=dict(task="qa"))),
         metrics=("em", "f1", "cover_em"),
-        protocol=dict(top_k=10, max_turns=4), sampler={}, greedy=False, temperature=0.3,
-        top_p=0.5, judge_template="",
+        protocol=dict(top_k=10, max_turns=4), sampler=copy.deepcopy(UNPINNED_SAMPLER),
+        greedy=False, temperature=0.3, top_p=0.5, judge_template="",
         notes=("Math: rule-based equivalence (math-verify) only; UR² adds an LLM judge after "
                "its rule check (seeds §A3.1, §A9.4).",
                "QA: F1 only; UR²'s LLM judge (LSJ) is not wired.",
-               "top-10 is with UR²'s summarised retrieval (python -m ragjax.services.proxy).")),
+               "UR² reads its top-10 passages summarised by an LLM (python -m "
+               "ragjax.services.proxy); the retrieval line above says what this run read.")),
 )

@@ -50,6 +50,8 @@ def main(argv):
       raise ValueError("the two arms need different names")
     from ragjax.parallel.cpu_threads import pin_config
     pin_config(flags.FLAGS.config)   # before JAX's CPU backend starts
+    from ragjax.parallel.backend import start
+    start("ragjax.ablate", flags.FLAGS.config, target=flags.FLAGS.config.get("hardware", ""))
     from ragjax.recipes.ablation import ablate
     report = ablate(flags.FLAGS.config, arms, split=flags.FLAGS.split)
   print(report["table"])

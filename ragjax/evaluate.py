@@ -15,12 +15,18 @@ still sharpen).
 * `--suite NAME`: a benchmark suite of the config (`eval.suites`, configs/suites.py) to the
   paper's table (markdown / CSV / JSON under `--out`, default `<workdir>/eval/<NAME>`) beside
   the published row; per-question predictions are written as they finish and a killed run
-  resumes.  `--compare DIR2` adds a paired bootstrap / McNemar comparison with another run
-  (without `--checkpoint`: compares the predictions already in `--out` and DIR2).
+  resumes (`run.json` holds the checkpoint's and index's fingerprints and every setting; a
+  resume that differs is refused before the model loads).  `--datasets a,b` runs some of the
+  suite's datasets; `--add_dataset KEY=FILE[,format=F][,metric=M]...` adds one (docs/
+  evaluation.md).  A `--config.protocol.*` / `--config.sampler.*` override of a setting the
+  suite pins is refused (set `--config.eval.suites.NAME.*` instead); `--config.eval.top_k`
+  wins and is recorded.  `--compare DIR2` adds a paired bootstrap / McNemar comparison with
+  another run (without `--checkpoint`: compares the predictions already in `--out` and DIR2).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags
@@ -53,6 +59,11 @@ flags.DEFINE_string("data_root", None, "where suite files live (default eval.dat
                     "else ../shared/data beside the repo)")
 flags.DEFINE_string("compare", None, "another suite output directory: paired bootstrap and "
                     "McNemar per dataset and for the average")
+flags.DEFINE_list("datasets", [], "with --suite: run only these of the suite's datasets "
+                  "(comma-separated keys)")
+flags.DEFINE_multi_string("add_dataset", [], "with --suite: add a dataset, "
+                          "KEY=FILE[,format=F][,metric=M][,name=TITLE][,paper_n=N]"
+                          "[,where.FIELD=V][,protocol.FIELD=V] (repeatable)")
 
 
 def main(argv):
@@ -62,21 +73,29 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   f = flags.FLAGS
   from ragjax.errors import exit_on_user_error
+  from ragjax.parallel.backend import start
   from ragjax.parallel.cpu_threads import pin_config
   with exit_on_user_error("ragjax.evaluate"):
     pin_config(f.config)     # before JAX's CPU backend starts
+    start("ragjax.evaluate", f.config)     # backend line; no CPU fallback of a GPU / TPU run
   if f.suite:
     if f.samples or f.data or f.split != "test":
       raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
                            "--samples", exitcode=2)
     from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
     with exit_on_user_error("ragjax.evaluate"):
+      if not f["config"].present:
+        raise ValueError("--suite needs --config=configs/<method>.py:<size> (the method's "
+                         "protocol and prompt; the default config is the synthetic world's)")
       print(evaluate_suite(f.config, SuiteOptions(
           suite=f.suite, checkpoint=f.checkpoint, out=f.out, data_root=f.data_root,
-          index=f.index, url=f.url, limit=f.limit, compare=f.compare)))
+          index=f.index, url=f.url, limit=f.limit, compare=f.compare,
+          datasets=tuple(f.datasets), add_datasets=tuple(f.add_dataset),
+          overrides=tuple(config_flags.get_override_values(f["config"])))))
     return
-  if f.compare or f.out or f.data_root:
-    raise app.UsageError("--compare / --out / --data_root go with --suite", exitcode=2)
+  if f.compare or f.out or f.data_root or f.datasets or f.add_dataset:
+    raise app.UsageError("--compare / --out / --data_root / --datasets / --add_dataset go with "
+                         "--suite", exitcode=2)
   if not f.checkpoint:
     raise app.UsageError("--checkpoint is required", exitcode=2)
   if f.samples and f.temperature <= 0:
@@ -98,5 +117,20 @@ def main(argv):
         temperature=f.temperature, metric=f.metric), qtypes, groups))
 
 
+def parse_flags(argv):
+  """`ragjax.errors.flags_parser`'s one-line errors, with `dataset_override_error`'s first."""
+  try:
+    return flags.FLAGS(argv)
+  except Exception:  # noqa: BLE001  (every flag mistake gets one line)
+    from ragjax.recipes.eval_suite import dataset_override_error
+    msg = (None if os.environ.get("RAGJAX_TRACEBACK")
+           else dataset_override_error(argv, DEFAULT_CONFIG))
+    if msg:
+      print(f"ragjax.evaluate: error: {msg}", file=sys.stderr)
+      sys.exit(2)
+    flags.FLAGS.unparse_flags()
+    return flags_parser("ragjax.evaluate")(argv)
+
+
 if __name__ == "__main__":
-  sys.exit(app.run(main, flags_parser=flags_parser("ragjax.evaluate")))
+  sys.exit(app.run(main, flags_parser=parse_flags))

@@ -25,7 +25,8 @@ flags.DEFINE_bool("dry_run", False, "print the derived plan beside the paper's "
                   "(configs/paper_plans) and the per-device memory plan on --target, then exit "
                   "(exit 3 when it does not fit); builds nothing but shapes")
 flags.DEFINE_string("target", None, "accelerator slice for --dry_run (h100x8, v5p-32, ...); "
-                    "default: the config's `hardware`")
+                    "default: the config's `hardware`.  A real run refuses to start on a "
+                    "CPU-only JAX when it names one (RAGJAX_EXPECT_BACKEND=cpu: on purpose)")
 
 
 def recipe_module(config):
@@ -43,10 +44,11 @@ def recipe_module(config):
 
 
 def run(config) -> dict:
+  from ragjax.parallel.backend import start
   from ragjax.parallel.cpu_threads import pin_config
-  from ragjax.parallel.distributed import maybe_initialize
   pin_config(config)      # before JAX's CPU backend sizes its thread pool and reads its flags
-  maybe_initialize()
+  target = (flags.FLAGS.target if flags.FLAGS.is_parsed() else "") or config.get("hardware", "")
+  start("ragjax.train", config, target=target, initialize=True)   # no CPU fallback of a GPU run
   for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
     import gin
     from ragjax import registry  # noqa: F401  (defines the gin-configurable `user_plugins`)

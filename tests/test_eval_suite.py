@@ -267,8 +267,11 @@ def test_ur2_suite_mixes_tasks_and_metrics(setup, tmp_path):
   t = json.loads((tmp_path / "ur2" / "table.json").read_text())
   cols = t["columns"]
   assert [k for k, v in cols.items() if v["status"] == "ok"] == ["history", "medqa", "math500"]
-  assert cols["history"]["values"] == {"em": 0.0, "f1": 0.0, "cover_em": 0.0, "letter_em": 0.0}
-  assert set(cols["math500"]["values"]) == {"em", "f1", "cover_em", "math_equiv"}
+  # a multiple-choice / math column reports its own metric only (not EM / F1 / cover-EM)
+  assert cols["history"]["values"] == {"letter_em": 0.0}
+  assert cols["math500"]["values"] == {"math_equiv": 0.0}
+  rec = json.loads((tmp_path / "ur2" / "predictions" / "history.jsonl").read_text())
+  assert rec["scores"] == {"letter_em": 0.0}
   rec = json.loads((tmp_path / "ur2" / "predictions" / "medqa.jsonl").read_text())
   prompt = "".join(s["text"] for s in rec["trajectory"]["spans"] if s["label"] == "PROMPT")
   assert "multiple-choice question" in prompt and "\nA. " in prompt and "\nE. " in prompt
@@ -311,3 +314,224 @@ def test_autorefine_suite_runs_its_own_protocol(setup, tmp_path):
     assert ans == ANSWER and 1 <= searches <= 3
     for m in ("em", "f1", "cover_em"):
       assert cols[key]["values"][m] == pytest.approx(100 * scores[m]), (key, m)
+
+
+# --- sampled decoding, batching -----------------------------------------------------------------
+def _random_policy(tmp):
+  """The setup's tokenizer with a small randomly initialised decoder: near-uniform next-token
+  distributions, so sampled text differs with the sampling key."""
+  import jax
+  from ragjax.models.config import DecoderConfig
+  from ragjax.models.decoder import init_params
+  from ragjax.models.hf_io import load_tokenizer
+  tok = load_tokenizer(str(tmp / "policy"))
+  cfg = DecoderConfig(arch="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                      rope_theta=10000.0, tie_word_embeddings=False,
+                      max_position_embeddings=4096, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+  return cfg, init_params(cfg, jax.random.PRNGKey(1)), tok
+
+
+def _sampled_suite(tmp):
+  from ragjax.eval.suites import get_suite
+  data = tmp / "data" / "search_r1"
+  return get_suite({"suites": {"sampled": dict(
+      columns=("nq",), datasets=dict(nq=dict(file=str(data / "nq.jsonl"), format="flashrag")),
+      metrics=("em",), protocol=dict(max_turns=1), sampler=dict(max_new_tokens=6),
+      greedy=False, temperature=1.0, top_p=1.0)}}, "sampled")
+
+
+def test_sampled_predictions_do_not_depend_on_the_batch(setup, tmp_path):
+  """Each question samples with a key of its own (not its place in a batch): a sampled suite
+  run in batches of 4 and in batches of 2 writes the same trajectories."""
+  from ragjax.eval.harness import run_suite
+  from ragjax.retrieval import open_index
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir = str(tmp_path / "work")
+  suite, policy = _sampled_suite(tmp), _random_policy(tmp)
+  retriever = open_index(str(tmp / "index"))
+  texts = {}
+  for bs in (4, 2):
+    out = tmp_path / f"b{bs}"
+    run_suite(c, suite, SHARED_DATA, str(out), policy=policy, retriever=retriever,
+              batch_size=bs, log=lambda *_: None)
+    texts[bs] = [json.loads(l)["response_text"]
+                 for l in (out / "predictions" / "nq.jsonl").read_text().splitlines()]
+  assert len(set(texts[4])) == 4                  # sampled: the four questions' texts differ
+  assert texts[4] == texts[2]
+
+
+def test_limit_below_the_batch_size_does_not_pad_to_it(setup, tmp_path):
+  """`--limit 2` with eval.batch_size 64 rolls out batches of 2 rows, not 64."""
+  from ragjax.eval.harness import run_suite
+  from ragjax.retrieval import open_index
+  tmp, _ = setup
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir, c.eval.batch_size = str(tmp_path / "work"), 64
+  run = run_suite(c, _sampled_suite(tmp), SHARED_DATA, str(tmp_path / "out"),
+                  policy=_random_policy(tmp), retriever=open_index(str(tmp / "index")), limit=2,
+                  log=lambda *_: None)
+  assert run.sizes == {"nq": 2}
+  assert run.batch_size == 2 and run.rows_run == 2
+
+
+# --- run.json: fingerprints and settings ---------------------------------------------------------
+def _nq_only(tmp, tmp_path, keep=("nq",)):
+  """The tiny Search-R1 config whose search_r1 suite reads the prepared slices of `keep` (the
+  other datasets absent), CPU-sized turns."""
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir, c.eval.batch_size = str(tmp_path / "work"), 2
+  c.eval.method, c.eval.model = "Search-R1-base", "qwen2.5-3b"
+  s = c.eval.suites.search_r1
+  s.sampler.max_new_tokens, s.protocol.obs_max_tokens = 24, 48
+  for key in s.datasets:
+    s.datasets[key].file = (str(tmp / "data" / "search_r1" / f"{key}.jsonl") if key in keep
+                            else "absent.jsonl")
+    s.datasets[key].format = "flashrag"
+  return c
+
+
+def _sha256(path):
+  import hashlib
+  return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_a_resume_refuses_other_weights_or_another_index_before_loading(setup, tmp_path):
+  """Weights replaced at the same path, or an index rebuilt in place over another corpus: the
+  resume is refused naming what changed, before the model is loaded (here the new config.json
+  could not even be loaded).  The same index rebuilt from the same corpus resumes, and a
+  smaller --limit than before tabulates the first questions."""
+  import shutil
+  from safetensors.numpy import load_file, save_file
+  from _eval_helpers import corpus_slice
+  from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+  from ragjax.retrieval.index import build_index
+  tmp, _ = setup
+  ckpt, index, out = tmp_path / "ckpt", tmp_path / "index", tmp_path / "out"
+  shutil.copytree(tmp / "policy", ckpt)
+  shutil.copytree(tmp / "index", index)
+  c = _nq_only(tmp, tmp_path)
+  opts = lambda limit: SuiteOptions(suite="search_r1", checkpoint=str(ckpt), out=str(out),
+                                    index=str(index), data_root=SHARED_DATA, limit=limit)
+  evaluate_suite(c, opts(1))
+  run = json.loads((out / "run.json").read_text())
+  assert run["checkpoint"]["files"]["model.safetensors"]["sha256"] == _sha256(
+      ckpt / "model.safetensors")
+  assert run["retrieval"]["index"] == str(index) and run["retrieval"]["files"]
+  weights = load_file(str(ckpt / "model.safetensors"))
+  name = sorted(weights)[0]
+  weights[name] = weights[name] + 1.0
+  save_file(weights, str(ckpt / "model.safetensors"))
+  hf = json.loads((ckpt / "config.json").read_text())
+  hf["num_hidden_layers"] = 2                      # loading these weights would fail now
+  (ckpt / "config.json").write_text(json.dumps(hf))
+  with pytest.raises(ValueError, match=r"holds predictions of a different run \(checkpoint"
+                                       r"\.files\.config\.json\.bytes: stored="):
+    evaluate_suite(c, opts(2))
+  preds = out / "predictions" / "nq.jsonl"
+  assert len(preds.read_text().splitlines()) == 1
+  shutil.rmtree(ckpt)
+  shutil.copytree(tmp / "policy", ckpt)
+  shutil.rmtree(index)
+  build_index(corpus_slice(SHARED_DATA, str(tmp_path / "other.jsonl"), n=200), str(index),
+              backend="bm25", progress=False)
+  with pytest.raises(ValueError, match=r"different run \(retrieval\.files\."):
+    evaluate_suite(c, opts(2))
+  shutil.rmtree(index)
+  shutil.copytree(tmp / "index", index)
+  evaluate_suite(c, opts(2))
+  assert len(preds.read_text().splitlines()) == 2
+  evaluate_suite(c, opts(1))                        # a smaller --limit than before
+  assert json.loads((out / "table.json").read_text())["columns"]["nq"]["n"] == 1
+
+
+def test_the_table_and_run_json_hold_the_settings_used(setup, tmp_path):
+  """`eval.top_k` (the evaluation's retrieval depth) wins over the suite's pinned top-3: the
+  documents per search, the table's protocol line and run.json all say 2, and a resume
+  without it is refused."""
+  from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+  tmp, _ = setup
+  c = _nq_only(tmp, tmp_path)
+  c.eval.top_k = 2
+  opts = SuiteOptions(suite="search_r1", checkpoint=str(tmp / "policy"),
+                      out=str(tmp_path / "out"), index=str(tmp / "index"),
+                      data_root=SHARED_DATA, limit=1)
+  md = evaluate_suite(c, opts)
+  rec = json.loads((tmp_path / "out" / "predictions" / "nq.jsonl").read_text())
+  assert len(rec["doc_ids"][0]) == 2
+  protocol = next(l for l in md.splitlines() if l.startswith("- protocol: "))
+  assert '"top_k": 2' in protocol and '"max_turns": 4' in protocol
+  assert '"obs_max_tokens": 48' in protocol
+  decoding = next(l for l in md.splitlines() if l.startswith("- decoding: "))
+  assert '"greedy": true' in decoding and '"max_new_tokens": 24' in decoding
+  run = json.loads((tmp_path / "out" / "run.json").read_text())
+  assert run["datasets"]["nq"]["protocol"]["top_k"] == 2 and run["config"]["eval"]["top_k"] == 2
+  c.eval.top_k = 0
+  with pytest.raises(ValueError, match=r"config\.eval\.top_k: stored=2 now=0"):
+    evaluate_suite(c, opts)
+
+
+def _cli(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", "ragjax.evaluate", *args], cwd=ROOT, env=_env(),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_suite_mistakes_are_one_line(setup):
+  """Before any model: --suite without --config; an override of a setting the suite pins;
+  a dataset override naming a dataset the suite lacks (--datasets' own errors:
+  test_eval_tables.py::test_datasets_from_the_command_line)."""
+  tmp, _ = setup
+  base = [f"--checkpoint={tmp / 'policy'}", "--suite=search_r1", f"--index={tmp / 'index'}"]
+  cfg = "--config=configs/search_r1.py:tiny"
+  cases = [
+      (base, "--suite needs --config=configs/<method>.py:<size>"),
+      ([cfg, *base, "--config.protocol.top_k=5"],
+       "--config.protocol.top_k: suite search_r1 pins protocol.top_k=3"),
+      ([cfg, *base, "--config.eval.suites.search_r1.datasets.trivaqa.file=/x.jsonl"],
+       "suite search_r1 has no dataset trivaqa (did you mean triviaqa?); its datasets: nq, "
+       "triviaqa, popqa, hotpotqa, twowiki, musique, bamboogle")]
+  for args, want in cases:
+    p = _cli(*args)
+    assert p.returncode == 2, (args, p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ragjax.evaluate: error: "), p.stderr
+    assert want in lines[0] and "\\" not in lines[0], lines[0]
+
+
+def test_cli_runs_a_subset_and_an_added_dataset_with_file_provenance(setup, tmp_path):
+  """`--datasets nq --add_dataset extra=FILE,...`: only those two run; the others are "not
+  run"; the table and run.json name each column's file, its size and SHA-256."""
+  tmp, _ = setup
+  extra = tmp_path / "extra.jsonl"
+  extra.write_text("".join((tmp / "data" / "search_r1" / "popqa.jsonl").read_text()
+                           .splitlines(True)[:2]))
+  out = tmp_path / "out"
+  p = _cli(*_evaluate_args(tmp, out, "--datasets=nq", "--limit=1",
+                           f"--add_dataset=extra={extra},format=flashrag,metric=f1,name=Extra"
+                           )[2:])
+  assert p.returncode == 0, p.stderr[-3000:]
+  t = json.loads((out / "table.json").read_text())
+  cols = t["columns"]
+  assert [k for k, v in cols.items() if v["status"] == "ok"] == ["nq", "extra"]
+  assert {cols[k]["status"] for k in cols if k not in ("nq", "extra")} == {"not run"}
+  assert cols["extra"]["name"] == "Extra" and cols["extra"]["metric"] == "f1"
+  assert cols["extra"]["n"] == 1 and "f1" in cols["extra"]["values"]
+  run = json.loads((out / "run.json").read_text())
+  assert sorted(run["datasets"]) == ["extra", "nq"]
+  nq = tmp / "data" / "search_r1" / "nq.jsonl"
+  for key, path in (("nq", nq), ("extra", extra)):
+    src = cols[key]["source"]
+    assert src == run["datasets"][key]["file"]
+    assert (src["path"], src["bytes"], src["sha256"]) == (str(path), path.stat().st_size,
+                                                          _sha256(path))
+  md = (out / "table.md").read_text()
+  assert f"- NQ: {nq} ({nq.stat().st_size:,} bytes, sha256 {_sha256(nq)[:16]})" in md
+  assert f"- Extra: {extra} (" in md and "TriviaQA: not run (not in --datasets)" in md

@@ -41,6 +41,20 @@ def test_normalisation_and_metrics_by_hand():
     exact_match("x", [])
 
 
+def test_an_empty_normalised_answer_or_gold_never_matches():
+  """SQuAD normalisation drops articles, so the gold letter "A" and the answer "The" both
+  normalise to "": neither may count as a match, in the metrics or in the EM rewards."""
+  assert normalize_answer("A") == normalize_answer("The") == ""
+  assert exact_match("The", ["A"]) == 0.0 and exact_match("A", ["A"]) == 0.0
+  assert exact_match("the!", ["an"]) == 0.0 and exact_match("", [""]) == 0.0
+  assert exact_match("Paris", ["A", "paris"]) == 1.0      # a non-empty alias still counts
+  assert cover_exact_match("The", ["A"]) == 0.0 and token_f1("The", ["A"]) == 0.0
+  bad = ctx(GOOD.replace("The Paris!", "The"), gold=("A",))
+  assert bad.answer == "The"
+  for name in ("em", "search_r1_em", "cover_em", "f1"):
+    assert get_reward(name)(bad) == 0.0, name
+
+
 def test_builtin_rewards_read_the_parsed_answer():
   assert ctx().answer == "The Paris!"
   assert get_reward("em")(ctx()) == 1.0

@@ -65,7 +65,7 @@ def main(argv=None):
     build_index([corpus], os.path.join(tmp, "index"), "bm25", progress=False)
     retriever = open_index(os.path.join(tmp, "index"))
     man = prepare_suite("search_r1", os.path.join(tmp, "data"), args.data_root,
-                        args.questions)
+                        args.questions, allow_missing=True)
     c = search_r1.get_config("tiny")
     s = c.eval.suites.search_r1
     for key in man["missing"]:
@@ -98,7 +98,7 @@ def main(argv=None):
 
     def harness(k):
       run_suite(c, suite, root, os.path.join(tmp, f"out{k}"), policy=(cfg, params, tok),
-                retriever=retriever, checkpoint=ckpt, log=lambda m: None)
+                retriever=retriever, log=lambda m: None)
 
     t_ref = t_harness = float("inf")
     for k in range(args.repeats):

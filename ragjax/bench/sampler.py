@@ -47,7 +47,7 @@ def _peak_bandwidth():
   return None, dev.device_kind
 
 
-def _hf_model(cfg: DecoderConfig, params, dtype: str, device: str):
+def hf_model(cfg: DecoderConfig, params, dtype: str, device: str):
   import torch
   from transformers import AutoConfig, AutoModelForCausalLM
   hf = decoder_config_to_hf(cfg)
@@ -141,7 +141,7 @@ def main(argv=None):
   if not args.skip_hf:
     import torch
     device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
-    model = _hf_model(cfg, params, dtype, device)
+    model = hf_model(cfg, params, dtype, device)
     ids = torch.tensor(prompts, device=device)
 
     def run_hf():

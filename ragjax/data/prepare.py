@@ -17,7 +17,8 @@
 Every record is read through `ragjax.data.readers` (a bad one is a `DataError` naming file,
 line and field) and written as `Example.to_flashrag()`, so options, supporting titles and the
 source name survive.  A dataset the suite names but the data root lacks is listed as missing
-(exit status 1 unless `--allow-missing`), never silently dropped.
+(an error before anything is written, unless `--allow-missing`: then the flagfile lists it in
+a comment and the evaluation reports it missing), never silently dropped.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def load_suites(path: str = SUITES_FILE) -> dict:
 
 
 def prepare_suite(suite: str, out: str, data_root: str, limit: int = 0,
-                  overrides: Optional[dict] = None, suites_file: str = SUITES_FILE) -> dict:
+                  overrides: Optional[dict] = None, suites_file: str = SUITES_FILE,
+                  allow_missing: bool = False) -> dict:
   """Writes `<out>/<suite>/<key>.jsonl` per dataset found, `flags.txt` and `manifest.json`;
-  returns the manifest ({"datasets": {key: {...}}, "missing": {key: path}})."""
+  returns the manifest ({"datasets": {key: {...}}, "missing": {key: path}}).  A dataset whose
+  file is not here is an error before anything is written, unless `allow_missing` (then
+  flags.txt lists it in a comment and the evaluation reports it missing)."""
   suites = load_suites(suites_file)
   if suite not in suites:
     raise ValueError(f"unknown suite {suite!r}; {suites_file} defines {sorted(suites)}")
@@ -80,15 +84,25 @@ def prepare_suite(suite: str, out: str, data_root: str, limit: int = 0,
   target = os.path.join(os.path.abspath(out), suite)
   manifest = {"suite": suite, "data_root": data_root, "limit": limit, "datasets": {},
               "missing": {}}
-  flags = []
+  sources = {}
   for key, d in datasets.items():
     src, fmt = d["file"], d.get("format") or None
     if key in overrides:
       src, fmt = overrides[key]
     src = src if os.path.isabs(src) else os.path.join(data_root, src)
-    if not os.path.isfile(src):
+    if os.path.isfile(src):
+      sources[key] = (src, fmt)
+    else:
       manifest["missing"][key] = src
-      continue
+  if manifest["missing"] and not allow_missing:
+    key, src = next(iter(manifest["missing"].items()))
+    raise FileNotFoundError(f"suite {suite}: {key}: {src} not found (missing: "
+                            f"{', '.join(manifest['missing'])}); give --set {key}=PATH[:FORMAT] "
+                            "or --allow-missing (nothing written)")
+  flags = [f"# MISSING {key}: {src} (the evaluation reports it missing)"
+           for key, src in manifest["missing"].items()]
+  for key, (src, fmt) in sources.items():
+    d = datasets[key]
     records = read_records(src, fmt, d.get("where") or {}, limit)
     if not records:
       raise ValueError(f"{key}: {src} has no question matching {d.get('where')}")
@@ -192,12 +206,12 @@ def main(argv=None) -> int:
       return 0
     if args.cmd == "suite":
       man = prepare_suite(args.suite, args.out, os.path.abspath(args.data_root), args.limit,
-                          _parse_set(args.set), args.suites_file)
+                          _parse_set(args.set), args.suites_file, args.allow_missing)
       for key, path in man["missing"].items():
         print(f"MISSING {key}: {path}", file=sys.stderr)
       print(json.dumps({k: v["questions"] for k, v in man["datasets"].items()}))
       print(f"flags: --flagfile={os.path.join(os.path.abspath(args.out), args.suite, 'flags.txt')}")
-      return 1 if man["missing"] and not args.allow_missing else 0
+      return 0
     written = searchr1_mixture(args.nq, args.hotpotqa, args.out, seed=args.seed,
                                nq_dev=args.nq_dev, hotpotqa_dev=args.hotpotqa_dev)
     print(json.dumps(written, indent=1))

@@ -159,7 +159,9 @@ def main(argv=None):
     chat = OpenAIChatClient(args.chat_url, args.chat_model or "default",
                             api_key_env=args.api_key_env)
   else:
+    from ragjax.parallel.backend import start
     from ragjax.services.local import LocalChatModel
+    start("ragjax.eval.difficulty")     # backend line; no CPU fallback of a GPU / TPU run
     chat = LocalChatModel.from_checkpoint(args.checkpoint, max_new_tokens=args.max_tokens)
   if chat is not None:
     done = score_with_chat(chat, records, args.out, n=args.n, max_tokens=args.max_tokens,

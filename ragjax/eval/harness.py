@@ -1,25 +1,30 @@
 """Run a policy over every dataset of a suite, writing per-question predictions as batches finish.
 
+    plan = plan_suite(c, suite, root, out_dir, limit=0)     # reads the data, no model
     run = run_suite(c, suite, root, out_dir, policy=(cfg, params, tok), retriever=r,
-                    checkpoint=ckpt_dir, judge=None, limit=0, log=print)
+                    plan=plan, judge=None, log=print)
 
-For each dataset present on this machine (a missing file is recorded, never skipped
-silently): its records, the method config with the suite's and the dataset's protocol
-settings on top (`dataset_config`), one greedy (or the suite's sampled) engine per distinct
-setting, then fixed-size batches in question order.  Each finished batch is scored, judged
-(`acc`, when the suite asks and a judge is given) and appended to
-`<out_dir>/predictions/<dataset>.jsonl` with the full trajectory record, so a killed run
-started again with the same arguments skips what is on disk and runs only the rest; batches
-start at fixed question positions and sampled decoding is seeded by that position, so the
-resumed predictions are the ones an uninterrupted run would have written.
-`<out_dir>/run.json` holds what decides the predictions (checkpoint, suite settings, judge,
-the config's protocol / sampler / rollout / retriever sections); a resume with any of them
-changed is refused, naming the fields.
+`plan_suite` reads each dataset present on this machine (a missing file is recorded, never
+skipped silently): its records (filtered, the first `limit`), the predictions already on disk
+(checked to be the same questions; with a smaller `--limit` than before, the ones past it are
+left out), the file's provenance (path, bytes, SHA-256) and the settings that decide its
+predictions (`dataset_settings`: the resolved protocol, `eval.top_k` included, and the
+decoding).  `ragjax.eval.run_record` checks those against `run.json` before any model is
+loaded.  `run_suite` then builds one engine per distinct setting (the method config with the
+suite's and the dataset's protocol settings on top, `dataset_config`) and runs batches of
+min(`eval.batch_size`, the largest dataset's question count) in question order.  Each finished
+batch is scored with the column's metrics (`Suite.metrics_of`), judged (`acc`, when the column
+reports it and a judge is given) and appended to `<out_dir>/predictions/<dataset>.jsonl` with
+the full trajectory record, so a killed run started again skips what is on disk and runs only
+the rest.  Sampled decoding keys each question by its id and text (`question_key`), not by its
+place in a batch, so a resumed run (or another batch size) samples what an uninterrupted run
+would have.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -32,7 +37,25 @@ from ragjax.eval.progress import Progress, fmt_seconds
 from ragjax.eval.scoring import score_answer
 from ragjax.eval.suites import Suite, read_dataset
 
-RUN_FILE = "run.json"
+
+@dataclasses.dataclass
+class DatasetPlan:
+  spec: object                   # DatasetSpec
+  path: str                      # the file read
+  records: list                  # questions (after filter and limit)
+  done: dict                     # index -> prediction already on disk
+  file: dict                     # provenance: path, bytes, sha256, hashed
+  settings: dict                 # dataset_settings()
+
+
+@dataclasses.dataclass
+class SuitePlan:
+  todo: dict                     # key -> DatasetPlan
+  missing: dict                  # key -> path wanted
+
+  def datasets_record(self) -> dict:
+    """run.json's `datasets` section: each dataset's file and settings."""
+    return {k: {"file": p.file, **p.settings} for k, p in self.todo.items()}
 
 
 @dataclasses.dataclass
@@ -45,6 +68,8 @@ class SuiteRun:
   sizes: dict                   # key -> questions evaluated (after filter and limit)
   new_questions: int = 0        # run in this process (not read back from disk)
   seconds: float = 0.0
+  batch_size: int = 0           # rows per engine call
+  rows_run: int = 0             # rows rolled out, padding included
 
   @property
   def questions_per_second(self) -> float:
@@ -63,30 +88,54 @@ def dataset_config(c, suite: Suite, spec) -> ConfigDict:
   return d
 
 
-def run_fingerprint(c, suite: Suite, checkpoint: str, judge_name: str = "") -> dict:
-  return {"checkpoint": os.path.abspath(checkpoint), "suite": suite.name, "judge": judge_name,
-          "settings": json.loads(json.dumps(suite.settings())),
-          "config": {k: json.loads(json.dumps(c[k].to_dict(), default=str))
-                     for k in ("protocol", "sampler", "rollout", "retriever")}}
+def _plain(x):
+  return json.loads(json.dumps(x, default=str))
 
 
-def check_run_file(out_dir: str, fingerprint: dict) -> None:
-  """Writes run.json, or checks a resumed run against it field by field."""
-  path = os.path.join(out_dir, RUN_FILE)
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      old = json.load(f)
-    from ragjax.typed_config import flatten
-    a, b = flatten(old), flatten(fingerprint)
-    diff = [f"{k}: stored={a.get(k)!r} now={b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
-    if diff:
-      raise ValueError(f"{out_dir} holds predictions of a different run ({'; '.join(diff[:6])}"
-                       f"{' ...' if len(diff) > 6 else ''}); use a new --out directory")
-    return
-  os.makedirs(out_dir, exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(fingerprint, f, indent=1)
+def dataset_settings(c, suite: Suite, spec) -> dict:
+  """What decides a dataset's predictions besides the policy, the index and the questions:
+  the protocol its engine runs (the config's, the suite's and the dataset's fields, then
+  `eval.top_k`), the decoding, and how the column is read and scored."""
+  from ragjax.rollout.factory import protocol_from_config, protocol_section
+  dc = dataset_config(c, suite, spec)
+  protocol_from_config(dc, evaluation=True)          # an unknown field fails here, before a model
+  sampled = not suite.greedy
+  return {"format": spec.format, "where": dict(spec.where), "metric": spec.metric,
+          "protocol": _plain(protocol_section(dc, evaluation=True)),
+          "decoding": {"greedy": suite.greedy,
+                       "temperature": suite.temperature if sampled else None,
+                       "top_p": float(dc.sampler.top_p) if sampled else None,
+                       "top_k": int(dc.sampler.get("top_k", 0)) if sampled else None,
+                       "max_new_tokens": int(dc.sampler.max_new_tokens)}}
+
+
+def question_key(record: dict) -> int:
+  """A question's sampling key index: the first 32 bits of SHA-256(id, question)."""
+  text = f"{record['id']}\0{record['question']}".encode("utf-8", "surrogatepass")
+  return int.from_bytes(hashlib.sha256(text).digest()[:4], "little")
+
+
+def plan_suite(c, suite: Suite, root: str, out_dir: str, limit: int = 0,
+               log: Callable[[str], None] = print) -> SuitePlan:
+  """Reads every dataset the suite names (see the module docstring); no model, no index."""
+  from ragjax.eval.fingerprint import file_digest
+  store = PredictionStore(out_dir)
+  plan = SuitePlan({}, {})
+  for spec in suite.datasets:
+    path = spec.path(root)
+    if path is None:
+      plan.missing[spec.key] = spec.wanted(root)
+      log(f"{spec.key}: MISSING {spec.wanted(root)} (reported in the table, not run)")
+      continue
+    records = read_dataset(spec, root, limit)
+    done = store.load(spec.key)
+    limited = bool(limit) and len(records) == limit
+    check_matches(spec.key, done, records, store.path(spec.key), limited=limited)
+    done = {i: r for i, r in done.items() if i < len(records)}
+    plan.todo[spec.key] = DatasetPlan(spec, path, records, done,
+                                      {"path": path, **file_digest(path)},
+                                      dataset_settings(c, suite, spec))
+  return plan
 
 
 def prediction_record(key: str, index: int, record: dict, row, traj: dict, scores: dict,
@@ -99,53 +148,51 @@ def prediction_record(key: str, index: int, record: dict, row, traj: dict, score
           "trajectory": traj}
 
 
-def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever, checkpoint: str,
-              judge=None, limit: int = 0, batch_size: Optional[int] = None,
+def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever,
+              plan: Optional[SuitePlan] = None, judge=None, limit: int = 0,
+              batch_size: Optional[int] = None,
               log: Callable[[str], None] = print) -> SuiteRun:
+  """Runs what `plan` (default: `plan_suite(c, suite, root, out_dir, limit)`) left to do."""
   from ragjax.rollout.dump import batch_records
   from ragjax.rollout.factory import make_engine
   cfg, params, tok = policy
-  batch_size = int(batch_size or c.eval.batch_size)
-  check_run_file(out_dir, run_fingerprint(c, suite, checkpoint, getattr(judge, "name", "")))
+  plan = plan or plan_suite(c, suite, root, out_dir, limit, log)
   store = PredictionStore(out_dir)
-  run = SuiteRun(suite, out_dir, {}, {}, {})
-  todo = {}
-  for spec in suite.datasets:
-    path = spec.path(root)
-    if path is None:
-      run.missing[spec.key] = spec.wanted(root)
-      log(f"{spec.key}: MISSING {spec.wanted(root)} (reported in the table, not run)")
-      continue
-    records = read_dataset(spec, root, limit)
-    done = store.load(spec.key)
-    check_matches(spec.key, done, records, store.path(spec.key))
-    run.present[spec.key], run.sizes[spec.key] = path, len(records)
-    todo[spec.key] = (spec, records, done)
-  metrics = suite.all_metrics
-  scored = tuple(m for m in metrics if m != "acc")
-  progress = Progress(sum(len(r) - len(d) for _, r, d in todo.values()), log)
+  os.makedirs(store.dir, exist_ok=True)
+  run = SuiteRun(suite, out_dir, {k: p.path for k, p in plan.todo.items()}, dict(plan.missing),
+                 {k: len(p.records) for k, p in plan.todo.items()})
+  todo = plan.todo
+  progress = Progress(sum(len(p.records) - len(p.done) for p in todo.values()), log)
   log(f"suite {suite.name}: {len(todo)} datasets here, {len(run.missing)} missing, "
-      f"{progress.total} questions to run ({sum(len(d) for *_, d in todo.values())} on disk)")
+      f"{progress.total} questions to run ({sum(len(p.done) for p in todo.values())} on disk)")
+  # a --limit under the batch size runs batches of that size, not padded to the full one
+  largest = max((len(p.records) for p in todo.values()), default=1)
+  batch = min(int(batch_size or c.eval.batch_size), largest)
+  run.batch_size = batch
   engines = {}
-  for key, (spec, records, done) in todo.items():
-    dc = dataset_config(c, suite, spec)
-    setting = json.dumps([dc.protocol.to_dict(), dc.sampler.to_dict()], sort_keys=True,
-                         default=str)
+  for key, p in todo.items():
+    dc = dataset_config(c, suite, p.spec)
+    setting = json.dumps(p.settings["protocol"], sort_keys=True) + json.dumps(
+        dc.sampler.to_dict(), sort_keys=True, default=str)
     if setting not in engines:
       engines[setting] = make_engine(dc, cfg, params, tok, retriever, greedy=suite.greedy,
                                      temperature=None if suite.greedy else suite.temperature,
                                      hooks=[], evaluation=True)
     engine = engines[setting]
-    count = len(done)
-    for s in range(0, len(records), batch_size):
-      idx = [i for i in range(s, min(s + batch_size, len(records))) if i not in done]
+    metrics = suite.metrics_of(key)
+    scored = tuple(m for m in metrics if m != "acc")
+    records, count = p.records, len(p.done)
+    for s in range(0, len(records), batch):
+      idx = [i for i in range(s, min(s + batch, len(records))) if i not in p.done]
       if not idx:
         continue
       chunk = [records[i] for i in idx]
+      padded = chunk + [chunk[0]] * (batch - len(chunk))      # one compiled batch shape
       t0 = time.monotonic()
-      batch = engine.run(chunk + [chunk[0]] * (batch_size - len(chunk)), samples_per_prompt=1,
-                         seed=int(c.seed) + s)
-      rows = batch.rows[:len(chunk)]
+      out = engine.run(padded, samples_per_prompt=1, seed=int(c.seed),
+                       key_ids=[question_key(r) for r in padded])
+      run.rows_run += len(out.rows)
+      rows = out.rows[:len(chunk)]
       scores = [score_answer(row.answer, rec["golden_answers"], scored)
                 for rec, row in zip(chunk, rows)]
       if "acc" in metrics and judge is not None:
@@ -154,7 +201,7 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever, ch
         for sc, v in zip(scores, verdicts):
           sc["acc"] = float(v)
       seconds = (time.monotonic() - t0) / len(chunk)
-      trajs = batch_records(batch, tok)
+      trajs = batch_records(out, tok)
       store.append(key, [prediction_record(key, i, rec, row, traj, sc, seconds)
                          for i, rec, row, traj, sc in zip(idx, chunk, rows, trajs, scores)])
       count += len(chunk)

@@ -10,7 +10,9 @@ metric when it is binary, else EM): exact two-sided binomial on the discordant p
 there are fewer than 25, else the chi-square statistic with continuity correction
 (|b - c| - 1)^2 / (b + c) on 1 degree of freedom.  For the average: the macro difference with
 a stratified bootstrap (each dataset resampled on its own, then averaged, as the table's
-macro average) and McNemar pooled over every question (REX-RAG's "Overall", seeds §1.7).
+macro average) and McNemar pooled over every question (REX-RAG's "Overall", seeds §1.7); its
+A and B are the macro means over the paired questions.  A dataset where the runs hold
+different question counts is compared on the questions both have, and the table says so.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def compare_runs(suite, preds_a: dict, preds_b: dict, name_a: str = "A", name_b:
     if spec.key not in preds_a or spec.key not in preds_b:
       rows.append({"dataset": spec.name, "key": spec.key, "n": 0, "status": "not in both"})
       continue
+    n_a, n_b = len(preds_a[spec.key]), len(preds_b[spec.key])
     xs, ys = paired_scores(spec.key, preds_a[spec.key], preds_b[spec.key], spec.metric)
     binary = spec.metric if spec.metric in BINARY else "em"
     ba, bb = paired_scores(spec.key, preds_a[spec.key], preds_b[spec.key], binary)
@@ -92,14 +95,18 @@ def compare_runs(suite, preds_a: dict, preds_b: dict, name_a: str = "A", name_b:
     pairs.append((xs, ys))
     pooled_a += ba
     pooled_b += bb
-    rows.append({"dataset": spec.name, "key": spec.key, "n": len(xs), "metric": spec.metric,
+    rows.append({"dataset": spec.name, "key": spec.key, "n": len(xs), "n_a": n_a, "n_b": n_b,
+                 "metric": spec.metric,
                  "a": 100 * float(np.mean(xs)) if xs else None,
                  "b": 100 * float(np.mean(ys)) if ys else None,
                  "diff": None if diff is None else 100 * diff.mean,
                  "ci95": None if diff is None else [100 * diff.low, 100 * diff.high],
                  "mcnemar_on": binary, "mcnemar": test, "status": "ok"})
   macro = stratified_macro_diff(pairs, resamples=resamples, seed=seed)
+  means = [(np.mean(x), np.mean(y)) for x, y in pairs if len(x)]
   rows.append({"dataset": "Avg (macro)", "key": "_average", "n": macro.n,
+               "a": 100 * float(np.mean([m[0] for m in means])) if means else None,
+               "b": 100 * float(np.mean([m[1] for m in means])) if means else None,
                "diff": 100 * macro.mean if macro.n else None,
                "ci95": [100 * macro.low, 100 * macro.high] if macro.n else None,
                "mcnemar_on": "pooled", "mcnemar": mcnemar(pooled_a, pooled_b) if pooled_a
@@ -122,4 +129,9 @@ def render_comparison(rows: list[dict], name_a: str, name_b: str) -> str:
     ci = "–" if r["ci95"] is None else f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}]"
     lines.append(f"| {r['dataset']} | {r['n']} | {f(r.get('a'))} | {f(r.get('b'))} | "
                  f"{f(r['diff'])} | {ci} | {test} |")
+  uneven = [r for r in rows if r.get("n_a", r["n"]) != r.get("n_b", r["n"])]
+  if uneven:
+    lines.append("")
+    lines += [f"- {r['dataset']}: A: {r['n_a']} questions, B: {r['n_b']}; compared on the "
+              f"{r['n']} both have (the runs' tables are not like for like)." for r in uneven]
   return "\n".join(lines)

@@ -26,8 +26,7 @@ class PredictionError(ValueError):
 
 class PredictionStore:
   def __init__(self, out_dir: str):
-    self.dir = os.path.join(out_dir, PREDICTIONS_DIR)
-    os.makedirs(self.dir, exist_ok=True)
+    self.dir = os.path.join(out_dir, PREDICTIONS_DIR)      # made by the first append
 
   def path(self, key: str) -> str:
     return os.path.join(self.dir, f"{key}.jsonl")
@@ -58,6 +57,7 @@ class PredictionStore:
 
   def append(self, key: str, records: Iterable[dict]) -> int:
     lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in records]
+    os.makedirs(self.dir, exist_ok=True)
     with open(self.path(key), "a", encoding="utf-8") as f:
       f.writelines(lines)
       f.flush()
@@ -65,9 +65,14 @@ class PredictionStore:
     return len(lines)
 
 
-def check_matches(key: str, done: dict[int, dict], records: Sequence[dict], path: str) -> None:
-  """Every stored record must be the same question as now (same index, same id)."""
+def check_matches(key: str, done: dict[int, dict], records: Sequence[dict], path: str,
+                  limited: bool = False) -> None:
+  """Every stored record must be the same question as now (same index, same id); with
+  `limited` (the records are the first `--limit` of a longer file) stored ones past the end
+  are fine: an earlier run had a larger limit."""
   for i, rec in done.items():
+    if i >= len(records) and limited:
+      continue
     if i >= len(records) or str(records[i]["id"]) != str(rec.get("id")):
       now = records[i]["id"] if i < len(records) else "<none>"
       raise PredictionError(f"{path}: stored prediction {i} is question {rec.get('id')!r} but "

@@ -46,13 +46,15 @@ def _golds(golden_answers) -> list[str]:
 
 
 def exact_match(prediction: str, golden_answers: Sequence[str] | str) -> float:
-  """1.0 iff the normalised prediction equals any normalised gold alias."""
+  """1.0 iff the normalised prediction equals any normalised gold alias.  An empty normalised
+  prediction or alias never matches (articles are dropped, so the gold letter "A" and the
+  answer "The" both normalise to "")."""
   pred = normalize_answer(prediction)
-  return float(any(pred == normalize_answer(g) for g in _golds(golden_answers)))
+  return float(bool(pred) and any(pred == normalize_answer(g) for g in _golds(golden_answers)))
 
 
 def cover_exact_match(prediction: str, golden_answers: Sequence[str] | str) -> float:
-  """1.0 iff any normalised gold alias is a substring of the normalised prediction."""
+  """1.0 iff any non-empty normalised gold alias is a substring of the normalised prediction."""
   pred = normalize_answer(prediction)
   return float(any(normalize_answer(g) in pred for g in _golds(golden_answers)
                    if normalize_answer(g)))

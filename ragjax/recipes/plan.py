@@ -87,13 +87,14 @@ def derived(c) -> dict[str, Any]:
 
 def eval_plan(c, suite: str) -> dict[str, Any]:
   """The evaluation protocol `python -m ragjax.evaluate --suite <suite>` runs with this config:
-  the suite's pinned protocol over the config's own (for a config module's `plan(c)`)."""
+  the suite's pinned protocol over the config's own, `eval.top_k` over both (for a config
+  module's `plan(c)`)."""
   s = c.eval.suites[suite]
   proto = {**c.protocol.to_dict(), **dict(s.get("protocol", {}) or {})}
   sampler = {**c.sampler.to_dict(), **dict(s.get("sampler", {}) or {})}
   return {"eval_suite": suite, "eval_max_turns": proto.get("max_turns"),
           "eval_tokens_per_turn": sampler.get("max_new_tokens"),
-          "eval_obs_tokens": proto.get("obs_max_tokens"), "eval_top_k": proto.get("top_k"),
+          "eval_obs_tokens": proto.get("obs_max_tokens"), "eval_top_k": c.eval.top_k or proto.get("top_k"),
           "eval_decoding": "greedy" if s.get("greedy", True) else
                            f"T={s.get('temperature')}, top_p={s.get('top_p')}"}
 

@@ -63,12 +63,14 @@ def main(argv=None) -> int:
   if args.shard:
     from ragjax.parallel.mesh import make_mesh
     mesh = make_mesh(data=-1, fsdp=1, tensor=1)
+  from ragjax.parallel.backend import start
   from ragjax.parallel.distributed import allgather_objects, maybe_initialize
   t0 = time.time()
   kw = dict(encoder_spec=spec, scann_config=scann_cfg, on_error=args.on_error,
             chunk_rows=args.chunk_rows, progress=not args.no_progress, mesh=mesh)
   try:
-    processes = maybe_initialize()
+    processes = (maybe_initialize() if args.backend == "bm25" else   # dense: the encoder on JAX
+                 start("ragjax.retrieval.build", initialize=True)["processes"])
     if processes > 1:
       import jax
       rank = jax.process_index()

@@ -43,6 +43,7 @@ from typing import Optional
 from starlette.requests import Request   # module level: FastAPI resolves the annotation by name
 
 from ragjax.http_body import RequestError, parse_json, read_body
+from ragjax.parallel.backend import start
 from ragjax.retrieval.argtypes import non_negative_int, port, positive_int
 from ragjax.retrieval.types import Retriever
 
@@ -188,6 +189,8 @@ def main(argv=None):
   try:
     meta = read_meta(args.index)
     backend = args.backend or meta["backend"]
+    if backend != "bm25":                  # the query encoder runs on JAX: backend line, check
+      start("ragjax.retrieval.serve")
     # Dense backends cache query vectors in the batcher; BM25 caches (query, k) hits.
     retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle,
                            cache_size=args.cache_size if backend == "bm25" else 0,

@@ -188,7 +188,8 @@ class RolloutEngine:
 
   # ------------------------------------------------------------------------------------------
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
-          uids: Optional[Sequence[int]] = None) -> RolloutBatch:
+          uids: Optional[Sequence[int]] = None,
+          key_ids: Optional[Sequence[int]] = None) -> RolloutBatch:
     """Rolls out every (unique) prompt `samples_per_prompt` times; `uids` are the group ids
     (default 0..B-1), so GRPO groups are per prompt, never per sample (Search-R1 issue #88).
     Hooks may add rows (REX-RAG clones), so the batch can hold more rows than prompts x G.
@@ -199,9 +200,13 @@ class RolloutEngine:
     fixed: when G sampler rows are free, the next prompt's group is prefilled into them while
     the other rows go on, so short rows do not wait for the wave's longest.  Row b of the whole
     batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or slot, so waves change
-    memory and speed, not trajectories."""
+    memory and speed, not trajectories.  `key_ids` (one int per prompt, with a policy whose
+    `prefill` / `refill` take `row_ids`) replaces the batch position: sample g of prompt p
+    draws with fold_in(PRNGKey(seed), key_ids[p] + g), so a prompt samples the same text in
+    any batch (evaluation keys each question by its id and text)."""
     t_start = time.perf_counter()
-    dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids)
+    dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids,
+                                                   key_ids=key_ids)
     stats = timings.pop("stats")
     traj = assemble(dicts, self.config.widths, self.config.pad_id)
     timings["rollout_s"] = time.perf_counter() - t_start
@@ -210,7 +215,8 @@ class RolloutEngine:
                         samples=assemble_samples(samples, self.config.widths, self.config.pad_id))
 
   def run_rows(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
-               uids: Optional[Sequence[int]] = None, first_row: int = 0
+               uids: Optional[Sequence[int]] = None, first_row: int = 0,
+               key_ids: Optional[Sequence[int]] = None
                ) -> tuple[list[dict], list[RowMeta], dict, list]:
     """`run` before assembly: (host row dicts, row records, timings with the hooks' counters
     under "stats", a restart protocol's step samples as (batch row, sample dict) pairs).  `first_row` is the index of these prompts' first row in a larger batch
@@ -228,6 +234,8 @@ class RolloutEngine:
     uids = list(range(len(inputs))) if uids is None else [int(u) for u in uids]
     if len(uids) != len(inputs):
       raise ValueError(f"{len(uids)} uids for {len(inputs)} prompts")
+    if key_ids is not None and len(key_ids) != len(inputs):
+      raise ValueError(f"{len(key_ids)} key_ids for {len(inputs)} prompts")
     per_wave = max(1, self.config.wave_rows // g) if self.config.wave_rows else len(inputs)
     refill = per_wave < len(inputs) and self.refills()
     dicts, metas, samples = [], [], []
@@ -240,7 +248,7 @@ class RolloutEngine:
         spare = (-(-self.config.spare_rows * held // len(inputs))
                  if self.config.spare_rows else 0)
       self._run_wave(prompts[wave], inputs[wave], uids[wave], g, seed, first_row + start * g,
-                     spare, held)
+                     spare, held, None if key_ids is None else list(key_ids)[wave])
       d, m, s = self._finish(prompt_offset=start, row_offset=len(dicts))
       dicts += d
       metas += m
@@ -262,16 +270,19 @@ class RolloutEngine:
                 and not self.hooks and not self.restart and not self.format_retries)
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int,
-                held: int):
+                held: int, key_ids: Optional[list] = None):
     """Prefill the first `held` prompts (plus spare rows for hooks), then turn after turn; the
     rest of the prompts wait in a queue for freed rows (`EngineConfig.refill`)."""
     self._prompts, self._inputs, self._uids = list(prompts), list(inputs), list(uids)
+    self._key_ids = key_ids
     # restart contexts are all rendered one way, so consecutive ones share the longest prefix
     render = self.renderer.context_ids if self.restart else self.renderer.prompt_ids
     self._prompt_ids = [self._fit_prompt(render(x), x) for x in inputs]
     extra = spare_prompts(held, g, spare, getattr(self.policy, "row_multiple", 1))
+    keyed = {} if key_ids is None else {
+        "row_ids": self._row_ids(list(range(held)) + [0] * extra, g)}
     state = self.policy.prefill(self._prompt_ids[:held] + [self._prompt_ids[0]] * extra,
-                                samples_per_prompt=g, seed=seed, first_row=first_row)
+                                samples_per_prompt=g, seed=seed, first_row=first_row, **keyed)
     self._rows, self._g = {}, g
     for p in range(held):
       self._add_group(p, range(p * g, (p + 1) * g))
@@ -442,12 +453,17 @@ class RolloutEngine:
     self._free.sort()
     prompts, self._queue = self._queue[:k], self._queue[k:]
     slots, self._free = self._free[:k * self._g], self._free[k * self._g:]
+    keyed = {} if self._key_ids is None else {"row_ids": self._row_ids(prompts, self._g)}
     self._state = self.policy.refill(self._state, slots, [self._prompt_ids[p] for p in prompts],
                                      samples_per_prompt=self._g, seed=self._seed,
-                                     first_row=self._first_row + prompts[0] * self._g)
+                                     first_row=self._first_row + prompts[0] * self._g, **keyed)
     for i, p in enumerate(prompts):
       self._add_group(p, slots[i * self._g:(i + 1) * self._g])
     self._stats["refilled_groups"] = self._stats.get("refilled_groups", 0) + k
+
+  def _row_ids(self, prompts, g: int) -> list[int]:
+    """The sampling key index of each row of `prompts` (wave positions): key_ids[p] + sample."""
+    return [int(self._key_ids[p]) + j for p in prompts for j in range(g)]
 
   def _slots(self, rows) -> list[int]:
     return [self._rows[r].slot for r in rows]

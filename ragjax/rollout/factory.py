@@ -20,13 +20,20 @@ from ragjax.sampling.sampler import Sampler
 from ragjax.typed_config import from_dict
 
 
-def protocol_from_config(c, evaluation: bool = False) -> Protocol:
-  """The config's protocol; for `evaluation` engines with `eval.top_k` set, retrieving that
-  many documents instead (AutoRefine's top-k-at-inference study trains at 3, evaluates 1..7)."""
+def protocol_section(c, evaluation: bool = False) -> dict:
+  """The config's `protocol` fields; for `evaluation` engines with `eval.top_k` set, retrieving
+  that many documents instead (AutoRefine's top-k-at-inference study trains at 3, evaluates
+  1..7)."""
   section = c.protocol.to_dict() if hasattr(c.protocol, "to_dict") else dict(c.protocol)
   eval_k = c.eval.get("top_k", 0) if "eval" in c else 0
   if evaluation and eval_k:
     section["top_k"] = int(eval_k)
+  return section
+
+
+def protocol_from_config(c, evaluation: bool = False) -> Protocol:
+  """The protocol of `protocol_section(c, evaluation)`."""
+  section = protocol_section(c, evaluation)
   return get_protocol(section.pop("name"), **section)
 
 

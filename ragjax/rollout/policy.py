@@ -32,7 +32,9 @@ class Policy(Protocol):
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0) -> Any: ...
   # `first_row`: the index of the state's first row in the whole batch (rollout waves), so a
-  # row's sampling key depends on its place in the batch, not in its wave.
+  # row's sampling key depends on its place in the batch, not in its wave.  A policy may also
+  # take `row_ids` (one key index per row, replacing first_row + b) in `prefill` and `refill`:
+  # the engine passes them only when its caller gives `key_ids` (evaluation).
 
   def decode(self, state) -> tuple[Any, Any]: ...
 

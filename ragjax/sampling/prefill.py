@@ -22,11 +22,13 @@ from ragjax.sampling.state import SamplerState
 
 def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, samples: int,
             cache_length: int, cache_dtype: str, num_stops: int, mesh=None,
-            first_row=0, cache_width=None, cpu_kernel: bool = False) -> SamplerState:
+            first_row=0, row_ids=None, cache_width=None, cpu_kernel: bool = False
+            ) -> SamplerState:
   """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major);
   `temperature` [P * samples] is each row's sampling temperature; row b's key is
-  fold_in(PRNGKey(seed), first_row + b).  Histories hold `cache_length` tokens; the KV cache
-  `cache_width` slots (>= T; default `cache_length`), grown later as rows need."""
+  fold_in(PRNGKey(seed), row_ids[b]), by default row_ids[b] = first_row + b.  Histories hold
+  `cache_length` tokens; the KV cache `cache_width` slots (>= T; default `cache_length`),
+  grown later as rows need."""
   p, t = tokens.shape
   cache = constrain_cache(init_cache(cfg, p, cache_width or cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
@@ -37,8 +39,9 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
   b = p * samples
   base = jax.random.PRNGKey(seed)
-  keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(
-      jnp.asarray(first_row, jnp.uint32) + jnp.arange(b, dtype=jnp.uint32))
+  if row_ids is None:
+    row_ids = jnp.asarray(first_row, jnp.uint32) + jnp.arange(b, dtype=jnp.uint32)
+  keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(row_ids, jnp.uint32))
   state = SamplerState(cache=cache, tokens=rep(history), lengths=rep(lengths).astype(jnp.int32),
                        logits=rep(logits), finished=jnp.zeros((b,), bool),
                        stop_state=jnp.zeros((b, num_stops), jnp.int32), keys=keys,

@@ -18,7 +18,9 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   ladder (R3-RAG's 0.1 / 0.4 / 0.7 / 1.0), else at `temperature`.  Row b's PRNG key is
   fold_in(PRNGKey(seed), first_row + b); each step folds in the row's length, so a row's
   samples depend only on (seed, row, position), also when a batch is rolled out in waves
-  (`first_row`: the wave's first row in the batch).
+  (`first_row`: the wave's first row in the batch).  `row_ids` replaces first_row + b by any
+  per-row index (evaluation: one derived from the question, so a question samples the same
+  text in any batch).
 * `decode(state, steps=None)`: one jitted while_loop (see `ragjax.sampling.decode`); with
   `steps` it stops after that many tokens and rows still mid-turn come back PAUSED, to be
   resumed by the next call under the same per-turn budget (the engine's `decode_chunk`).  Prefill, decode and
@@ -33,10 +35,11 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   of the state, extended and written back (`ragjax.sampling.rows.take` / `put`), so an
   extend costs what its rows need, not the whole batch (unsharded samplers only).
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
-* `refill(state, rows, prompts, samples_per_prompt, seed, first_row)`: rows that finished
-  take the G samples of new prompts (continuous batching): one forward per prompt, then each
-  row gets the prompt's cache and the key and temperature it would have in one big prefill
-  (row first_row + i of the batch), so refilled rows sample what one big wave would.
+* `refill(state, rows, prompts, samples_per_prompt, seed, first_row, row_ids)`: rows that
+  finished take the G samples of new prompts (continuous batching): one forward per prompt,
+  then each row gets the prompt's cache and the key and temperature it would have in one big
+  prefill (row first_row + i of the batch, or row_ids[i]), so refilled rows sample what one
+  big wave would.
 * `clone_rows(state, src_rows, dst_rows)`: dst rows become copies of src rows (cache,
   history, length), with fresh keys.
 * `reseed(state, rows, salts)`: rows' keys folded with their salts, so a turn decoded again
@@ -121,10 +124,10 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, temperature, first_row, *, samples,
+  def _prefill_fn(self, params, tokens, lengths, seed, temperature, row_ids, *, samples,
                   cache_length, cache_width):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, temperature, first_row=first_row,
+        self.cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
         cache_width=cache_width, cpu_kernel=self.cpu_kernel)
@@ -184,11 +187,13 @@ class Sampler:
     self.params = params
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
-              seed: int = 0, first_row: int = 0) -> SamplerState:
-    return self._prefill_prompts(prompts, samples_per_prompt, seed, first_row,
+              seed: int = 0, first_row: int = 0,
+              row_ids: Optional[Sequence[int]] = None) -> SamplerState:
+    return self._prefill_prompts(prompts, samples_per_prompt, seed,
+                                 _row_ids(first_row, row_ids, len(prompts) * samples_per_prompt),
                                  self.config.max_cache_length)
 
-  def _prefill_prompts(self, prompts, samples_per_prompt, seed, first_row, cache_length):
+  def _prefill_prompts(self, prompts, samples_per_prompt, seed, row_ids, cache_length):
     """`prefill` into a cache of `cache_length` slots (a refill's prompts need only their
     bucket's: the rows they go to already hold a full cache)."""
     if not prompts:
@@ -211,7 +216,7 @@ class Sampler:
       cache_width = min(cache_length, max(width, self.config.attend_window(
           width + self.config.max_new_tokens)))
     return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
+                         jnp.uint32(seed), self._rows(temps), self._rows(row_ids),
                          samples=samples_per_prompt, cache_length=cache_length,
                          cache_width=cache_width)
 
@@ -283,7 +288,8 @@ class Sampler:
     return part if self.mesh is None and 0 < rows and 2 * part <= batch_size else batch_size
 
   def refill(self, state: SamplerState, rows: Sequence[int], prompts: Sequence[Sequence[int]],
-             samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0) -> SamplerState:
+             samples_per_prompt: int = 1, seed: int = 0, first_row: int = 0,
+             row_ids: Optional[Sequence[int]] = None) -> SamplerState:
     """See the module docstring.  Row rows[p * G + g] becomes sample g of prompts[p].  The
     prompts' forward runs on a power-of-two count of rows (a few shapes; pads are dropped) and
     holds one cache per prompt, of the prompt bucket's width, beside the state."""
@@ -298,11 +304,13 @@ class Sampler:
     while width < k:
       width *= 2
     fresh = self._prefill_prompts(list(prompts) + [prompts[0]] * (width - k), 1, seed,
-                                  first_row, 0)          # a cache of the prompts' bucket only
+                                  _row_ids(first_row, None, width), 0)   # the bucket's cache
     dst = np.full((width * g,), state.batch_size, np.int32)
     dst[:k * g] = rows
     src = np.arange(width * g, dtype=np.int32) // g
-    batch_rows = (np.uint32(first_row) + np.arange(width * g)).astype(np.uint32)
+    batch_rows = _row_ids(first_row, None, width * g)
+    if row_ids is not None:
+      batch_rows[:k * g] = _row_ids(0, row_ids, k * g)
     temps = self.config.row_temperatures(width, g)
     state, _ = self._fit(state, kv_cache.width(fresh.cache))
     return self._place(state, fresh, self._rows(dst), self._rows(src), self._rows(batch_rows),
@@ -378,3 +386,13 @@ class Sampler:
     mask = np.zeros((state.batch_size,), bool)
     mask[self._check_rows(state, rows, what)] = True
     return mask
+
+
+def _row_ids(first_row: int, row_ids, n: int) -> np.ndarray:
+  """Each row's key index: `row_ids` (any ints, taken mod 2**32) or first_row + b."""
+  if row_ids is None:
+    return (np.uint64(first_row) + np.arange(n, dtype=np.uint64)).astype(np.uint32)
+  ids = np.asarray([int(i) % (1 << 32) for i in row_ids], np.uint64).astype(np.uint32)
+  if ids.shape != (n,):
+    raise ValueError(f"row_ids: {ids.size} ids for {n} rows")
+  return ids

@@ -237,7 +237,9 @@ def main(argv=None):
                              api_key_env=args.api_key_env, cache_path=args.chat_cache)
   else:
     from ragjax.errors import exit_on_user_error
+    from ragjax.parallel.backend import start
     from ragjax.services.local import LocalChatModel
+    start("ragjax.services.proxy")      # backend line; no CPU fallback of a GPU / TPU run
     with exit_on_user_error("ragjax.services.proxy"):
       model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
                                              max_prompt_tokens=args.chat_max_prompt_tokens)

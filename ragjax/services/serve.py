@@ -247,6 +247,8 @@ def main(argv=None):
   args = ap.parse_args(argv)
   import uvicorn
   from ragjax.errors import exit_on_user_error
+  from ragjax.parallel.backend import start
+  start("ragjax.services.serve")         # backend line; no CPU fallback of a GPU / TPU run
   with exit_on_user_error("ragjax.services.serve"):   # a wrong directory: one line, exit 2
     model = LocalChatModel.from_checkpoint(args.checkpoint, name=args.model_name,
                                            dtype=args.dtype, max_batch=args.max_batch,
