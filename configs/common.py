@@ -117,6 +117,7 @@ def get_config() -> ConfigDict:
 
   c.rl = ConfigDict(dict(
       advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2, dual_clip=None,
+      clip_ratio=True,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
       use_sampler_logprobs=False, gather=False, temperature=1.0, logprob_chunk=8192,

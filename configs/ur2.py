@@ -21,20 +21,36 @@ hard math, 5/7 hard MCQ) with REINFORCE++-baseline.
 Knowledge access (`ur2.knowledge`): "summary" (the paper: top-10 passages summarised by an LLM
 with the strong training prompt and its fallback sentence) through `retriever.url` of a served
 `python -m ragjax.services.proxy` or an in-process summariser (`ur2.knowledge.summariser`: an
-OpenAI-compatible url or an HF checkpoint); "raw" passages (the ablation: set protocol.top_k
-to 3 or 5 as the paper's no-summary rows).  Corpus routing by task:
-`ur2.knowledge.routes = {"qa": ABSTRACTS_INDEX_OR_URL}` beside `retriever.index` / `url` (the
-full corpus) for the rest.
+OpenAI-compatible url or an HF checkpoint; math queries go to `ur2.knowledge.math_summariser`);
+"raw" passages (the ablation: set protocol.top_k to 3 or 5 as the paper's no-summary rows).
+Corpus routing by task: `ur2.knowledge.routes = {"qa": ABSTRACTS_INDEX_OR_URL}` beside
+`retriever.index` / `url` (the full corpus) for the rest.
+
+Model services the paper used, named at real sizes (the run refuses to start until each has a
+url or checkpoint, or is switched off by its field): the training summariser
+gpt-4.1-mini-2025-04-14 (`ur2.knowledge.summariser`; off: `ur2.knowledge.mode=raw`, Table 4's
+"w/o LLM summary"), the math summariser Qwen3-32B (`ur2.knowledge.math_summariser`; model=''
+lets the summariser serve math too) and the math judge gpt-4.1-mini-2025-04-14 (`judge`; off:
+`judge.kind=''`, the rule check alone).
 
 Real sizes name a preset and need `model.checkpoint` (the Instruct model), the question files
-(`data.train_files` / `dev_files` entries "TASK:[FORMAT:]PATH", e.g.
-"math:/data/simplerl_zoo.jsonl", "qa:verl:/data/r1_searcher.parquet"; the format defaults to
-the task's reader: qa {question, answer}, math, mcq), their difficulty score files
-(`ur2.difficulty.files`), the retriever and the summariser.
+(`data.train_files` / `dev_files` entries "TASK[/SOURCE]:[FORMAT:]PATH", e.g.
+"math:/data/simplerl_zoo.jsonl", "qa:verl:/data/r1_searcher.parquet",
+"mcq/medicine:/data/medqa.jsonl"; the format defaults to the task's reader: qa {question,
+answer}, math, mcq), their difficulty score files (`ur2.difficulty.files`), the retriever and
+the services above.  The multiple-choice run draws its sources with their own counts
+(3,000 MedQA as source "medicine" + 2,000 each of "philosophy", "history", "economics").
 Hyperparameters (§A4.3): G 16, 64 prompts per step (3B: 128), 256 samples per optimiser step
 (3B: 512), lr 2e-6 cosine to 0.1 x lr without warmup, Adam (0.9, 0.95), no weight decay, clip
-1.0; PPO clip 0.2, no KL, per-sequence token mean; temperature 1.0, top_p 0.9; at most 4
-retrievals; per-turn 3072 tokens (math & QA run; the paper gives QA turns 512) or 1536 (MCQ).
+1.0; no KL, per-sequence token mean; temperature 1.0, top_p 0.9; at most 4 retrievals;
+per-turn budgets by task (QA 512, multiple choice 1,536, math 3,072: `protocol.turn_tokens`).
+Where the paper's text and the authors' code differ, the default is the code that trained the
+paper's models (UR2_RL/scripts/qwen_reinforce_plus_train.sh and its log, the reward servers
+UR2_RL/train/reward_server_*.py), the text one field away (docs/methods/ur2.md):
+  --config.rl.advantage=reinforce_pp_group_norm   group std before the batch whitening (Eq. 3)
+  --config.rl.clip_ratio=False                    no PPO clip (App. C.1; the code clips at 0.2)
+  --config.rl.reward_kwargs.ur2_answer.binary=True   +2 correct / 0 (Eq. 5; the code: 2 x F1
+                                                      for QA, partial math credit 1)
 `python -m ragjax.train --config=configs/ur2.py:<size> --dry_run` checks the memory plan on the
 paper's 8 x A100 80GB (`hardware`).
 """
@@ -59,6 +75,64 @@ STAGE2_REWARDS = {"ur2_answer": 1.0, "ur2_format": 1.0, "ur2_fallback": 1.0}
 WEAK_RETRIEVAL = {"one": 0.5, "many": 1.0, "steps": 10}
 QA_RATIOS = {"hard": 7, "medium": 2, "easy": 1}
 MATH_RATIOS = {"hard": 1, "medium": 1, "easy": 1}
+# Per-task turn budgets (the code's vLLM max_tokens; paper App. C.1).
+TURN_TOKENS = {"qa": 512, "mcq": 1536, "math": 3072}
+# The training scripts' --num_episodes: the span of OpenRLHF's LR schedule, not the run's length.
+EPISODES = 10000
+# The multiple-choice training set (§4.1): 3K MedQA + 2K of each synthetic MMLU-Pro domain,
+# by the code's source names.
+MCQ_SOURCES = {"mcq:medicine": 3000, "mcq:philosophy": 2000, "mcq:history": 2000,
+               "mcq:economics": 2000}
+# The models the paper used (App. C.2, C.4, §A4.5 of the spec).
+SUMMARISER = "gpt-4.1-mini-2025-04-14"
+MATH_SUMMARISER = "Qwen3-32B"
+MATH_JUDGE = "gpt-4.1-mini-2025-04-14"
+
+
+def plan(c):
+  """Derived quantities beyond ragjax.recipes.plan's: per-task turn budgets, the two stages,
+  the advantage / clip / answer-reward readings, the services, the data mix, the LR span, the
+  KV cache a trajectory lives in, and the evaluation protocol (`--suite ur2`)."""
+  from ragjax.recipes.plan import eval_plan
+  out = eval_plan(c, "ur2")
+  cap = int(c.sampler.max_new_tokens)
+  budgets = dict(c.protocol.get("turn_tokens") or {})
+  for task in ("qa", "mcq", "math"):
+    out[f"turn_tokens_{task}"] = min(int(budgets.get(task, cap)), cap)
+  s1 = c.ur2.stage1
+  full = s1.mode == "full"
+  out["stage1_steps"] = s1.num_steps if full else 0
+  if full:
+    r = s1.reward_kwargs.ur2_retrieval
+    out["stage1_retrieval_reward"] = [float(r.one), float(r.many)]
+  bonus = c.rl.reward_kwargs.get("ur2_retrieval") if "ur2_retrieval" in c.rl.rewards else None
+  out["stage2_retrieval_bonus"] = ([float(bonus.one), float(bonus.many), int(bonus.steps)]
+                                   if bonus is not None else "none")
+  out["advantage"] = c.rl.advantage
+  out["ratio_clip"] = bool(c.rl.clip_ratio)
+  out["answer_reward"] = ("binary" if c.rl.reward_kwargs.ur2_answer.get("binary", False)
+                          else "2xF1 (QA), partial math credit")
+  k = c.ur2.knowledge
+  out["summariser"] = k.summariser.model if k.mode == "summary" else "none (raw passages)"
+  out["math_summariser"] = (k.math_summariser.model or k.summariser.model
+                            if k.mode == "summary" else "none (raw passages)")
+  out["math_judge"] = c.judge.model if c.judge.kind else "none (rule check)"
+  counts = dict(c.data.stages.get("ur2_curriculum", {}).get("counts", {}) or {})
+  out["train_questions"] = sum(int(v) for v in counts.values())
+  mcq = {key.partition(":")[2]: int(v) for key, v in counts.items() if ":" in key}
+  if mcq:
+    out["mcq_sources"] = mcq
+  out["lr_schedule_span"] = int(c.optim.total_steps)
+  out["top_p"] = c.sampler.top_p
+  out["cache_tokens"] = int(c.sampler.max_cache_length)
+  return out
+
+
+def summariser_section(model: str):
+  """An in-process summariser: an OpenAI-compatible `url` serving `model`, or an HF
+  `checkpoint`; `model` alone names the paper's and the run asks for the rest."""
+  return common.ConfigDict(dict(url="", model=model, api_key_env="", checkpoint="", cache="",
+                                max_tokens=0, max_prompt_tokens=8192))
 
 
 def curriculum(counts, ratios, substitute=None, shortage="error"):
@@ -89,7 +163,10 @@ def get_config(arg: str = "tiny"):
 
   # The protocol's task is the default; every record carries its own.
   c.protocol = common.ConfigDict(dict(name="ur2", task="mcq" if mcq else "qa", top_k=10,
-                                      max_turns=4, final_turn=True, prompts="paper"))
+                                      max_turns=4, final_turn=True, prompts="paper",
+                                      turn_tokens=dict(TURN_TOKENS)))
+  # one value: the rewards' default task follows --config.protocol.task
+  task = c.protocol.get_ref("task")
   # A row's whole trajectory lives in the KV cache: 8192 slots (the code gives vLLM a
   # 29000-token budget; longer trajectories stop at the cache and score no answer), rolled out
   # in waves sized by a 24 GB per-device KV budget, so every variant passes `--dry_run` on 8
@@ -111,27 +188,35 @@ def get_config(arg: str = "tiny"):
       use_sampler_logprobs=False, ppo_epochs=1, train_on=("policy",),
       mini_batch_size=512 if three_b else 256, micro_batch_size=1, metrics=("ur2_tasks",)))
   c.rl.rewards = dict(STAGE2_REWARDS)
-  fmt = {"mode": "stage2", "family": family}
+  fmt = {"mode": "stage2", "family": family, "task": task}
   if variant == "qwen2.5-3b-mcq":          # (kept for the code's 3B MCQ server, not an ARG)
     fmt["missing_retrieval_steps"] = 15
-  c.rl.reward_kwargs = {"ur2_format": fmt, "ur2_answer": {"task": c.protocol.task}}
+  # binary=False: the reward servers' 2 x F1 (QA) and partial math credit (the table's runs)
+  c.rl.reward_kwargs = {"ur2_format": fmt, "ur2_answer": {"task": task, "binary": False}}
   # lr 2e-6, cosine_with_min_lr (min 0.1 x lr), no warmup; Adam (0.9, 0.95), no decay.
   # Epochs: the paper trains up to 2 and reports the best test checkpoint within 1.5; here
   # 1.5 epochs with keep-best on dev (§A4.3 [D]): 6000 (Math&QA) / 9000 (MCQ) prompts.
+  # OpenRLHF's cosine spans the scripts' num_episodes (10,000) x the updates of one pass
+  # (UR2_RL/OpenRLHF-RAG/openrlhf/trainer/ray/ppo_actor.py: max_steps), stepped per update:
+  # over the 1.5 epochs trained the rate stays at 2e-6 (within 1e-6 of it).
   prompts_total = 9000 if mcq else 6000
   steps = (prompts_total * 3 // 2) // prompts
   c.optim.update(dict(lr=2e-6, schedule="cosine", warmup_steps=0, warmup_ratio=0.0,
                       min_lr_ratio=0.1, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
                       grad_clip=1.0, clock="update",
-                      total_steps=steps * (prompts * 16) // c.rl.mini_batch_size))
+                      total_steps=EPISODES * (prompts_total * 16 // c.rl.mini_batch_size)))
   c.trainer.update(dict(num_steps=steps, batch_prompts=prompts, eval_every=5 if three_b else 10,
                         eval_prompts=500, save_every=5 if three_b else 10, max_to_keep=2,
                         keep_best_metric="dev/em", keep_best=True))
 
   c.eval.method = "UR2"       # its rows in configs/paper_results.json (--suite ur2)
   c.data.source = "files"
+  # The math judge (§A3.1): rule check, then the judge prompt (Correct 2 / Partially 1 / 0).
+  # The multiple-choice run has no math.
+  c.judge = common.chat_service("" if mcq else "url", model="" if mcq else MATH_JUDGE,
+                                max_prompt_tokens=4096, max_new_tokens=512)
   if mcq:
-    c.data.stages = curriculum({"mcq": 9000}, {"mcq": QA_RATIOS})
+    c.data.stages = curriculum(dict(MCQ_SOURCES), {"mcq": QA_RATIOS})
   else:
     c.data.stages = curriculum(
         {"qa": 3000, "math": 3000}, {"qa": QA_RATIOS, "math": MATH_RATIOS},
@@ -149,7 +234,7 @@ def get_config(arg: str = "tiny"):
       stage1=common.ConfigDict(dict(
           mode="off" if (mcq or weak) else "full", num_steps=15 if three_b else 10,
           rewards=dict(STAGE1_REWARDS),
-          reward_kwargs={"ur2_format": {"mode": "stage1", "family": family,
+          reward_kwargs={"ur2_format": {"mode": "stage1", "family": family, "task": task,
                                         "missing_retrieval_steps": 15},
                          "ur2_retrieval": ({"one": 5.0, "many": 7.0} if three_b
                                            else {"one": 3.0, "many": 3.0} if family == "llama"
@@ -160,9 +245,8 @@ def get_config(arg: str = "tiny"):
       knowledge=common.ConfigDict(dict(
           mode="summary", prompt="strong", routes=common.ConfigDict(dict(qa="")),
           on_error="raise",
-          summariser=common.ConfigDict(dict(url="", model="", api_key_env="", checkpoint="",
-                                            cache="", max_tokens=0,
-                                            max_prompt_tokens=8192))))))
+          summariser=summariser_section("" if small else SUMMARISER),
+          math_summariser=summariser_section("" if small or mcq else MATH_SUMMARISER)))))
   if weak or mcq:   # the weaker Stage 1: a small retrieval bonus in Stage 2's first 10 steps
     c.rl.rewards["ur2_retrieval"] = 1.0
     c.rl.reward_kwargs["ur2_retrieval"] = dict(WEAK_RETRIEVAL)
@@ -194,6 +278,8 @@ def _small(c, variant: str):
   # The compact prompts (a from-scratch policy cannot read the App. D.2 English, ~1000 tokens
   # each with the world tokenizer): the same retrieval / CoT choice per task in a line.
   c.protocol.update(dict(task="qa", top_k=2, max_turns=3, prompts="compact"))
+  c.protocol.turn_tokens = None      # one budget: the sampler's
+  c.judge = common.chat_service("", max_prompt_tokens=1024, max_new_tokens=32)
   # tiny: one shape per compiled program (one prompt bucket, whole-cache attention, one
   # trajectory width), since compiling dominates a smoke run.
   c.sampler.update(dict(max_cache_length=512 if tiny else 768,

@@ -63,12 +63,17 @@ def trajectory(last: str, answer=None, stop="answer"):
 
 REL = {"Quillport Observatory founder": "Relevance: 0.50\nEvaluation: ...",
        "Mirela Dunst": "Relevance: 0.25", "Dunst family": "Relevance: 1.00"}
-CASES = {   # outcome -> (row, per-step rewards by hand from the §3.3 table)
-    "correct": (trajectory("answer", "Mirela Dunst"), [1.6 * 0.5, 1.6 * 0.25, 2.0]),
-    "incorrect": (trajectory("answer", "Quillport"), [0.8 * 0.5, 0.8 * 0.25, 0.0]),
-    "fail": (trajectory("search", stop="max_turns"), [0.9 * 0.5, 0.9 * 0.25, 0.9 * 1.0]),
+# outcome -> (row, per-step rewards by hand), Rel = (0.5, 0.25[, 1.0]).  The paper's Eq. 4 with
+# lambda_T = gamma (§3.3: negative on incorrect and failed trajectories, 1 on format errors).
+CASES = {
+    "correct": (trajectory("answer", "Mirela Dunst"), [0.3, 0.15, 2.0]),       # 0.6 x Rel
+    "incorrect": (trajectory("answer", "Quillport"), [-0.1, -0.05, 0.0]),      # -0.2 x Rel
+    "fail": (trajectory("search", stop="max_turns"), [-0.05, -0.025, -0.1]),   # -0.1 x Rel
     "format": (trajectory("end", stop="format_no_analysis"), [0.5, 0.25, -0.9]),
 }
+# The released code's lambda_T = 1 + gamma (lambda_form="one_plus_gamma").
+CODE = {"correct": [0.8, 0.4, 2.0], "incorrect": [0.4, 0.2, 0.0], "fail": [0.45, 0.225, 0.9],
+        "format": [0.5, 0.25, -0.9]}
 
 
 def score(row, chat, **kw):
@@ -94,6 +99,24 @@ def test_three_step_trajectory_rewards_by_hand(outcome):
   # one request batch per judge: the correct answer matched the string (no answer request)
   asked = [m[-1]["content"] for m in chat.seen if "Given Answer" in m[-1]["content"]]
   assert len(asked) == (1 if outcome == "incorrect" else 0)
+  code = score(row, ScriptedChat(judge_reply(REL, {"Quillport": False})),
+               lambda_form="one_plus_gamma")
+  np.testing.assert_allclose(code.per_step, CODE[outcome], atol=1e-9)
+
+
+def test_the_judge_reads_the_documents_as_the_policy_saw_them():
+  """doc_cut="each" (the paper: every document cut to 512 characters) vs "joined" (the code:
+  the step's joined string cut); here at 10 characters."""
+  row, _ = CASES["correct"]
+  seen = {}
+  for cut in ("each", "joined"):
+    chat = ScriptedChat(judge_reply(REL, {}))
+    score(row, chat, doc_cut=cut, doc_chars=10)
+    seen[cut] = next(m[-1]["content"] for m in chat.seen if "[Search Query]" in m[-1]["content"])
+  assert f"[Retrieved Documents]\n{DOC_A[:10]}\n{DOC_B[:10]}\n" in seen["each"]
+  assert f"[Retrieved Documents]\n{(DOC_A + chr(10) + DOC_B)[:10]}\n" in seen["joined"]
+  with pytest.raises(ValueError, match="lambda_form must be one of"):
+    score(row, ScriptedChat(judge_reply(REL, {})), lambda_form="sign")
 
 
 def test_without_process_reward_and_match_only_ablations():

@@ -239,3 +239,43 @@ def test_judge_room_is_checked_before_training():
   assert f"reach {fixed + 40}" in msg
   # A judge without a token count (a remote endpoint) keeps its own limit.
   z.check_judge_room(ScriptedJudge(), [long_q], 10_000)
+
+
+def test_the_two_readings_and_their_baselines_score_a_retry_trajectory_by_hand():
+  """configs/rezero.py's pair of readings on one trajectory that searched twice and answered
+  right: the run behind Figure 2 (six functions, weights [4, 2, 1, 1, 1, 1], every search paid:
+  n = 2 -> 0.2 + 0.15 x 2 = 0.50) and the paper's text (four functions, searches after the
+  first: n = 1 -> 0.35); each baseline is the same with rezero_retry at 0 (one field)."""
+  import os
+  import sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs"))
+  import rezero as cfg
+  from ragjax.rl.config import parse_run_config
+  msgs = [A("<think>I need the launch date</think><search>apollo 13 crew</search>"),
+          U("Result 1:\nThe crew was Lovell.\n------\n"),
+          A("<think>based on the results not yet</think><search>apollo 13 launch</search>"),
+          U("Result 1:\nApollo 13 launched on April 11, 1970.\n------\n"),
+          A("<think>based on the results it launched then</think><answer>April 11, 1970</answer>")]
+  # strategy: 0.2 (think+search) + min(0.4, 0.2 x 2 refinements) ... = 0.2 + 0.2 + 0.4 = 0.8;
+  # diversity of two different queries (below); format 1, correctness 1, em_chunk 1
+  div = z.diversity_value(["apollo 13 crew", "apollo 13 launch"])
+  totals = {}
+  for arg in ("llama-3.2-3b-instruct", "llama-3.2-3b-instruct-paper"):
+    for baseline in (False, True):
+      c = cfg.get_config(arg)
+      if baseline:
+        c.rl.rewards.rezero_retry = 0.0
+      run = parse_run_config(c)
+      res = score_rows(run.rl.rewards, [ctx(msgs, services={"judge": ScriptedJudge()})],
+                       {k: dict(v) for k, v in run.rl.reward_kwargs.items()})[0]
+      totals[arg, baseline] = res.total
+  assert z.strategy_value(msgs) == pytest.approx(0.8)
+  assert totals["llama-3.2-3b-instruct", False] == pytest.approx(4 + 2 + 0.5 + 1 + 0.8 + div)
+  assert totals["llama-3.2-3b-instruct", True] == pytest.approx(4 + 2 + 1 + 0.8 + div)
+  assert totals["llama-3.2-3b-instruct-paper", False] == pytest.approx(4 + 2 + 0.35 + 1)
+  assert totals["llama-3.2-3b-instruct-paper", True] == pytest.approx(4 + 2 + 1)
+  code, paper = cfg.get_config("llama-3.2-3b-instruct"), cfg.get_config(
+      "llama-3.2-3b-instruct-paper")
+  assert len(code.rl.rewards) == 6 and len(paper.rl.rewards) == 4
+  assert code.retriever.noise.kind == "" and (paper.retriever.noise.kind,
+                                              paper.retriever.noise.p) == ("shuffle", 0.3)

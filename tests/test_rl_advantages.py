@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
-                                  reinforce_pp_baseline_advantages, rloo_advantages)
+                                  reinforce_pp_baseline_advantages,
+                                  reinforce_pp_group_norm_advantages, rloo_advantages)
 from ragjax.rollout.token_rewards import place_rewards
 
 # Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
@@ -71,6 +72,21 @@ def test_reinforce_pp_baseline_floors_the_variance_like_openrlhf():
   np.testing.assert_allclose(a[:, 0], [-0.5, 0.5], rtol=1e-4)
   # all rewards equal in every group: all zero, never NaN
   assert not reinforce_pp_baseline_advantages([2, 2, 0, 0], [0, 0, 1, 1], np.ones((4, 3))).any()
+
+
+def test_reinforce_pp_group_norm_is_ur2s_eq3_as_written():
+  """UR²'s Eq. 3 as the paper writes it (group mean and std, then batch whitening): group A
+  [1, 0] -> centred [0.5, -0.5] / std 0.707107 = [0.707107, -0.707107]; group B [3, 1] ->
+  [1, -1] / 1.414214 = the same; whitened over the six trained tokens (values 0.707107 x
+  (1, 1, -1, 1, -1, -1)): mean 0, std 0.707107, so every token is +-1.  The code's
+  mean-only estimator above gives group B twice group A's weight instead."""
+  mask = np.array([[0, 1, 1, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 0, 1]], np.float32)
+  a = reinforce_pp_group_norm_advantages([1, 0, 3, 1], ["A", "A", "B", "B"], mask)
+  np.testing.assert_allclose(a, [[0, 1, 1, 0], [0, -1, 0, 0], [0, 0, 1, 0], [0, -1, 0, -1]],
+                             atol=1e-6)
+  np.testing.assert_allclose(outcome_advantages("reinforce_pp_group_norm", [1, 0, 3, 1],
+                                                ["A", "A", "B", "B"], mask), a)
+  assert not reinforce_pp_group_norm_advantages([2, 2, 5], [0, 0, 1], np.ones((3, 2))).any()
 
 
 def test_outcome_dispatch_broadcasts_on_mask_and_rejects_unknown():

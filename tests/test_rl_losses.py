@@ -35,6 +35,20 @@ def test_dual_clip_caps_negative_advantage_loss():
     clipped_surrogate(LOGP, OLD, ADV, clip_low=0.2, clip_high=0.2, dual_clip=1.0)
 
 
+def test_no_clip_is_the_plain_ratio_and_reaches_the_objective():
+  """`rl.clip_ratio=False` (UR²'s paper: no clipping): -A x ratio on every token."""
+  loss, clipped = clipped_surrogate(LOGP, OLD, ADV, clip_low=0.2, clip_high=0.28, clip=False)
+  np.testing.assert_allclose(loss, [-1.5, -0.5, 1.1, 0.7, 5.0], rtol=1e-6)
+  assert not np.asarray(clipped).any()
+  batch = _batch_with_retrieval()
+  logp = batch.old_logprobs + 0.5 * jnp.sin(jnp.arange(20.0).reshape(2, 10))   # ratios far from 1
+  ent = jnp.zeros((2, 10))
+  on = policy_objective(RLConfig(kl_coef=0.0), logp, ent, batch, None)[1]
+  off = policy_objective(RLConfig(kl_coef=0.0, clip_ratio=False), logp, ent, batch, None)[1]
+  assert float(on["clip_frac"]) > 0 and float(off["clip_frac"]) == 0.0
+  assert float(off["pg_loss"]) < float(on["pg_loss"])      # the clip only ever raises the loss
+
+
 def test_aggregation_modes():
   x = jnp.array([[1.0, 2, 5], [4, 7, 7], [9, 9, 9]])
   m = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]])

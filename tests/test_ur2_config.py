@@ -54,6 +54,74 @@ def test_paper_hyperparameters_per_variant():
   assert weak.ur2.stage1.mode == "off" and "ur2_retrieval" in weak.rl.rewards
 
 
+def test_protocol_task_override_reaches_the_rewards():
+  """`--config.protocol.task=mcq` on the command line (ml-collections' own flag parser, as
+  `python -m ragjax.train` reads it) changes the default task the Stage-1 and Stage-2 rewards
+  score a record without its own task by (it was copied by value before)."""
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ["prog", f"--config={os.path.join(ROOT, 'configs', 'ur2.py')}:qwen2.5-7b-math-qa",
+          "--config.protocol.task=mcq"]
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, sys_argv=argv)
+  fv(argv)
+  c = fv.config
+  run = parse_run_config(c)
+  assert run.rl.reward_kwargs["ur2_answer"]["task"] == "mcq"
+  assert run.rl.reward_kwargs["ur2_format"]["task"] == "mcq"
+  c1 = recipe.stage1_config(c)
+  assert c1.rl.reward_kwargs.ur2_format.task == "mcq"
+  # and the reward reads it: a record without a task is scored as multiple choice (letter
+  # "A" right: 2); as QA the article "a" normalises away (F1 0)
+  from ragjax.rl.rewards import RewardContext, combine_rewards
+  from ragjax.rollout.trajectory import RowMeta, TurnRecord
+  row = RowMeta(row=0, group_id=0, prompt_index=0, sample_index=0, answer="A",
+                turns=[TurnRecord(turn=0, action="answer", text="the correct answer is: A")],
+                extra={"fallbacks": 0})
+  ex = {"id": "r", "question": "q?", "golden_answers": ["A"], "retrieval": False}
+  score = lambda kw: combine_rewards({"ur2_answer": 1.0}, RewardContext(row, ex, 1), kw).total
+  assert score({k: dict(v) for k, v in run.rl.reward_kwargs.items()}) == 2.0
+  default = parse_run_config(ur2_config.get_config("qwen2.5-7b-math-qa"))
+  assert score({k: dict(v) for k, v in default.rl.reward_kwargs.items()}) == 0.0
+
+
+def test_paper_services_sources_and_turn_budgets():
+  """Real sizes name the paper's summarisers and math judge and refuse to start without their
+  endpoints (each switched off by one field); turn budgets per task; the MCQ run draws its
+  four sources with their own counts."""
+  c = ur2_config.get_config("qwen2.5-7b-math-qa")
+  assert (c.ur2.knowledge.summariser.model, c.ur2.knowledge.math_summariser.model,
+          c.judge.kind, c.judge.model) == ("gpt-4.1-mini-2025-04-14", "Qwen3-32B", "url",
+                                           "gpt-4.1-mini-2025-04-14")
+  with pytest.raises(ValueError, match="summariser \\(the paper's: gpt-4.1-mini-2025-04-14\\)"):
+    recipe.check_services(c)
+  c.ur2.knowledge.summariser.url = "http://127.0.0.1:9/v1"
+  with pytest.raises(ValueError, match="math_summariser \\(the paper's: Qwen3-32B\\)"):
+    recipe.check_services(c)
+  c.ur2.knowledge.math_summariser.model = ""
+  with pytest.raises(ValueError, match="math judge .*gpt-4.1-mini"):
+    recipe.check_services(c)
+  c.judge.url = "http://127.0.0.1:9/v1"
+  recipe.check_services(c)
+  c.judge.kind, c.ur2.knowledge.mode = "", "raw"
+  recipe.check_services(ur2_config.get_config("tiny"))
+  c.ur2.knowledge.math_summariser.update(dict(model="Qwen3-32B", url="http://127.0.0.1:8/v1"))
+  assert sorted(recipe.summariser(c)) == ["default", "math"]
+  from ragjax.rollout.factory import protocol_from_config
+  from ragjax.rollout.protocols import PromptInput
+  proto = protocol_from_config(c)
+  assert [proto.turn_budget(PromptInput("q", task=t)) for t in ("qa", "mcq", "math")] == \
+      [512, 1536, 3072]
+  assert c.sampler.max_new_tokens == 3072
+  mcq = ur2_config.get_config("qwen2.5-7b-mcq")
+  assert mcq.data.stages.ur2_curriculum.counts.to_dict() == {
+      "mcq:medicine": 3000, "mcq:philosophy": 2000, "mcq:history": 2000, "mcq:economics": 2000}
+  assert mcq.judge.kind == "" and mcq.sampler.max_new_tokens == 1536
+  assert recipe.parse_file_spec("mcq/medicine:/d/m.jsonl") == ("mcq", "mcq", "/d/m.jsonl")
+  assert recipe.file_source("mcq/medicine:/d/m.jsonl") == "medicine"
+  assert ur2_config.get_config("tiny").protocol.turn_tokens is None
+
+
 def test_stage1_config_is_the_stage1_run():
   c = ur2_config.get_config("qwen2.5-7b-math-qa")
   c1 = recipe.stage1_config(c)
@@ -63,10 +131,12 @@ def test_stage1_config_is_the_stage1_run():
                                                                           "stage1"))
   stage = c1.data.stages.ur2_curriculum
   assert tuple(stage.keep) == ("very_hard",) and tuple(stage.tasks) == ("math",)
-  assert c1.optim.total_steps == 10 * 4         # 64 x 16 rows in mini-batches of 256
+  # the schedule spans OpenRLHF's max_steps: 10,000 episodes x 6,000 x 16 / 256 updates
+  assert c1.optim.total_steps == c.optim.total_steps == 10000 * 375
+  assert parse_run_config(c1).rl.mini_batch_size == 256
   assert recipe.parse_file_spec("qa:verl:/d/x.parquet") == ("qa", "verl", "/d/x.parquet")
   assert recipe.parse_file_spec("math:/d/x.jsonl") == ("math", "math", "/d/x.jsonl")
-  with pytest.raises(ValueError, match="TASK:\\[FORMAT:\\]PATH"):
+  with pytest.raises(ValueError, match="TASK\\[/SOURCE\\]:\\[FORMAT:\\]PATH"):
     recipe.parse_file_spec("/d/x.jsonl")
   with pytest.raises(ValueError, match="unknown config argument"):
     ur2_config.get_config("qwen2.5-7b-mcq-weak")

@@ -86,6 +86,29 @@ def test_mcq_retrieval_share_and_very_hard():
   assert len(vh) == 100 and all(r["retrieval"] for r in vh)
 
 
+def test_mcq_sources_are_drawn_with_their_own_counts():
+  """UR²'s multiple choice (§4.1): 3K MedQA + 2K of each synthetic MMLU-Pro domain, each source
+  its own pool at 7:2:1, whatever the pools' sizes (one 9K pool would follow them instead)."""
+  recs = []
+  for src, n in (("medicine", 8), ("philosophy", 3), ("history", 3), ("economics", 3)):
+    recs += [dict(r, id=f"{src}-{r['id']}", source=src)
+             for r in pool("mcq", easy=20 * n, medium=20 * n, hard=70 * n)]
+  counts = {"mcq:medicine": 300, "mcq:philosophy": 200, "mcq:history": 200,
+            "mcq:economics": 200}
+  out = mix(recs, seed=0, counts=counts)
+  assert count(out, lambda r: r["source"]) == {"medicine": 300, "philosophy": 200,
+                                                "history": 200, "economics": 200}
+  assert count([r for r in out if r["source"] == "history"]) == {
+      ("mcq", "hard"): 140, ("mcq", "medium"): 40, ("mcq", "easy"): 20}
+  # one pool of 900 follows the pools' sizes: medicine 8 / 17 of it, not 1 / 3
+  one = count(mix(recs, seed=0, counts={"mcq": 900}), lambda r: r["source"])
+  assert one["medicine"] > 380
+  with pytest.raises(ValueError, match="counted by source .* its source is 'law'"):
+    mix(recs + [dict(recs[0], id="x", source="law")], seed=0, counts=counts)
+  with pytest.raises(ValueError, match="counted both as a whole and by source"):
+    mix(recs, seed=0, counts={"mcq": 10, "mcq:medicine": 10})
+
+
 def test_stage1_selection_and_uniform_ablation():
   recs = pool("qa", easy=10, hard=10) + pool("math", easy=10, hard=10, very_hard=7)
   # Stage 1: the math questions the curriculum discards, all with the retrieval prompt

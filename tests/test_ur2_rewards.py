@@ -78,6 +78,10 @@ def test_answer_scores_per_task():
   assert ans(ctx("the correct answer is: C", "B", "mcq")) == 0.0
   assert ans(ctx("no answer here", "B", "mcq")) == 0.0                      # empty pred -> 0
   assert letter_match(" B ", ["b"]) == 1.0 and math_equal("", ["0"]) == 0.0
+  # the paper's text (`binary=True`): QA scores 2 x exact match, so F1 0.5 -> 0
+  assert ans(ctx("\\boxed{Jean-Luc Picard}", "Picard", "qa"), binary=True) == 0.0
+  assert ans(ctx("\\boxed{the Jean_Luc picard}", "Jean-Luc Picard", "qa"), binary=True) == 2.0
+  assert ans(ctx("the correct answer is: b", "B", "mcq"), binary=True) == 2.0
 
 
 def test_math_judge_scores_partial_answers_over_http():
@@ -104,6 +108,11 @@ def test_math_judge_scores_partial_answers_over_http():
     rule = ans(RewardContext(row("\\boxed{-2, 2}"), ex("2, -2")), **kw)   # math-verify: no call
   assert (partial, wrong, rule) == (1.0, 0.0, 2.0)
   assert len(seen) == 2
+  # the paper's text (`binary=True`, Eq. 5: +2 correct, 0 incorrect): partial credit is 0
+  with ServerThread(app) as srv:
+    kw = dict(judge_url=srv.url + "/v1", judge_model="judge", binary=True)
+    assert ans(RewardContext(row("\\boxed{2}"), ex("2, -2")), **kw) == 0.0
+    assert ans(RewardContext(row("\\boxed{-2, 2}"), ex("2, -2")), **kw) == 2.0
   prompt, temperature, max_tokens = seen[0]
   assert prompt.startswith("You are an expert math evaluator.")
   assert prompt.endswith("Question: q?\nGold: 2, -2\nPred: 2") and temperature == 0.0

@@ -19,6 +19,12 @@ world whose levels are uneven).  `mode="uniform"` draws the same number of quest
 uniformly from the kept ones, whatever their level (the ablation).  A level too small for its
 quota is an error naming the task, the level and both sizes, unless `shortage="take_all"`.
 
+Sources: a `counts` key "task:source" (e.g. "mcq:medicine") draws that many questions of the
+task from the records whose `source` is that source, each source its own pool under the task's
+ratios (UR²'s multiple choice: 3,000 MedQA + 2,000 of each synthetic MMLU-Pro domain, not one
+9,000 pool whose mix follows the pools' sizes).  A task counted by source takes no record of
+another source (an error naming it).
+
 Which samples get the retrieval prompt (`retrieval[task][level]`, a probability): all QA,
 hard math only (easy and medium math get the CoT prompt), 5/7 of hard multiple choice and all
 very_hard multiple choice (the code's `random() > 2/7`).  Each record's draw is seeded by
@@ -105,7 +111,8 @@ def retrieval_draw(seed: int, rec_id: str) -> float:
   return random.Random(f"ur2-retrieval:{seed}:{rec_id}").random()
 
 
-def _pools(records, keep, tasks, levels) -> dict[str, dict[str, list]]:
+def _pools(records, keep, tasks, levels, by_source=()) -> dict[str, dict[str, list]]:
+  """{pool: {level: records}}; a pool is a task, or "task:source" for tasks in `by_source`."""
   pools: dict[str, dict[str, list]] = {}
   for rec in records:
     task = task_of(rec)
@@ -114,9 +121,31 @@ def _pools(records, keep, tasks, levels) -> dict[str, dict[str, list]]:
     label, score = difficulty(rec, levels)
     if label not in keep:
       continue
+    key = task
+    if task in by_source:
+      key = f"{task}:{record_field(rec, 'source', '')}"
+      if key not in by_source[task]:
+        raise ValueError(f"{_where(rec)}: {task} questions are counted by source "
+                         f"({sorted(by_source[task])}), and its source is "
+                         f"{record_field(rec, 'source', '')!r}")
     out = dict(rec, task=task, difficulty=label, difficulty_score=score)
-    pools.setdefault(task, {}).setdefault(label, []).append(out)
+    pools.setdefault(key, {}).setdefault(label, []).append(out)
   return pools
+
+
+def _by_source(counts: Mapping[str, int]) -> dict[str, set]:
+  """{task: its "task:source" count keys} of the tasks counted by source."""
+  out: dict[str, set] = {}
+  for key in counts:
+    task, sep, source = str(key).partition(":")
+    if task not in TASKS or (sep and not source):
+      raise ValueError(f"counts key {key!r}: write TASK or TASK:SOURCE with TASK one of {TASKS}")
+    if sep:
+      out.setdefault(task, set()).add(key)
+  clash = sorted(t for t in out if t in counts)
+  if clash:
+    raise ValueError(f"counts: {clash} counted both as a whole and by source")
+  return out
 
 
 def mix(records: Sequence[Mapping], *, seed: int, mode: str = "curriculum",
@@ -138,17 +167,18 @@ def mix(records: Sequence[Mapping], *, seed: int, mode: str = "curriculum",
   counts, substitute = dict(counts or {}), dict(substitute or {})
   ratios = DEFAULT_RATIOS if ratios is None else dict(ratios)
   retrieval = DEFAULT_RETRIEVAL if retrieval is None else dict(retrieval)
-  pools = _pools(records, set(keep), tuple(tasks), levels)
+  pools = _pools(records, set(keep), tuple(tasks), levels, _by_source(counts))
   if not pools:
     raise ValueError(f"no training question is left after keeping levels {list(keep)} of tasks "
                      f"{list(tasks) or list(TASKS)}")
   rng = random.Random(f"ur2-curriculum:{seed}")
   out = []
-  for task in sorted(pools):
+  for task in sorted(pools):          # a task, or "task:source"
+    kind = task.partition(":")[0]
     by_level = {k: sorted(v, key=lambda r: str(r.get("id"))) for k, v in pools[task].items()}
     pool = [r for k in sorted(by_level) for r in by_level[k]]
-    weights = {k: w for k, w in (ratios.get(task) or {}).items() if w > 0}
-    sub = dict(substitute.get(task, {}))
+    weights = {k: w for k, w in (ratios.get(task) or ratios.get(kind) or {}).items() if w > 0}
+    sub = dict(substitute.get(task, substitute.get(kind, {})))
     source = {k: sub.get(k, k) for k in weights}
     n = counts.get(task, 0)
     if not n and (not weights or shortage == "take_all"):

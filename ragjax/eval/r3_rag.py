@@ -12,7 +12,9 @@ are SQuAD-normalised on the protocol's parse of the final answer (the paper scor
 LLM-extracted short answer; its extraction prompt is not given, so the text after
 "The final answer:" is the short answer here).  A trajectory without an answer scores 0.
 
-`judge_accuracy` is the reusable part for other harnesses: ACC of given answers.
+`judge_accuracy` is the reusable part for other harnesses: ACC of given answers.  Without a
+judge (`judge=None`) ACC is not computed (`R3Result.acc` is None, the table says so): the
+string match alone is not the paper's ACC.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ragjax.services.r3_judges import answer_correct
 @dataclasses.dataclass
 class R3Result:
   system: SystemResult        # EM per question, question types, rollouts
-  acc: list[float]
+  acc: Optional[list[float]]  # None: not computed (no evaluation judge)
   f1: list[float]
   judge: dict                 # request / unparsed / failed counts
 
@@ -48,7 +50,7 @@ def evaluate_r3(name: str, engine, records: Sequence[dict], split: str, *, judge
   """Rollouts of every record with `engine`, scored with ACC, EM and F1."""
   system = evaluate_system(name, engine, records, split, batch_size=batch_size, seed=seed)
   answers = [row.answer for b in system.batch for row in b.rows][:len(records)]
-  acc, stats = judge_accuracy(judge, records, answers)
+  acc, stats = judge_accuracy(judge, records, answers) if judge is not None else (None, {})
   f1 = [answer_metrics(a, r["golden_answers"])["f1"] for a, r in zip(answers, records)]
   return R3Result(system, acc, f1, stats)
 
@@ -59,6 +61,10 @@ def r3_table(results: Sequence[R3Result]) -> str:
   lines = ["| split | system | n | ACC | F1 | EM |", "|---|---|---|---|---|---|"]
   for r in results:
     s = r.system
-    lines.append(f"| {s.split} | {s.name} | {len(s.em)} | {bootstrap_mean(r.acc)} | "
+    acc = "not computed" if r.acc is None else bootstrap_mean(r.acc)
+    lines.append(f"| {s.split} | {s.name} | {len(s.em)} | {acc} | "
                  f"{bootstrap_mean(r.f1)} | {bootstrap_mean(s.em)} |")
+  if any(r.acc is None for r in results):
+    lines += ["", "ACC: not computed (no evaluation judge: set eval.judge.url or "
+                  "eval.judge.checkpoint; the paper's is Qwen2.5-72B-Instruct)."]
   return "\n".join(lines)

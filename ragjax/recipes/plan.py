@@ -91,7 +91,8 @@ def eval_plan(c, suite: str) -> dict[str, Any]:
   module's `plan(c)`)."""
   s = c.eval.suites[suite]
   proto = {**c.protocol.to_dict(), **dict(s.get("protocol", {}) or {})}
-  sampler = {**c.sampler.to_dict(), **dict(s.get("sampler", {}) or {})}
+  sampler = {**c.sampler.to_dict(),          # a None sampler field is left to the config
+             **{k: v for k, v in dict(s.get("sampler", {}) or {}).items() if v is not None}}
   return {"eval_suite": suite, "eval_max_turns": proto.get("max_turns"),
           "eval_tokens_per_turn": sampler.get("max_new_tokens"),
           "eval_obs_tokens": proto.get("obs_max_tokens"), "eval_top_k": c.eval.top_k or proto.get("top_k"),

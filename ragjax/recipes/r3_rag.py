@@ -10,8 +10,10 @@ Stages (each reuses what an earlier run of the same workdir left; see configs/r3
   rl    PPO with a critic initialised from the cold-start policy (also the KL reference), every
         step a sample (`rl.step_samples`), the `r3_rag` step rewards with the run's judge as a
         model service; the policy exported to `<workdir>/policy`; then R3-RAG's evaluation
-        (greedy, top-5 complete documents, 5 steps; ACC by the judge, EM and F1) of the
-        cold-start and RL policies, into `<workdir>/results.{md,json}`.
+        (greedy, top-5 complete documents, 5 steps; ACC by the evaluation judge, EM and F1)
+        of the cold-start and RL policies, into `<workdir>/results.{md,json}`.  ACC asks
+        `eval.judge` (the paper's: Qwen2.5-72B-Instruct) and is reported as not computed
+        without one; `r3.acc_judge="training"` asks the training judge (the small configs).
 Model services (`teacher`, `judge`, `eval.judge`) come from their config sections
 (`ragjax.recipes.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
 policy in this process ("base"), the gold-passage rule judge, or the synthetic world's scripted
@@ -36,6 +38,8 @@ from ragjax.rollout.factory import make_engine
 from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
 
 STAGES = ("data", "sft", "rl", "all")
+RL_SAMPLES = ("random", "first")
+ACC_JUDGES = ("eval", "training")
 DATA_DIR = "cold_start_data"
 COLD_START_DIR = "cold_start_policy"
 COLD_START_META = "ragjax_cold_start.json"
@@ -60,6 +64,10 @@ def validate(c):
   if c.sampler.get("temperatures", ()) and run.rl.use_sampler_logprobs:
     raise ValueError("sampler.temperatures samples each row at its own temperature, so the "
                      "sampler's log-probs are not the policy's: set rl.use_sampler_logprobs=False")
+  if c.r3.get("rl_sample", "first") not in RL_SAMPLES:
+    raise ValueError(f"r3.rl_sample must be one of {RL_SAMPLES}, got {c.r3.rl_sample!r}")
+  if c.r3.get("acc_judge", "eval") not in ACC_JUDGES:
+    raise ValueError(f"r3.acc_judge must be one of {ACC_JUDGES}, got {c.r3.acc_judge!r}")
   if c.protocol.get("context", "restart") == "restart" and not run.rl.step_samples:
     raise ValueError("protocol.context='restart' prompts every step afresh: set "
                      "rl.step_samples=True")
@@ -119,6 +127,7 @@ def sft_fingerprint(c, data_dir: str) -> dict:
   keep = {k: v for k, v in flatten(c).items() if k.split(".")[0] in SFT_SECTIONS
           and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env"))}
   return {**keep, "r3.sft_epochs": c.r3.sft_epochs, "r3.sft_doc_chars": c.r3.sft_doc_chars,
+          "r3.sft_warmup_ratio": c.r3.get("sft_warmup_ratio", 0.0),
           "trajectories_sha256": digest}
 
 
@@ -137,7 +146,7 @@ def sft_stage(c, setup) -> dict:
     raise ValueError(f"{p['data']}: the cold start kept no trajectory; nothing to train on")
   cs = from_dict(ColdStartConfig, c.cold_start, "cold_start")
   layout = protocol_variant(c, top_k=cs.top_k, max_turns=cs.max_steps, dedup_docs=True,
-                            obs_max_chars=c.r3.sft_doc_chars or None)
+                            obs_max_chars=c.r3.sft_doc_chars or None, format_retries=0)
   engine = make_engine(layout, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
   eos = tok.decode([cfg.eos_ids[0] if cfg.eos_ids else tok.eos_token_id])
   rows_t, rows_l, stats = sft_step_samples(engine, records, eos_text=eos,
@@ -147,6 +156,9 @@ def sft_stage(c, setup) -> dict:
   sft = from_dict(SFTConfig, c.sft, "sft")
   if c.r3.sft_epochs:
     sft = dataclasses.replace(sft, steps=math.ceil(c.r3.sft_epochs * len(rows_t) / sft.batch_size))
+  ratio = float(c.r3.get("sft_warmup_ratio", 0.0))
+  if ratio:        # LLaMA-Factory / transformers: warmup = ceil(ratio x steps)
+    sft = dataclasses.replace(sft, warmup_steps=math.ceil(ratio * sft.steps))
   parts.log(f"SFT: {stats['samples']} step samples from {stats['trajectories']} trajectories "
             f"({stats['incomplete']} replays did not reach their answer, "
             f"{stats['doc_mismatches']} steps retrieved other passages than stored), "
@@ -182,8 +194,11 @@ def start(c) -> parts.Start:
 
 
 def rl_setup(c, setup):
-  """The setup RL trains on: train questions minus the cold start's (`r3.disjoint_rl`), capped
-  at `r3.rl_questions`."""
+  """The setup RL trains on: train questions minus the cold start's (`r3.disjoint_rl`), then
+  `r3.rl_questions` of them (the paper: "we sample 8,192 instances from the remaining
+  HotpotQA training data"): a sample seeded by `seed` (`r3.rl_sample="random"`, in the file's
+  order), or the first ones ("first": the released RL-data script's slice after the cold
+  start's questions)."""
   train = setup.splits["train"]
   if c.r3.disjoint_rl and not c.r3.cold_start_files:
     path = paths(c)["data"]
@@ -194,16 +209,22 @@ def rl_setup(c, setup):
         with open(f) as fh:
           used |= {str(json.loads(l)["id"]) for l in fh if l.strip()}
     train = [r for r in train if str(r["id"]) not in used]
-  if c.r3.rl_questions:
-    train = train[:c.r3.rl_questions]
+  n = int(c.r3.rl_questions)
+  if n and n < len(train) and c.r3.get("rl_sample", "first") == "random":
+    import random
+    keep = sorted(random.Random(f"r3-rl-questions:{c.seed}").sample(range(len(train)), n))
+    train = [train[i] for i in keep]
+  elif n:
+    train = train[:n]
   if not train:
     raise ValueError("no RL questions left after removing the cold start's (r3.disjoint_rl)")
   return dataclasses.replace(setup, splits={**setup.splits, "train": train})
 
 
 def eval_config(c):
+  """R3-RAG's evaluation layout (greedy, no format retry: the code's inference has none)."""
   return protocol_variant(c, top_k=c.r3.eval_top_k, max_turns=c.r3.eval_max_turns,
-                          obs_max_chars=c.r3.eval_doc_chars or None)
+                          obs_max_chars=c.r3.eval_doc_chars or None, format_retries=0)
 
 
 def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
@@ -232,9 +253,7 @@ def evaluate_policies(c, s: parts.Start, systems, splits=("dev", "test")) -> lis
 def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
   from ragjax.eval.r3_rag import evaluate_r3
   from ragjax.retrieval.types import NullRetriever
-  judged = eval_chat(c)      # eval.judge when it names a model, else the training judge
-  judge = (judged[0] if judged is not None else
-           judge_chat(c, policy=(s.cfg, s.params, s.tokenizer), setup=s.setup, mesh=s.mesh))
+  judge = acc_judge(c, s)
   ec = eval_config(c)
   out, sampler = [], None
   for split in splits:
@@ -247,6 +266,21 @@ def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
       out.append(evaluate_r3(name, engine, recs, split, judge=judge,
                              batch_size=c.eval.batch_size, seed=c.seed))
   return out
+
+
+def acc_judge(c, s: parts.Start):
+  """The ChatModel behind evaluation ACC: `eval.judge` (url or checkpoint; the paper's is
+  Qwen2.5-72B-Instruct), else None (ACC not computed) unless `r3.acc_judge="training"`, which
+  asks the training judge (the 14B relevance judge at real sizes: a deviation to report)."""
+  judged = eval_chat(c)
+  if judged is not None:
+    return judged[0]
+  if c.r3.get("acc_judge", "training") == "training":
+    return judge_chat(c, policy=(s.cfg, s.params, s.tokenizer), setup=s.setup, mesh=s.mesh)
+  name = c.eval.judge.model or "an evaluation judge"
+  parts.log(f"evaluation ACC: not computed (no eval.judge.url or .checkpoint for {name}; "
+            f"r3.acc_judge='training' would ask the training judge instead)")
+  return None
 
 
 def rl_stage(c, run) -> dict:
@@ -266,7 +300,7 @@ def rl_stage(c, run) -> dict:
     f.write("# R3-RAG: cold start vs RL (R3-RAG's evaluation layout)\n\n" + table + "\n")
   summary = {"steps": len(history), "policy": p["policy"], "table": table,
              "results": [{"system": r.system.name, "split": r.system.split,
-                          "acc": sum(r.acc) / max(len(r.acc), 1),
+                          "acc": None if r.acc is None else sum(r.acc) / max(len(r.acc), 1),
                           "em": sum(r.system.em) / max(len(r.system.em), 1),
                           "f1": sum(r.f1) / max(len(r.f1), 1), "judge": r.judge}
                          for r in results]}

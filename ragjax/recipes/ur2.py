@@ -41,22 +41,33 @@ STAGE1_MODES = ("full", "off")
 
 # --- 1. data ------------------------------------------------------------------------------------
 def parse_file_spec(spec: str) -> tuple[str, str, str]:
-  """"TASK:[FORMAT:]PATH" -> (task, format, path); the format defaults to the task's reader."""
+  """"TASK[/SOURCE]:[FORMAT:]PATH" -> (task, format, path); the format defaults to the task's
+  reader; `file_source` reads the SOURCE."""
   task, sep, rest = str(spec).partition(":")
-  if not sep or task not in TASKS:
-    raise ValueError(f"UR² question file {spec!r}: write TASK:[FORMAT:]PATH with TASK one of "
-                     f"{TASKS} (e.g. 'math:/data/train_math.jsonl', 'qa:verl:/data/qa.parquet')")
+  if not sep or task.partition("/")[0] not in TASKS or task.endswith("/"):
+    raise ValueError(f"UR² question file {spec!r}: write TASK[/SOURCE]:[FORMAT:]PATH with TASK "
+                     f"one of {TASKS} (e.g. 'math:/data/train_math.jsonl', "
+                     f"'qa:verl:/data/qa.parquet', 'mcq/medicine:/data/medqa.jsonl')")
+  task = task.partition("/")[0]
   fmt, sep, path = rest.partition(":")
   if sep and fmt in READERS:
     return task, fmt, path
   return task, task, rest
 
 
+def file_source(spec: str) -> str:
+  """The SOURCE of a "TASK/SOURCE:..." file spec ("" when none): the curriculum's per-source
+  pools (`data.stages.ur2_curriculum.counts` keys "task:source")."""
+  return str(spec).partition(":")[0].partition("/")[2]
+
+
 def read_task_files(specs) -> list[dict]:
   out = []
   for spec in specs:
     task, fmt, path = parse_file_spec(spec)
-    out += [dict(as_record(e), task=task) for e in read_examples(path, fmt)]
+    source = file_source(spec)
+    extra = {"source": source} if source else {}
+    out += [dict(as_record(e), task=task, **extra) for e in read_examples(path, fmt)]
   return out
 
 
@@ -79,9 +90,8 @@ def _source(where: str, c):
   return open_index(where, cache_size=c.retriever.cache_size)
 
 
-def summariser(c):
-  """The in-process summariser's ChatModel (None: none configured)."""
-  s = c.ur2.knowledge.summariser
+def _chat(s):
+  """The ChatModel of a summariser section (None: no url or checkpoint)."""
   if s.url:
     from ragjax.services.http_client import OpenAIChatClient
     return OpenAIChatClient(s.url, s.model or "default", api_key_env=s.api_key_env or None,
@@ -91,6 +101,43 @@ def summariser(c):
     return LocalChatModel.from_checkpoint(s.checkpoint, max_new_tokens=s.max_tokens or 512,
                                           max_prompt_tokens=s.max_prompt_tokens)
   return None
+
+
+def summariser(c):
+  """The in-process summariser (None: none configured): one ChatModel, or {"default": ...,
+  "math": ...} when `ur2.knowledge.math_summariser` has its own model (the code's router: math
+  queries to Qwen-3, the rest to GPT)."""
+  k = c.ur2.knowledge
+  chat = _chat(k.summariser)
+  math = _chat(k.math_summariser) if "math_summariser" in k else None
+  if chat is None or math is None:
+    return chat
+  return {"default": chat, "math": math}
+
+
+def check_services(c) -> None:
+  """Every model service the config names has an endpoint, before any work: the paper's
+  summarisers and math judge are named at real sizes and the user supplies them (or switches
+  them off by the field each message names)."""
+  k = c.ur2.knowledge
+  if k.mode == "summary" and not c.retriever.url:
+    for name, off in (("summariser", "ur2.knowledge.mode='raw' (the paper's 'w/o LLM summary' "
+                                     "ablation)"),
+                      ("math_summariser", "ur2.knowledge.math_summariser.model='' (the "
+                                          "summariser then serves math too)")):
+      s = k.get(name)
+      if s is None or (name == "math_summariser" and not s.model):
+        continue
+      if not (s.url or s.checkpoint):
+        paper = f" (the paper's: {s.model})" if s.model else ""
+        raise ValueError(f"ur2.knowledge.{name}{paper} needs ur2.knowledge.{name}.url (an "
+                         f"OpenAI-compatible server) or .checkpoint (an HF directory), or "
+                         f"retriever.url of a served proxy; or {off}")
+  j = c.judge
+  if j.kind == "url" and not j.url:
+    raise ValueError(f"UR²'s math judge (judge.model={j.model!r}, the paper's) needs judge.url "
+                     f"(an OpenAI-compatible server), or judge.kind='checkpoint' with "
+                     f"judge.checkpoint; judge.kind='' scores math by the rule check alone")
 
 
 def open_knowledge(c, workdir: str, setup: parts.Setup):
@@ -207,8 +254,8 @@ def stage1_config(c):
   c1.workdir = os.path.join(os.path.abspath(c.workdir), STAGE1_DIR)
   c1.rl.rewards = s1.rewards.to_dict()
   c1.rl.reward_kwargs = s1.reward_kwargs.to_dict()
-  updates = -(-c.trainer.batch_prompts * c.rl.group_size // (c.rl.mini_batch_size or 10**9))
-  c1.optim.total_steps = s1.num_steps * max(1, updates) * c.rl.ppo_epochs
+  # (the LR schedule keeps Stage 2's span: the code's Stage-1 run spans 10,000 episodes of its
+  # own data, so over its 10-15 steps the rate is 2e-6 either way)
   c1.trainer.num_steps = s1.num_steps
   c1.trainer.save_every = min(c.trainer.save_every, s1.num_steps)
   c1.trainer.eval_every = 0
@@ -230,6 +277,7 @@ def run_stage1(c, s: parts.Start):
 
 
 def check(c) -> None:
+  check_services(c)
   if c.ur2.stage1.mode not in STAGE1_MODES:
     raise ValueError(f"ur2.stage1.mode must be one of {STAGE1_MODES}, got {c.ur2.stage1.mode!r}")
   if c.ur2.knowledge.mode not in KNOWLEDGE_MODES:
@@ -271,6 +319,7 @@ def start(c) -> parts.Start:
 
 
 def run(c) -> dict:
+  check_services(c)
   run_cfg = parts.validate(c)
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)

@@ -80,6 +80,23 @@ def reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask, eps: float =
   return masked_whiten(centred[:, None] * mask, mask, eps)
 
 
+def reinforce_pp_group_norm_advantages(rewards, group_ids, loss_mask, eps: float = 1e-9,
+                                       ddof: int = 1) -> np.ndarray:
+  """UR²'s Eq. 3 as its paper writes it (§3.2, App. C.1: "normalization is first performed
+  within each rollout group, followed by global normalization across the full batch"):
+  (r - group mean) / (group std + eps), the group's unbiased std and eps 1e-9 as OpenRLHF's
+  `group_norm` estimator, then the same masked batch whitening.  A singleton group keeps
+  r - mean = 0.  Returns [B, T]."""
+  r = np.asarray(rewards, np.float64)
+  normed = np.zeros_like(r)
+  for idx in _groups(group_ids):
+    g = r[idx]
+    centred = g - g.mean()
+    normed[idx] = centred / (g.std(ddof=ddof) + eps) if len(g) > 1 else centred
+  mask = np.asarray(loss_mask, np.float64)
+  return masked_whiten(normed[:, None] * mask, mask)
+
+
 @registry.register("advantage", "grpo")
 def grpo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
   return grpo_advantages(rewards, group_ids, use_std=True, eps=eps)[:, None] * loss_mask
@@ -99,6 +116,12 @@ def rloo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarr
 def reinforce_pp_baseline_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6
                                     ) -> np.ndarray:
   return reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask)
+
+
+@registry.register("advantage", "reinforce_pp_group_norm")
+def reinforce_pp_group_norm_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6
+                                      ) -> np.ndarray:
+  return reinforce_pp_group_norm_advantages(rewards, group_ids, loss_mask)
 
 
 def outcome_advantages(estimator: str, rewards, group_ids, loss_mask, *, eps: float = 1e-6) -> np.ndarray:

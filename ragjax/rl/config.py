@@ -30,6 +30,7 @@ class RLConfig:
   clip_low: float = 0.2
   clip_high: float = 0.2              # > clip_low is DAPO's clip-higher
   dual_clip: Optional[float] = None   # c > 1 caps negative-advantage losses at -A*c
+  clip_ratio: bool = True             # False: the plain ratio, no clip (UR²'s paper's reading)
   loss_agg: str = "token-mean"        # token-mean | seq-mean-token-mean | seq-mean-token-sum
   kl_coef: float = 0.001
   kl_estimator: str = "k3"            # k1 | k2 | k3 (k3 = verl low_var_kl)

@@ -43,14 +43,18 @@ def aggregate(x: jnp.ndarray, mask: jnp.ndarray, mode: str,
 
 
 def clipped_surrogate(logprobs, behaviour_logprobs, advantages, *, clip_low: float,
-                      clip_high: float, dual_clip: Optional[float] = None):
+                      clip_high: float, dual_clip: Optional[float] = None, clip: bool = True):
   """Per-token PPO loss with separate low/high clip (DAPO) and optional dual clip (c > 1).
 
   Returns (loss [B, T], clipped [B, T] float indicator).  With dual clip, a negative-advantage
-  token's loss is capped at -A * c, so a huge ratio cannot blow the update up.
+  token's loss is capped at -A * c, so a huge ratio cannot blow the update up.  `clip=False`
+  is the plain importance-weighted loss -A * ratio (no clip: UR²'s paper, "we ... omit both
+  KL-divergence and clipping terms").
   """
   ratio = jnp.exp(logprobs - behaviour_logprobs)
   loss1 = -advantages * ratio
+  if not clip:
+    return loss1, jnp.zeros_like(loss1)
   loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
   loss = jnp.maximum(loss1, loss2)
   clipped = (loss2 > loss1).astype(jnp.float32)

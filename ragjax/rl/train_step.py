@@ -94,7 +94,8 @@ def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
   mask = batch.loss_mask
   denom_ = batch.behaviour_logprobs if batch.behaviour_logprobs is not None else batch.old_logprobs
   pg, clipped = clipped_surrogate(logp, denom_, batch.advantages, clip_low=rl.clip_low,
-                                  clip_high=rl.clip_high, dual_clip=rl.dual_clip)
+                                  clip_high=rl.clip_high, dual_clip=rl.dual_clip,
+                                  clip=rl.clip_ratio)
   agg = lambda x: aggregate(x, mask, rl.loss_agg, d)
   pg_loss = agg(pg)
   entropy = agg(ent)

@@ -46,7 +46,7 @@ from ragjax.rollout.segments import Segment
 from ragjax.rollout.textspan import decode, tokens_covering, tokens_within
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,
                                        assemble, assemble_samples)
-from ragjax.sampling.config import CACHE_FULL, NOT_RUN, PAUSED
+from ragjax.sampling.config import BUDGET, CACHE_FULL, NOT_RUN, PAUSED
 
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
 
@@ -146,6 +146,8 @@ class _Row:
   turn_text: str = ""
   end_token_text: Optional[str] = None
   resume: bool = False                   # a hook asked the row to continue without retrieval
+  format_retries: int = 0                # this turn's regenerations (Protocol.format_retries)
+  regenerate: bool = False               # the turn is decoded again (the turn does not advance)
   pending: list = dataclasses.field(default_factory=list)   # ids to extend with this turn
 
   def append(self, ids, label, turn, logprobs=None):
@@ -175,6 +177,7 @@ class RolloutEngine:
     self.retrieval_calls = 0
     caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
     self.response_budget = min(caps) if caps else None
+    self.format_retries = int(getattr(protocol, "format_retries", 0) or 0)
     self.max_extend = policy.max_extend
     stops = policy.stop_strings
     missing = [s for s in protocol.stop_sequences if s not in stops]
@@ -264,7 +267,7 @@ class RolloutEngine:
     """Whether turns stream (`EngineConfig.decode_chunk`, a policy with `chunked_decode`, no
     hooks, a protocol that keeps its context)."""
     return bool(self.config.decode_chunk > 0 and getattr(self.policy, "chunked_decode", False)
-                and not self.hooks and not self.restart)
+                and not self.hooks and not self.restart and not self.format_retries)
 
   def _run_wave(self, prompts, inputs, uids, g: int, seed: int, first_row: int, spare: int,
                 held: int, key_ids: Optional[list] = None):
@@ -311,7 +314,11 @@ class RolloutEngine:
       for r in sorted(self._rows):          # every row still going decoded this turn
         row = self._rows[r]
         if not row.done:
+          if row.regenerate:                # a format retry: the same turn again
+            row.regenerate = False
+            continue
           row.turn += 1
+          row.format_retries = 0
           if row.turn >= total_turns:
             row.done, row.stop_reason = True, "max_turns"
             out_of_turns.append(r)
@@ -391,9 +398,13 @@ class RolloutEngine:
             ids, lp = partial.setdefault(r, ([], []))
             ids += toks[slot, :lens[slot]].tolist()
             lp += lps[slot, :lens[slot]].tolist()
-            if int(reasons[slot]) != PAUSED:
+            reason = int(reasons[slot])
+            cap = self._turn_cap(r)
+            if reason == PAUSED and cap is not None and len(ids) >= cap:
+              reason = BUDGET              # the question's own turn budget is spent
+            if reason != PAUSED:
               ids, lp = partial.pop(r)
-              self._read_turn(r, ids, lp, int(reasons[slot]), total_turns)
+              self._read_turn(r, ids, lp, reason, total_turns)
               ended.append(r)
           searching = [r for r in ended if self._is_search(r)]
           for r in ended:
@@ -523,7 +534,10 @@ class RolloutEngine:
     end (and never past an eos in an inline stream), appended and recorded."""
     row = self._rows[r]
     t, final = row.turn, row.turn == total_turns - 1
-    row.sampler_len += len(ids)
+    row.sampler_len += len(ids)            # what the sampler holds, also past a cut below
+    cap = self._turn_cap(r)
+    if cap is not None and len(ids) > cap:   # as a sampler with this turn budget would stop
+      ids, logprobs, reason = ids[:cap], logprobs[:cap], BUDGET
     eos_tail = bool(ids) and ids[-1] in self.eos_ids
     body = ids[:-1] if eos_tail else ids
     text = decode(self.tokenizer, body)
@@ -556,10 +570,16 @@ class RolloutEngine:
                                   query=action.query if action.kind == Kind.SEARCH else None,
                                   all_queries=action.all_queries, reason=row.action.reason))
 
+  def _turn_cap(self, r: int):
+    """Row r's question's own turn budget (`Protocol.turn_budget`), or None."""
+    return self.protocol.turn_budget(self._inputs[self._rows[r].prompt_index])
+
   def _observe(self, r: int, hits, total_turns: int) -> bool:
     """After row r's turn (and its search's `hits`): the row ends (False) or its observation
     is appended and waits in `pending` for the sampler (True)."""
     row = self._rows[r]
+    if self._retries(row):
+      return self._regenerate(row)
     t, final = row.turn, row.turn == total_turns - 1
     kind = row.action.kind
     obs = []
@@ -600,6 +620,29 @@ class RolloutEngine:
     if ids:
       row.labels[-len(ids):] = labels
     row.pending = row.pending + ids
+    return True
+
+  def _retries(self, row: _Row) -> bool:
+    """Whether the row's malformed turn is decoded again (`Protocol.format_retries` times at
+    most, for the parse failures in `Protocol.retry_reasons`)."""
+    a = row.action
+    return (row.format_retries < self.format_retries and not row.resume and a is not None
+            and a.kind == Kind.END and a.reason in getattr(self.protocol, "retry_reasons", ()))
+
+  def _regenerate(self, row: _Row) -> bool:
+    """Drops the row's turn (tokens, record) and decodes it again from the same history: the
+    sampler row is truncated back (`_sync_lengths`) and, with a policy that has `reseed`,
+    given a new stream, so the retry samples anew (R3-RAG's code regenerates a step whose
+    `Step j:` header check fails, at most 3 generations in all)."""
+    row.format_retries += 1
+    self._stats["format_retries"] = self._stats.get("format_retries", 0) + 1
+    row.records.pop()
+    row.cut(row.turn_start)
+    row.recorded = True                   # back to the turn's prompt: nothing new to record
+    row.action, row.pending, row.regenerate = None, [], True
+    if hasattr(self.policy, "reseed"):
+      salt = 1000 * (row.turn + 1) + row.format_retries
+      self._state = self.policy.reseed(self._state, [row.slot], [salt])
     return True
 
   def _restart(self, row: _Row) -> bool:

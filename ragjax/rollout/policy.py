@@ -10,6 +10,9 @@ tokens a row may hold).  `decode` returns a `ragjax.sampling.state.TurnOutput` w
 Optional: `refill(state, rows, prompts, samples_per_prompt, seed, first_row)` puts new prompts'
 samples into rows that finished (continuous batching; `ragjax.sampling.Sampler.refill`).  The
 engine uses it for rollouts in waves when the policy has it, and runs fixed waves otherwise.
+Optional: `reseed(state, rows, salts)` gives rows a new deterministic sampling stream (a turn
+regenerated from the same history then differs: R3-RAG's format retry); without it a retried
+turn is decoded again as the policy decodes any turn.
 Optional: `chunked_decode = True` with `decode(state, steps=k)`: at most k tokens per row, rows
 still mid-turn come back with stop_reason PAUSED and the next call continues their turn (the
 engine's `decode_chunk`, which overlaps retrieval with decoding; whole turns otherwise).

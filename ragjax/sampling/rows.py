@@ -102,3 +102,10 @@ def put(state: SamplerState, dst, part: SamplerState) -> SamplerState:
 
 def set_done(state: SamplerState, chosen) -> SamplerState:
   return state.replace(finished=state.finished | chosen)
+
+
+def reseed(state: SamplerState, chosen, salts) -> SamplerState:
+  """Chosen rows' keys folded with their salt: the same history then samples anew (a format
+  retry regenerates a turn from the same prefix; the step keys fold in only the length)."""
+  fresh = jax.vmap(jax.random.fold_in)(state.keys, salts.astype(jnp.uint32))
+  return state.replace(keys=jnp.where(chosen[:, None], fresh, state.keys))

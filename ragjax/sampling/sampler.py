@@ -42,6 +42,8 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   big wave would.
 * `clone_rows(state, src_rows, dst_rows)`: dst rows become copies of src rows (cache,
   history, length), with fresh keys.
+* `reseed(state, rows, salts)`: rows' keys folded with their salts, so a turn decoded again
+  from the same history samples anew (R3-RAG's format retry).
 * `truncate(state, rows, new_lengths)`: drops the end of rows' histories (REX-RAG's cut
   before the answer); recomputes their next-token logits with a one-token forward.
 * `set_params(params)`: weight sync from the trainer (same shapes, no recompile).
@@ -110,6 +112,7 @@ class Sampler:
     self._truncate = jax.jit(self._counted("truncate", self._truncate_fn), donate_argnums=(1,))
     self._clone = jax.jit(self._counted("clone", self._clone_fn), donate_argnums=(0,))
     self._set_done = jax.jit(self._counted("set_done", rows_lib.set_done), donate_argnums=(0,))
+    self._reseed = jax.jit(self._counted("reseed", rows_lib.reseed), donate_argnums=(0,))
     self._place = jax.jit(self._counted("place", self._place_fn), donate_argnums=(0,))
     self._grow = jax.jit(self._counted("grow", self._grow_fn), static_argnames=("slots",))
 
@@ -315,6 +318,15 @@ class Sampler:
 
   def set_done(self, state: SamplerState, rows: Sequence[int]) -> SamplerState:
     return self._set_done(state, self._rows(self._mask(state, rows, "set_done")))
+
+  def reseed(self, state: SamplerState, rows: Sequence[int], salts: Sequence[int]
+             ) -> SamplerState:
+    """Rows' keys folded with their salts (a deterministic new stream per (row, salt))."""
+    if len(rows) != len(salts):
+      raise ValueError(f"reseed got {len(rows)} rows but {len(salts)} salts")
+    full = np.zeros((state.batch_size,), np.int32)
+    full[self._check_rows(state, rows, "reseed")] = np.asarray(salts, np.int32)
+    return self._reseed(state, self._rows(self._mask(state, rows, "reseed")), self._rows(full))
 
   def clone_rows(self, state: SamplerState, src_rows: Sequence[int],
                  dst_rows: Sequence[int]) -> SamplerState:

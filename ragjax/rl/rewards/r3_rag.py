@@ -1,16 +1,30 @@
 """R3-RAG's step rewards (seeds_rex_autorefine_r3.md §3.3, the code's semantics).
 
 One value per step (turn) of a trajectory; with `rl.step_samples` each lands on its own step
-sample.  For a trajectory T with search steps j and outcome o:
+sample.  For a trajectory T with search steps j and outcome o, Eq. 4 scales the relevance
+(process) reward by lambda_T(T):
 
-| outcome | search step j | last step |
-|---|---|---|
-| answered, correct | Rel_j x (1 + gamma_correct) = 1.6 Rel_j | `answer_reward` = 2.0 |
-| answered, incorrect | Rel_j x (1 + gamma_incorrect) = 0.8 Rel_j | 0.0 |
-| no answer ("fail": the last step is a search) | Rel_j x (1 + gamma_fail) = 0.9 Rel_j | (a search step) |
-| format failure at step k | Rel_j x 1 for j < k | `format_penalty` = -0.9 |
+| outcome | lambda_T: the paper ("gamma") | the code ("one_plus_gamma") | last step |
+|---|---|---|---|
+| answered, correct | gamma_correct = 0.6 | 1 + 0.6 = 1.6 | `answer_reward` = 2.0 |
+| answered, incorrect | gamma_incorrect = -0.2 | 1 - 0.2 = 0.8 | 0.0 |
+| no answer ("fail": the last step is a search) | gamma_fail = -0.1 | 1 - 0.1 = 0.9 | (a search step) |
+| format failure at step k (Rel_j for j < k) | 1 | 1 | `format_penalty` = -0.9 |
 
-lambda_T = 1 + gamma is the code's multiplier (the paper calls gamma the sign).  Correctness is
+`lambda_form="gamma"` (the default) is §3.3 as written: "For trajectories with correct answers,
+lambda_T is positive ...; for incorrect answers or failures to produce answers due to
+overthinking, it is negative ...  For trajectories with format errors, lambda_T equals 1",
+with App. E's gamma_fail = -0.1, gamma_incorrect = -0.2, gamma_correct = 0.6: relevance is
+penalised on wrong and failed trajectories.  E.g. Rel = (0.8, 0.5) then an answer: correct
+-> (0.48, 0.30, 2.0), incorrect -> (-0.16, -0.10, 0.0).  `"one_plus_gamma"` is the released
+code's `reward * (1 + correct_bonus_factor)` / `(1 - uncorrect_penalty_factor)` /
+`(1 - fail_penalty_factor)` (train/R3RAG_OpenRLHF/openrlhf/trainer/ppo_utils/
+experience_maker.py), always positive: (1.28, 0.80, 2.0) and (0.64, 0.40, 0.0).
+
+The relevance judge reads the step's documents as the policy saw them: each cut to
+`doc_chars` (`doc_cut="each"`, the paper's App. E) or the joined string cut
+(`"joined"`, the code); the config links both to `protocol.doc_cut` / `obs_max_chars`.
+Correctness is
 Acc = Acc_match OR Acc_model and Rel the relevance judge's score, with the heuristic when the
 judge fails and 0 for a reply without a score (`ragjax.services.r3_judges`); both judges are the
 run's `judge` service (`ctx.services`), asked once per training step for all rows.  A format
@@ -25,7 +39,7 @@ outcome-only PPO); `answer_judge=False` is Acc_match only.  Each row's record ge
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -51,14 +65,28 @@ def outcome_of(row, correct: bool) -> str:
   return FORMAT
 
 
+LAMBDA_FORMS = ("gamma", "one_plus_gamma")
+
+
+def outcome_lambda(outcome: str, *, gamma_correct: float = 0.6, gamma_incorrect: float = -0.2,
+                   gamma_fail: float = -0.1, lambda_form: str = "gamma") -> float:
+  """lambda_T of Eq. 4 for a trajectory outcome (see the module docstring)."""
+  if lambda_form not in LAMBDA_FORMS:
+    raise ValueError(f"r3_rag lambda_form must be one of {LAMBDA_FORMS}, got {lambda_form!r}")
+  if outcome == FORMAT:
+    return 1.0
+  gamma = {CORRECT: gamma_correct, INCORRECT: gamma_incorrect, FAIL: gamma_fail}[outcome]
+  return gamma if lambda_form == "gamma" else 1.0 + gamma
+
+
 def step_rewards(actions: Sequence[str], relevance: Sequence[float], outcome: str, *,
                  gamma_correct: float = 0.6, gamma_incorrect: float = -0.2,
                  gamma_fail: float = -0.1, answer_reward: float = 2.0,
-                 format_penalty: float = -0.9) -> list[float]:
+                 format_penalty: float = -0.9, lambda_form: str = "gamma") -> list[float]:
   """The per-step rewards of one trajectory from its steps' actions, the relevance of each
   step (used on search steps) and its outcome (see the module docstring)."""
-  lam = {CORRECT: 1.0 + gamma_correct, INCORRECT: 1.0 + gamma_incorrect,
-         FAIL: 1.0 + gamma_fail, FORMAT: 1.0}[outcome]
+  lam = outcome_lambda(outcome, gamma_correct=gamma_correct, gamma_incorrect=gamma_incorrect,
+                       gamma_fail=gamma_fail, lambda_form=lambda_form)
   out = [lam * float(rel) if action == "search" else 0.0
          for action, rel in zip(actions, relevance)]
   if outcome == CORRECT:
@@ -75,8 +103,13 @@ def step_rewards(actions: Sequence[str], relevance: Sequence[float], outcome: st
 def r3_rag_reward(ctxs: Sequence[RewardContext], judge: str = "judge", process: bool = True,
                   answer_judge: bool = True, gamma_correct: float = 0.6,
                   gamma_incorrect: float = -0.2, gamma_fail: float = -0.1,
-                  answer_reward: float = 2.0, format_penalty: float = -0.9) -> list[list[float]]:
+                  answer_reward: float = 2.0, format_penalty: float = -0.9,
+                  lambda_form: str = "gamma", doc_cut: str = "joined",
+                  doc_chars: Optional[int] = 512) -> list[list[float]]:
   """Per-step R3-RAG rewards of every row (one relevance and one correctness request batch)."""
+  outcome_lambda(CORRECT, lambda_form=lambda_form)       # a bad form fails before any request
+  if doc_cut not in ("each", "joined"):
+    raise ValueError(f"r3_rag doc_cut must be 'each' or 'joined', got {doc_cut!r}")
   need = answer_judge or process
   chat = ctxs[0].service(judge) if need and ctxs else None
   acc, acc_stats = answer_correct(
@@ -89,9 +122,11 @@ def r3_rag_reward(ctxs: Sequence[RewardContext], judge: str = "judge", process: 
         if turn.action == "search":
           fields = r3_step_fields(turn.text)
           where.append((i, j))
+          docs = [d[:doc_chars] if doc_cut == "each" else d for d in turn.doc_texts]
           items.append((rl_prompt(c.example["question"]), fields["analysis"],
-                        turn.query or fields["query"], list(turn.doc_texts)))
-  rels, rel_stats = step_relevance(chat, items)
+                        turn.query or fields["query"], docs))
+  rels, rel_stats = step_relevance(chat, items,
+                                   max_doc_chars=None if doc_cut == "each" else doc_chars)
   relevance = [[0.0] * len(c.row.turns) for c in ctxs]
   for (i, j), r in zip(where, rels):
     relevance[i][j] = r
@@ -102,7 +137,8 @@ def r3_rag_reward(ctxs: Sequence[RewardContext], judge: str = "judge", process: 
     rel = relevance[i] or [0.0]
     out.append(step_rewards(actions, rel, outcome, gamma_correct=gamma_correct,
                             gamma_incorrect=gamma_incorrect, gamma_fail=gamma_fail,
-                            answer_reward=answer_reward, format_penalty=format_penalty))
+                            answer_reward=answer_reward, format_penalty=format_penalty,
+                            lambda_form=lambda_form))
     c.row.extra["r3"] = {"outcome": outcome, "relevance": [relevance[i][j] for j, a in
                                                              enumerate(actions) if a == "search"]}
   if ctxs:

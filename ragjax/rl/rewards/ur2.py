@@ -7,6 +7,10 @@ example (its task and retrieval flag) and the training step.
 * `ur2_answer`: math 2 / 1 / 0 (a rule check with math-verify, then, when a judge is given,
   the paper's judge prompt: Correct 2, Partially correct 1, else 0), open-domain QA 2 x token
   F1 (the reward server's normalisation), multiple choice 2 x letter EM; an empty answer is 0.
+  That is the authors' reward servers (`UR2_RL/train/reward_server_*_stage2.py`), which
+  trained the paper's models; `binary=True` is the paper's text (Eq. 5: "+2 for correct
+  answers, 0 for incorrect"): QA 2 x exact match under the same normalisation, math 2 only for
+  a rule match or a judged "Correct" (partial credit 0).
 * `ur2_format`: the nine checks of `ur2_checks`; Stage 1 (mode "stage1") +1 when clean, else
   minus the number of violations on retrieval samples (0 on the others, as the code); Stage 2
   +1 when clean, else 0.
@@ -88,26 +92,39 @@ def math_judge(ctx: RewardContext, judge_url: str = "", judge_model: str = "",
     return _JUDGES[key]
 
 
-def answer_score(task: str, pred: str, golds, question: str = "", judge=None) -> float:
-  """UR²'s Stage-2 answer score in [0, 2] (seeds §A3.1)."""
+def qa_exact(pred: str, golds) -> float:
+  """1.0 iff the prediction equals a gold alias under the reward server's normalisation."""
+  norm = normalize_answer_spaced(pred)
+  return float(any(norm == normalize_answer_spaced(g)
+                   for g in ([golds] if isinstance(golds, str) else golds)))
+
+
+def answer_score(task: str, pred: str, golds, question: str = "", judge=None,
+                 binary: bool = False) -> float:
+  """UR²'s Stage-2 answer score in [0, 2] (seeds §A3.1); `binary`: 2 or 0 (see above)."""
   if not pred:
     return 0.0
   if task == "mcq":
     return 2.0 * letter_match(pred, golds)
   if task == "qa":
+    if binary:
+      return 2.0 * qa_exact(pred, golds)
     return 2.0 * token_f1(pred, golds, normalize=normalize_answer_spaced)
   if math_equal(pred, golds):
     return 2.0
   if judge is None:
     return 0.0
   gold = golds if isinstance(golds, str) else golds[0]
-  return float(judge([dict(question=question, gold=gold, pred=pred)])[0])
+  score = float(judge([dict(question=question, gold=gold, pred=pred)])[0])
+  return (2.0 if score == 2.0 else 0.0) if binary else score
 
 
 @register_reward("ur2_answer")
-def ur2_answer_reward(ctx: RewardContext, task: str = "qa", **judge_kwargs) -> float:
+def ur2_answer_reward(ctx: RewardContext, task: str = "qa", binary: bool = False,
+                      **judge_kwargs) -> float:
   return answer_score(example_task(ctx, task), ctx.answer or "", ctx.golden_answers,
-                      str(ctx.example.get("question", "")), math_judge(ctx, **judge_kwargs))
+                      str(ctx.example.get("question", "")), math_judge(ctx, **judge_kwargs),
+                      binary=binary)
 
 
 def row_violations(ctx: RewardContext, task: str = "qa", family="qwen",

@@ -214,6 +214,12 @@ class Protocol:
     text after the prompt, up to and including the query.  None: plain `search`."""
     return None
 
+  def turn_budget(self, inp: PromptInput) -> Optional[int]:
+    """The most tokens one turn of this question may take (None: the sampler's per-turn
+    budget).  The engine ends a longer turn there, exactly as a sampler with that budget would
+    (UR²'s per-task budgets in one batch: QA 512, multiple choice 1,536, math 3,072)."""
+    return None
+
   def final_turn_segments(self) -> list[Segment]:
     return [Segment(self.force_answer_text, Source.ENV)] if self.force_answer_text else []
 

@@ -5,8 +5,9 @@ The policy writes `Step j:\\nThe problem analysis: ...\\nThe retrieval query: ..
 
 * "restart" (the paper's): every step is a fresh single-turn chat whose user message is
   `The question: {q}` followed, per earlier step, by `\\n{step}\\nThe retrieval documents:
-  {passages}` (the step as kept, the documents cut to `obs_max_chars`); the assistant writes
-  step j and ends its turn.  The engine reuses the cache of the common prefix of consecutive
+  {passages}` (the step as kept, the documents cut to `obs_max_chars`: each document,
+  `doc_cut="each"`, as the paper's App. E writes it, or the step's joined string, "joined",
+  as the released code does); the assistant writes step j and ends its turn.  The engine reuses the cache of the common prefix of consecutive
   prompts, so re-prompting costs only the new text.  Each step is its own training sample.
 * "stream": the history stays in one assistant stream; a query is answered with
   `\\nThe retrieval documents: {passages}\\n\\n` and the next step follows.
@@ -14,7 +15,9 @@ The policy writes `Step j:\\nThe problem analysis: ...\\nThe retrieval query: ..
 Parsing follows the released code: the analysis runs to the next section marker, the query is
 also cut at "\\nStep" and before its first "?", and whichever of query / answer comes first
 wins.  With `step_header` a step must also hold exactly one `Step <n>:` line (the code's format
-check; the number itself is not checked).  A query in the last step is still retrieved (its
+check; the number itself is not checked); a step failing it is generated again up to
+`format_retries` times (the code: `try_format_wrong=3` generations in all) before it counts as
+a format failure.  A query in the last step is still retrieved (its
 documents are scored by the relevance reward) and the trajectory then ends without an answer.
 """
 
@@ -35,6 +38,7 @@ ANSWER = "The final answer:"
 DOCUMENTS = "The retrieval documents:"
 _SECTION_MARKERS = (ANALYSIS, QUERY, ANSWER, DOCUMENTS, "###", "####")
 STEP_HEADER = re.compile(r"Step \d+:\n")
+DOC_CUTS = ("each", "joined")
 
 
 def _region_end(text: str, start: int, stops: Sequence[str]) -> int:
@@ -111,6 +115,16 @@ class R3Rag(Protocol):
   system: Optional[str] = "You are a helpful assistant."
   context: str = "restart"
   step_header: bool = False
+  doc_cut: str = "joined"          # obs_max_chars per step ("joined") or per document ("each")
+  format_retries: int = 0          # regenerations of a step that fails the header check
+  retry_reasons = ("format_step_header",)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.doc_cut not in DOC_CUTS:
+      raise ValueError(f"protocol.doc_cut must be one of {DOC_CUTS}, got {self.doc_cut!r}")
+    if self.format_retries < 0:
+      raise ValueError(f"protocol.format_retries must be >= 0, got {self.format_retries}")
 
   def system_message(self, inp: PromptInput) -> Optional[str]:
     return self.system
@@ -129,7 +143,11 @@ class R3Rag(Protocol):
     return parse_r3_step(text, final=final, step_header=self.step_header)
 
   def format_documents(self, hits: Sequence) -> str:
-    return "\n".join(hit_contents(h) for h in hits)
+    cut = self.obs_max_chars if self.doc_cut == "each" else None
+    return "\n".join(hit_contents(h)[:cut] for h in hits)
+
+  def truncate_chars(self, docs: str) -> str:
+    return docs if self.doc_cut == "each" else super().truncate_chars(docs)
 
   def observation(self, query: str, hits: Sequence) -> list[Segment]:
     return [Segment(f"\n{DOCUMENTS} ", Source.ENV),

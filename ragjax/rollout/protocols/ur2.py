@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, hit_contents
@@ -200,12 +200,23 @@ class UR2(Protocol):
   final_turn: bool = True
   obs_max_tokens: Optional[int] = None
   prompts: str = "paper"           # "paper" (App. D.2, the code's CoT) | "compact" (the world)
+  # Per task, the most tokens one turn may take (the code's vLLM max_tokens: QA 512, multiple
+  # choice 1536, math 3072; seeds §A2.3); a task not named, or None, gets the sampler's
+  # per-turn budget (`sampler.max_new_tokens`, which must hold the largest).
+  turn_tokens: Optional[Mapping[str, int]] = None
 
   def __post_init__(self):
     super().__post_init__()
     check_task(self.task)
     if self.prompts not in PROMPTS:
       raise ValueError(f"UR2 prompts must be one of {PROMPTS}, got {self.prompts!r}")
+    for task, n in dict(self.turn_tokens or {}).items():
+      check_task(task, "protocol.turn_tokens key")
+      if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"protocol.turn_tokens[{task!r}] must be a positive int, got {n!r}")
+
+  def turn_budget(self, inp: PromptInput) -> Optional[int]:
+    return dict(self.turn_tokens or {}).get(self.task_of(inp))
 
   def task_of(self, inp: PromptInput) -> str:
     return check_task(inp.task or self.task, f"question {inp.question[:60]!r}: task")
