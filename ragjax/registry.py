@@ -29,20 +29,29 @@ Categories:
 method carries from step to step (REX-RAG's keep-ratio history) resumes exactly.  `tokenizer`
 is the policy's (the engine's).
 
-This module imports nothing from ragjax: the packages that define built-ins register them when
-imported (`ragjax.rl.rewards`, `ragjax.rl.advantages`, `ragjax.rollout.rex_rag`, ...).  User
-components bind through gin in a `--gin_file`:
-`user_plugins.plugins = {"reward": {"mine": @my_reward}}`.
+  protocol      a `ragjax.rollout.protocols.Protocol` subclass (tag grammar, prompts, parser),
+                built by `protocol.name` with the config's `protocol` fields
+
+Built-ins register themselves where they are defined, and `ragjax.plugins` is the one module
+that imports them all; the first lookup loads it (by name, so this leaf module imports nothing
+from ragjax).  User components bind through gin in a `--gin_file`:
+`user_plugins.plugins = {"reward": {"mine": @my_reward}, "protocol": {"mine": @MyProtocol}}`.
+
+    python -m ragjax.registry          # every kind, each name with its one-line description
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 import gin
 
 CATEGORIES = ("reward", "advantage", "rollout_hook", "batch_filter", "behaviour",
-              "metric", "data_stage")
+              "metric", "data_stage", "protocol")
+BUILTINS = "ragjax.plugins"       # the module that imports (so registers) every built-in
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
 
@@ -77,7 +86,14 @@ def user_plugins(plugins: Optional[Mapping[str, Mapping[str, Any]]] = None
   return out
 
 
+def load_builtins() -> None:
+  """Imports `BUILTINS` once (each built-in registers itself when its module is imported)."""
+  if BUILTINS not in sys.modules:
+    importlib.import_module(BUILTINS)
+
+
 def _merged(category: str) -> dict[str, Any]:
+  load_builtins()
   table = _category(category)
   extra = user_plugins().get(category, {})
   clash = sorted(set(extra) & set(table))
@@ -103,3 +119,33 @@ def check(category: str, keys: Iterable[str], field: str) -> None:
   bad = [k for k in keys if k not in known]
   if bad:
     raise ValueError(f"{field}: unknown {category} {bad}; registered: {sorted(known)}")
+
+
+def describe(obj: Any, width: int = 100) -> str:
+  """A plug-in's one-line description: the first sentence of its docstring's first paragraph
+  (a dataclass's generated signature does not count)."""
+  doc = (getattr(obj, "__doc__", None) or "").strip()
+  name = getattr(obj, "__name__", "")
+  if not doc or (name and doc.startswith(name + "(")):
+    return "(no description)"
+  text = " ".join(doc.split("\n\n")[0].split())
+  end = re.search(r"(?<!Eq)(?<!Dr)(?<!vs)(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z`(])", text)
+  text = text if end is None else text[:end.start() + 1]
+  return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def listing() -> str:
+  """Every category's registered names, each with its one-line description."""
+  out = []
+  for category in CATEGORIES:
+    out.append(f"{category}:")
+    table = _merged(category)
+    width = max((len(n) for n in table), default=0)
+    out += [f"  {name:<{width}}  {describe(table[name])}" for name in sorted(table)]
+  return "\n".join(out)
+
+
+if __name__ == "__main__":
+  # run as a script this file is `__main__`; the plug-ins register in `ragjax.registry`
+  from ragjax import registry
+  print(registry.listing())

@@ -34,7 +34,8 @@ from ragjax.rl.rewards.registry import RewardContext, score_rows  # noqa: E402
 from ragjax.rollout.dump import batch_records  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
-from ragjax.rollout.protocols import PROTOCOLS, get_protocol  # noqa: E402
+from ragjax import registry  # noqa: E402
+from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.renderer import Renderer  # noqa: E402
 from ragjax.rollout.viewer import page_html, terminal_text  # noqa: E402
 from ragjax.tools.fuzz_outputs import Fuzzer  # noqa: E402
@@ -60,7 +61,7 @@ def method_of(name: str):
 
 def pytest_generate_tests(metafunc):
   if "protocol_name" in metafunc.fixturenames:
-    metafunc.parametrize("protocol_name", sorted(PROTOCOLS))
+    metafunc.parametrize("protocol_name", registry.names("protocol"))
 
 
 def scripts_for(rng, fuzzer: Fuzzer, rows: int) -> dict:

@@ -18,7 +18,8 @@ import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
-from ragjax.rollout.protocols import PROTOCOLS, get_protocol  # noqa: E402
+from ragjax import registry  # noqa: E402
+from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.renderer import Renderer  # noqa: E402
 from ragjax.rollout.rex_rag import RexRagCloneHook  # noqa: E402
 
@@ -44,7 +45,7 @@ turn_text = st.tuples(junk, action, junk, st.sampled_from(["", "<|im_end|>"])).m
 
 @st.composite
 def scenarios(draw):
-  name = draw(st.sampled_from(sorted(PROTOCOLS)))
+  name = draw(st.sampled_from(registry.names("protocol")))
   overrides = {"max_turns": draw(st.integers(1, 3))}
   if name == "rezero":
     overrides["today"] = "01 Jan 2026"

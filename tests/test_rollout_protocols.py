@@ -140,7 +140,8 @@ def test_rezero_parser():
 
 
 def test_registry_and_inputs():
-  with pytest.raises(ValueError, match="known:"):
+  with pytest.raises(ValueError, match=r"protocol.name: unknown protocol \['nope'\]; registered: "
+                                       r"\['autorefine'"):
     get_protocol("nope")
   with pytest.raises(ValueError, match="'question'"):
     as_prompt_input({"q": 1})
@@ -232,3 +233,43 @@ def test_special_tokens_in_data_stay_text(which):
   clean = eng.renderer.prompt_ids("Where is Quillport")
   assert [i for i in prompt if i in special_ids] == [i for i in clean if i in special_ids]
   assert " ".join(specials) in tok.decode(prompt)
+
+
+def test_one_registry_lists_every_kind_protocols_included():
+  """`python -m ragjax.registry` lists each kind's names with a one-line description; protocols
+  are registered like every other plug-in (so a gin-bound one is found by `get_protocol`)."""
+  import subprocess
+  import sys
+  out = subprocess.run([sys.executable, "-m", "ragjax.registry"], capture_output=True,
+                       text=True, timeout=120, check=True).stdout
+  listed: dict = {}
+  for line in out.splitlines():
+    if not line.startswith(" "):
+      kind = line.rstrip(":")
+      listed[kind] = set()
+    else:
+      listed[kind].add(line.split()[0])
+  for kind, name in (("reward", "search_r1_em"), ("advantage", "grpo"),
+                     ("rollout_hook", "rex_rag_clone"), ("batch_filter", "rex_rag"),
+                     ("behaviour", "rex_rag"), ("metric", "autorefine"),
+                     ("data_stage", "ur2_curriculum"), ("protocol", "search_r1")):
+    assert name in listed[kind], (kind, listed.get(kind))
+  assert "(no description)" not in out
+
+
+def test_a_gin_bound_protocol_is_found_by_name():
+  import dataclasses
+  import gin
+  from ragjax.rollout.protocols import SearchR1
+
+  @dataclasses.dataclass(frozen=True)
+  class Mine(SearchR1):
+    """A user protocol bound through gin."""
+    name: str = "mine"
+
+  gin.clear_config()
+  try:
+    gin.bind_parameter("user_plugins.plugins", {"protocol": {"mine": Mine}})
+    assert isinstance(get_protocol("mine", top_k=2), Mine)
+  finally:
+    gin.clear_config()

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from ragjax.rollout.engine import RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
-from ragjax.rollout.protocols import PROTOCOLS  # noqa: E402
+from ragjax import registry  # noqa: E402
 from ragjax.rollout.teacher import TeacherPolicy  # noqa: E402
 from ragjax.tools import fuzz  # noqa: E402
 from ragjax.tools.fuzz_outputs import KINDS, Fuzzer, byte_alphabet  # noqa: E402
@@ -41,7 +41,7 @@ def reports(setups):
 
 
 def test_every_protocol_fuzzed_without_crash_or_misalignment(reports):
-  assert {r.protocol for r in reports} == set(PROTOCOLS)
+  assert {r.protocol for r in reports} == set(registry.names("protocol"))
   kinds = collections.Counter()
   for r in reports:
     assert r.crashes == 0 and r.violations == 0, (r.method, r.failures[:1])

@@ -217,4 +217,5 @@ def mix(records: Sequence[Mapping], *, seed: int, mode: str = "curriculum",
 
 @registry.register("data_stage", "ur2_curriculum")
 def ur2_curriculum(records, *, seed: int, **kwargs) -> list[dict]:
+  """UR²'s difficulty curriculum and task mix over the training records (seeded, resumable)."""
   return mix(records, seed=seed, **kwargs)

@@ -50,7 +50,6 @@ def validate(c) -> RunConfig:
   check_chat(c, "judge")
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
-  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
@@ -198,7 +197,6 @@ def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
 def apply_data_stages(c, records: Sequence[dict]) -> list[dict]:
   """The training list: `data.stages` ({registered data stage: kwargs}) applied in order,
   each seeded by `c.seed` (deterministic, so the trainer's data position resumes it)."""
-  import ragjax.data.curriculum  # noqa: F401  (registers the built-in data stages)
   stages = c.data.get("stages", {}) or {}
   records = list(records)
   for name, kw in stages.items():

@@ -99,28 +99,33 @@ def reinforce_pp_group_norm_advantages(rewards, group_ids, loss_mask, eps: float
 
 @registry.register("advantage", "grpo")
 def grpo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  """GRPO: (r - group mean) / (group std + eps), on every trained token."""
   return grpo_advantages(rewards, group_ids, use_std=True, eps=eps)[:, None] * loss_mask
 
 
 @registry.register("advantage", "drgrpo")
 def drgrpo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  """Dr. GRPO: r - group mean, no std division."""
   return grpo_advantages(rewards, group_ids, use_std=False)[:, None] * loss_mask
 
 
 @registry.register("advantage", "rloo")
 def rloo_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6) -> np.ndarray:
+  """RLOO: r minus the mean of the other samples of its group."""
   return rloo_advantages(rewards, group_ids)[:, None] * loss_mask
 
 
 @registry.register("advantage", "reinforce_pp_baseline")
 def reinforce_pp_baseline_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6
                                     ) -> np.ndarray:
+  """REINFORCE++-baseline (OpenRLHF): r - group mean, whitened over the batch's tokens."""
   return reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask)
 
 
 @registry.register("advantage", "reinforce_pp_group_norm")
 def reinforce_pp_group_norm_estimator(rewards, group_ids, loss_mask, eps: float = 1e-6
                                       ) -> np.ndarray:
+  """REINFORCE++ with group std (UR² Eq. 3): (r - mean) / std per group, whitened over the batch."""
   return reinforce_pp_group_norm_advantages(rewards, group_ids, loss_mask)
 
 

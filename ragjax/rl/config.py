@@ -13,9 +13,6 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from ragjax import registry
-from ragjax.rl import advantages as _advantages  # noqa: F401  (registers the estimators)
-from ragjax.rl import rewards as _rewards  # noqa: F401  (registers the built-in rewards)
-from ragjax.rl import rex_rag as _rex_rag  # noqa: F401  (REX-RAG's filter, behaviour, metric)
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Optional
 
 from ragjax import registry
-from ragjax.rollout import rex_rag  # noqa: F401  (registers the built-in rollout hooks)
 from ragjax.rollout.engine import EngineConfig, RolloutEngine
 from ragjax.rollout.protocols import Protocol, get_protocol
 from ragjax.sampling.config import SamplerConfig

@@ -144,7 +144,9 @@ def named_pool(name: str) -> tuple[str, ...]:
 @registry.register("rollout_hook", "rex_rag_clone")
 def rex_rag_clone(p: float = DEFAULT_P, prompt_indices: Optional[Sequence[int]] = None,
                   seed: int = 0, pool_name: str = "all") -> RexRagCloneHook:
-  """Config entry point: `rollout.hooks = {"rex_rag_clone": {"p": ..., "pool_name": "five"}}`
+  """REX-RAG's probe clones: a wrong answer is cloned, its answer deleted, a probe prompt inserted.
+
+  Config entry point: `rollout.hooks = {"rex_rag_clone": {"p": ..., "pool_name": "five"}}`
   (or explicit `prompt_indices`)."""
   prompts = pool(prompt_indices) if prompt_indices is not None else named_pool(pool_name)
   return RexRagCloneHook(p=p, prompts=prompts, seed=seed)

@@ -1,6 +1,6 @@
 """`python -m ragjax.tools.fuzz --count N`: hostile policy outputs through every method's pipeline.
 
-For each method config (`METHODS`: every protocol of `ragjax.rollout.protocols.PROTOCOLS` is
+For each method config (`METHODS`: every registered protocol (`ragjax.registry`, "protocol") is
 some method's), N hostile outputs (`ragjax.tools.fuzz_outputs`: unclosed, nested, repeated and
 mis-cased tags, actions split across turns, empty and 10k-character queries, invalid UTF-8
 byte tokens, other protocols' grammars, only eos, junk) go, as token ids a policy emits,

@@ -36,7 +36,7 @@ def refine_texts(row, required: bool = True) -> list[str]:
 
 @register_reward("autorefine")
 def autorefine_reward(ctx: RewardContext, refine_score: float = 0.1) -> float:
-  """Eq. 3 (see the module docstring)."""
+  """AutoRefine's Eq. 3: the answer's F1, else refine_score when a refine block holds the answer."""
   if ctx.answer is None:
     return 0.0
   f1 = token_f1(ctx.answer, ctx.golden_answers)

@@ -10,16 +10,19 @@ from ragjax.rl.rewards.tags import is_valid_search_r1_format
 
 @register_reward("em")
 def em_reward(ctx: RewardContext) -> float:
+  """Exact match of the parsed answer against any gold alias (SQuAD normalisation)."""
   return 0.0 if ctx.answer is None else exact_match(ctx.answer, ctx.golden_answers)
 
 
 @register_reward("f1")
 def f1_reward(ctx: RewardContext) -> float:
+  """Token F1 of the parsed answer, the best over the gold aliases."""
   return 0.0 if ctx.answer is None else token_f1(ctx.answer, ctx.golden_answers)
 
 
 @register_reward("cover_em")
 def cover_em_reward(ctx: RewardContext) -> float:
+  """1 when a normalised gold alias occurs inside the normalised answer."""
   return 0.0 if ctx.answer is None else cover_exact_match(ctx.answer, ctx.golden_answers)
 
 

@@ -122,6 +122,7 @@ def answer_score(task: str, pred: str, golds, question: str = "", judge=None,
 @register_reward("ur2_answer")
 def ur2_answer_reward(ctx: RewardContext, task: str = "qa", binary: bool = False,
                       **judge_kwargs) -> float:
+  """UR² answer score: QA 2 x F1, choice 2 / 0, math by rule and judge (binary=True: +2 / 0)."""
   return answer_score(example_task(ctx, task), ctx.answer or "", ctx.golden_answers,
                       str(ctx.example.get("question", "")), math_judge(ctx, **judge_kwargs),
                       binary=binary)
@@ -142,6 +143,7 @@ def row_violations(ctx: RewardContext, task: str = "qa", family="qwen",
 @register_reward("ur2_format")
 def ur2_format_reward(ctx: RewardContext, mode: str = "stage2", task: str = "qa",
                       family="qwen", missing_retrieval_steps: int = -1) -> float:
+  """UR² format checks: 1 when none is violated; Stage 1 retrieval rows lose 1 per violation."""
   if mode not in STAGE_MODES:
     raise ValueError(f"ur2_format mode must be one of {STAGE_MODES}, got {mode!r}")
   n = len(row_violations(ctx, task, family, missing_retrieval_steps))
@@ -153,6 +155,7 @@ def ur2_format_reward(ctx: RewardContext, mode: str = "stage2", task: str = "qa"
 @register_reward("ur2_retrieval")
 def ur2_retrieval_reward(ctx: RewardContext, one: float = 3.0, many: float = 4.0,
                          steps: int = 0) -> float:
+  """UR² Stage 1 retrieval reward: `one` for one search, `many` for more, on retrieval rows."""
   if not example_retrieval(ctx) or not in_first_steps(ctx.step, steps):
     return 0.0
   n = ctx.row.num_searches
@@ -161,6 +164,7 @@ def ur2_retrieval_reward(ctx: RewardContext, one: float = 3.0, many: float = 4.0
 
 @register_reward("ur2_fallback")
 def ur2_fallback_reward(ctx: RewardContext, penalty: float = 0.5) -> float:
+  """UR² penalty per search answered with the summariser's fallback sentence."""
   if not example_retrieval(ctx):
     return 0.0
   fallbacks = ctx.row.extra.get("fallbacks")

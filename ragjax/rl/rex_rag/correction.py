@@ -132,7 +132,9 @@ class MixtureBehaviour:
 @registry.register("behaviour", "rex_rag")
 def rex_rag_behaviour(tokenizer=None, pool_name: str = "all", ppd: str = "ngram",
                       importance_sampling: bool = True) -> MixtureBehaviour:
-  """Config entry point: `rl.behaviour = "rex_rag"`, `rl.behaviour_kwargs = {"pool_name":
+  """REX-RAG's mixture behaviour policy mu (Eq. 12) as the ratio's denominator.
+
+  Config entry point: `rl.behaviour = "rex_rag"`, `rl.behaviour_kwargs = {"pool_name":
   "all" | "five", "ppd": "ngram" | "coarse", "importance_sampling": bool}`.  The pool is
   tokenised as the rollout inserts it (each prompt on its own, no special tokens)."""
   if tokenizer is None:

@@ -29,6 +29,7 @@ RECORD_KEYS = ("eligible", "clones_made", "clones_kept", "overflow", "keep_ratio
 
 @registry.register("metric", "rex_rag")
 def rex_rag_metrics(rows, examples, ctx) -> dict:
+  """REX-RAG per step: clones made / kept / overflowed, keep ratio, z, a, accuracies, mu / pi_old."""
   del examples
   out = {}
   record = ctx.method_state.get(STATE_KEY, {}).get("step") or {}

@@ -111,7 +111,9 @@ class TrajectoryFilter:
 def rex_rag_filter(tokenizer=None, keep_ratio: float = 0.08, alpha: float = 0.1,
                    enabled: bool = True, multiple_of: int = 1,
                    adaptive: bool = True) -> TrajectoryFilter:
-  """Config entry point: `rl.batch_filter = "rex_rag"`, `rl.batch_filter_kwargs = {
+  """REX-RAG's trajectory filter: keep the clones whose inserted prompt is likeliest.
+
+  Config entry point: `rl.batch_filter = "rex_rag"`, `rl.batch_filter_kwargs = {
   "keep_ratio": 0.08, "alpha": 0.1, "enabled": True, "multiple_of": 1, "adaptive": True}`."""
   del tokenizer   # the filter reads token ids and labels only
   return TrajectoryFilter(keep_ratio=keep_ratio, alpha=alpha, enabled=enabled,

@@ -56,6 +56,7 @@ def refine_blocks(text: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class AutoRefine(SearchR1):
+  """AutoRefine's rollout: Search-R1's tags with <documents> and a <refine> block after each search."""
   name = "autorefine"
   max_turns: int = 5
   obs_max_tokens: int = 512

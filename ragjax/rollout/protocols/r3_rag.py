@@ -101,7 +101,9 @@ def parse_r3_step(text: str, *, final: bool, step_header: bool = False) -> Actio
 
 @dataclasses.dataclass(frozen=True)
 class R3Rag(Protocol):
-  """Defaults are the RL setting of the code: a fresh chat per step, top-2, documents cut to 512
+  """R3-RAG's plain-text "Step j:" rollout, each step prompted afresh (a restart context).
+
+  Defaults are the RL setting of the code: a fresh chat per step, top-2, documents cut to 512
   characters, 5 steps, passages already seen in the trajectory skipped, at most 10 per
   trajectory.  The paper's evaluation: top_k=5, obs_max_chars=None."""
   name = "r3_rag"

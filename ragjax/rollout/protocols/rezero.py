@@ -50,6 +50,7 @@ def rezero_results(hits: Sequence) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ReZero(Protocol):
+  """ReZero's chat rollout: tool-call searches answered as user turns, retries encouraged."""
   name = "rezero"
   observation_role = "user"
   top_k: int = 2

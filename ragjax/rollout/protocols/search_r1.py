@@ -60,6 +60,7 @@ def parse_search_answer(text: str, *, final: bool) -> Action:
 
 @dataclasses.dataclass(frozen=True)
 class SearchR1(Protocol):
+  """Search-R1's rollout: <think>, <search> query </search>, <information> documents, <answer>."""
   name = "search_r1"
   top_k: int = 3
   max_turns: int = 4

@@ -190,7 +190,9 @@ def check_task(task: str, where: str = "UR2 task") -> str:
 
 @dataclasses.dataclass(frozen=True)
 class UR2(Protocol):
-  """`task` is the default; an example's own `task` (`PromptInput.task`, from the record or its
+  """UR²'s rollout: QA, multiple choice and math prompts, with or without retrieval per example.
+
+  `task` is the default; an example's own `task` (`PromptInput.task`, from the record or its
   metadata) wins, so one run mixes math, QA and multiple choice.  `retrieval` per example picks
   the retrieval or the CoT prompt (UR²'s difficulty-aware task mixing)."""
   name = "ur2"

@@ -28,6 +28,7 @@ def compact_docs(hits: Sequence) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class WorldSearch(SearchR1):
+  """The synthetic world's short Search-R1-style protocol, for small from-scratch policies."""
   name = "world"
   top_k: int = 2
   max_turns: int = 3
