@@ -24,14 +24,12 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from ragjax.data.readers import READERS
-from ragjax.errors import flags_parser
+from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
-                                lock_config=True)
+define_config_flag(DEFAULT_CONFIG)
 flags.DEFINE_string("checkpoint", None, "HF policy directory (with tokenizer)")
 flags.DEFINE_string("split", "test", "split of the config's data: train | dev | test")
 flags.DEFINE_enum("metric", "em", ["em", "f1", "cover_em", "letter_em", "math_equiv", "task"],

@@ -13,13 +13,11 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
-from ragjax.errors import flags_parser
+from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
-                                lock_config=True)
+define_config_flag(DEFAULT_CONFIG)
 flags.DEFINE_multi_string("gin_file", [], "gin files binding user components")
 flags.DEFINE_bool("dry_run", False, "print the per-device memory plan on --target and exit "
                   "(exit 3 when it does not fit); builds nothing but shapes")

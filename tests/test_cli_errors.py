@@ -33,6 +33,17 @@ def cases(tmp):
        f"{missing}.jsonl"),
       (["ragjax.services.serve", "--checkpoint", missing], missing),
       (["ragjax.services.serve", "--checkpoint", empty], "config.json"),
+      # issue 46, item 10: a misspelt field, with or without --config=, at every entry point:
+      # the field and ml-collections' suggestion, on one line without escapes.
+      (["ragjax.train", "--config.sft.stepz=3"], ("'sft.stepz'", '"steps"')),
+      (["ragjax.train", TINY, "--config.rl.kl_coeff=3"], ("'rl.kl_coeff'", '"kl_coef"')),
+      (["ragjax.evaluate", "--config.sft.stepz=3", "--checkpoint", empty],
+       ("'sft.stepz'", '"steps"')),
+      (["ragjax.evaluate", TINY, "--config.rl.kl_coeff=3", "--checkpoint", empty],
+       ("'rl.kl_coeff'", '"kl_coef"')),
+      (["ragjax.ablate", "--config.sft.stepz=3", "--b", "x:"], ("'sft.stepz'", '"steps"')),
+      (["ragjax.ablate", TINY, "--config.rl.kl_coeff=3", "--b", "x:"],
+       ("'rl.kl_coeff'", '"kl_coef"')),
   ]
 
 
@@ -54,8 +65,11 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
       results.append((cmd, want, p.returncode, err))
   bad = []
   for cmd, want, rc, err in results:
-    lines = [l for l in err.splitlines() if "error" in l.lower() and want in l]
-    if rc != 2 or "Traceback" in err or not lines:
+    wants = (want,) if isinstance(want, str) else want
+    lines = [l for l in err.splitlines()
+             if "error" in l.lower() and all(w in l for w in wants)]
+    escaped = any(e in l for l in lines for e in ("\\'", "\\n", '\\"'))
+    if rc != 2 or "Traceback" in err or not lines or escaped:
       bad.append((cmd, rc, err[-800:]))
   print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)}")
   assert not bad, bad
