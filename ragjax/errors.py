@@ -85,6 +85,11 @@ def flags_parser(program: str, code: int = 2):
 
 def flag_error(e: BaseException, argv) -> str:
   """One line for an exception raised while parsing the command line."""
+  if isinstance(e, AttributeError) and "'get_config'" in str(e):
+    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "")
+    return (f"config file {spec.split(':', 1)[0] or 'given by --config'} defines no "
+            f"get_config() (a config file is a Python module with `def get_config(arg=None)` "
+            f"returning a ConfigDict)")
   if isinstance(e, AttributeError):       # ml-collections: an override of a field that is absent
     return unknown_field(e, argv)
   lines = [line.strip() for line in str(e).splitlines() if line.strip()]

@@ -42,9 +42,13 @@ def recipe_module(config):
 def run(config) -> dict:
   from ragjax.parallel.cpu_threads import pin_config
   from ragjax.parallel.distributed import maybe_initialize
+  gin_files = flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []
+  for path in gin_files:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"--gin_file {path}: no such file")
   pin_config(config)      # before JAX's CPU backend sizes its thread pool and reads its flags
   maybe_initialize()
-  for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
+  for path in gin_files:
     import gin
     from ragjax import registry  # noqa: F401  (defines the gin-configurable `user_plugins`)
     gin.parse_config_file(path)

@@ -179,6 +179,15 @@ def load_decoder(model_dir: str, *, shardings=None, **overrides) -> tuple[Decode
   return cfg, params
 
 
+def check_decoder_dir(model_dir: str) -> None:
+  """Reads what loading `model_dir` starts with (config.json, the safetensors headers; no
+  weights), so a missing or damaged checkpoint is refused before any other work."""
+  if not os.path.isdir(model_dir):
+    raise FileNotFoundError(f"checkpoint directory {model_dir!r} does not exist")
+  decoder_config_from_hf(read_hf_config(model_dir))
+  SafetensorsReader(model_dir)
+
+
 def params_from_torch_state_dict(cfg: DecoderConfig, state_dict, shardings=None) -> dict:
   """Converts an in-memory transformers state_dict (tests, notebooks) to ragjax params."""
   tensors = {k: v.detach().float().cpu().numpy() for k, v in state_dict.items()}
