@@ -198,12 +198,14 @@ def test_server_answers_bad_requests_with_4xx_naming_the_field():
                        r"be in \[1, 32\].*attempt 1, not retried"):
       client.complete([ok], max_tokens=40)
     assert client.stats()["requests_sent"] == 1 and client.stats()["failures"] == 1
-    # The server still works.
+    # The server still works, and serves no API docs pages (issue 46).
     assert client.complete([ok], max_tokens=4) == model.complete([ok], max_tokens=4)
+    for path in ("/docs", "/redoc", "/openapi.json"):
+      assert requests.get(srv.url + path, timeout=10).status_code == 404, path
 
 
 def test_serve_cli_validates_the_port(capsys):
-  for bad in ("0", "70000", "http"):
+  for bad in ("-1", "70000", "http"):     # 0 is any free port, as for ragjax.retrieval.serve
     with pytest.raises(SystemExit):
       serve_main(["--checkpoint", checkpoint_dir(), "--port", bad])
-    assert "--port must" in capsys.readouterr().err
+    assert "argument --port" in capsys.readouterr().err
