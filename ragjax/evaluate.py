@@ -88,8 +88,8 @@ def main(argv):
     from ragjax.data.world import ENTITY_QTYPES, QTYPES
     qtypes, groups = QTYPES, {"entity": ENTITY_QTYPES}
   with exit_on_user_error("ragjax.evaluate"):
-    from ragjax.models.config import read_hf_config
-    read_hf_config(f.checkpoint)     # a wrong directory fails now, not after the index is built
+    from ragjax.models.hf_io import check_decoder_dir
+    check_decoder_dir(f.checkpoint)  # a wrong directory fails now, not after the index is built
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,

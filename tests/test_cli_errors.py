@@ -78,6 +78,15 @@ def cases(tmp):
         "--chat-model", "m"], missing),
       (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
         "--chat-model", "m", "--topk", "0"], "--topk"),
+      # items 14-16: a damaged checkpoint is one line naming the file, before any work
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/corrupt"],
+       f"{tmp}/corrupt/model.safetensors"),
+      (["ragjax.services.serve", "--checkpoint", f"{tmp}/corrupt"],
+       f"{tmp}/corrupt/model.safetensors"),
+      (["ragjax.train", TINY, f"--config.model.checkpoint={tmp}/corrupt",
+        f"--config.workdir={tmp}/w14"], f"{tmp}/corrupt/model.safetensors", f"{tmp}/w14"),
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/no_vocab"],
+       (f"{tmp}/no_vocab/config.json", "vocab_size")),
       # ... and --port 0 (any free port) is taken by every server, as retrieval.serve took it
       (["ragjax.services.serve", "--checkpoint", missing, "--port", "0"], missing),
       (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
@@ -93,6 +102,14 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
   with open(f"{tmp}/q.jsonl", "w") as f:
     f.writelines(json.dumps({"id": str(i), "question": f"who is q{i}?", "golden_answers": ["a"]})
                  + "\n" for i in range(16))
+  hf_config = {"model_type": "qwen2", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+  for name, config in (("corrupt", hf_config), ("no_vocab", {**hf_config, "vocab_size": None})):
+    os.makedirs(f"{tmp}/{name}")
+    with open(f"{tmp}/{name}/config.json", "w") as f:
+      json.dump({k: v for k, v in config.items() if v is not None}, f)
+    with open(f"{tmp}/{name}/model.safetensors", "wb") as f:   # a header length past the file
+      f.write((2 ** 62).to_bytes(8, "little") + b"{}")
   os.makedirs(f"{tmp}/bad_json")
   for name, data in (("a_file", b"x"), ("empty.py", b""), ("empty.jsonl", b""),
                      ("bad_json/config.json", b"{not json"),
