@@ -32,11 +32,12 @@ import numpy as np
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.hf_io import load_decoder, load_tokenizer
-from ragjax.rollout.chat import has_chat_template, render_chat
+from ragjax.rollout.chat import chat_prompt_ids, has_chat_template, render_chat
 from ragjax.sampling.config import EOS, STOP, SamplerConfig
 from ragjax.sampling.sampler import Sampler
-from ragjax.services.chat_model import (Completion, Message, check_messages, check_messages_list,
-                                        check_sampling, check_stop)
+from ragjax.services.chat_model import (SEED_RANGE, Completion, Message, check_messages,
+                                        check_messages_list, check_sampling, check_seed,
+                                        check_stop)
 
 
 def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
@@ -99,10 +100,16 @@ class LocalChatModel:
     return "\n\n".join(m["content"] for m in msgs)
 
   def encode(self, messages: Sequence[Message], where: str = "messages") -> list[int]:
-    """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`."""
-    text = self.prompt_text(messages)
+    """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`.
+    Message content is text: a special-token string in it (`<|im_end|>`) stays text, only the
+    chat template's own markers (and a base model's BOS) are control tokens."""
+    msgs = check_messages(messages)
     with self._tok_lock:
-      ids = list(self.tokenizer.encode(text, add_special_tokens=not self.chat))
+      if self.chat:
+        ids = chat_prompt_ids(self.tokenizer, msgs)
+      else:
+        ids = list(self.tokenizer("\n\n".join(m["content"] for m in msgs),
+                                  add_special_tokens=True, split_special_tokens=True)["input_ids"])
     if not ids:
       raise ValueError(f"{where}: the prompt is empty")
     if len(ids) > self.max_prompt_tokens:
@@ -167,18 +174,20 @@ class LocalChatModel:
         raise ValueError(f"max_tokens={mt} exceeds this model's max_new_tokens="
                          f"{self.max_new_tokens}")
     stop = check_stop(stop)
+    check_seed(seed)
     if not n:
       return []
     with self._lock:
       sampler = self._sampler(self._budget(max(limits)), float(temperature), float(top_p), stop)
-      base_seed = self.seed + self.calls if seed is None else int(seed)
+      base_seed = self.seed + self.calls if seed is None else seed
       self.calls += 1
       out: list[Completion] = []
       for start in range(0, n, self.max_batch):
         chunk = [list(p) for p in prompts[start:start + self.max_batch]]
         width = next(b for b in self.batch_buckets if b >= len(chunk))
         padded = chunk + [chunk[0]] * (width - len(chunk))
-        state = sampler.prefill(padded, samples_per_prompt=1, seed=base_seed + start)
+        state = sampler.prefill(padded, samples_per_prompt=1,
+                                seed=(base_seed + start) % SEED_RANGE)
         _, turn = sampler.decode(state)
         self.decode_calls += 1
         self.rows += len(chunk)

@@ -36,7 +36,7 @@ from ragjax.http_body import RequestError as BodyError, parse_json, read_body
 from ragjax.http_server import serve
 from ragjax.retrieval.argtypes import float_range, port, positive_int
 from ragjax.services.batcher import Overloaded, RequestBatcher
-from ragjax.services.chat_model import check_messages, check_sampling, check_stop
+from ragjax.services.chat_model import check_messages, check_sampling, check_seed, check_stop
 from ragjax.services.local import LocalChatModel, PromptTooLong
 
 
@@ -104,6 +104,10 @@ def parse_request(body, *, model_name: str, max_messages: int, max_chars: int,
   seed = body.get("seed")
   if seed is not None:
     seed = _number(body, "seed", None, int)
+    try:
+      check_seed(seed)
+    except ValueError as e:
+      raise RequestError(str(e), "seed") from None
   return {"messages": msgs, "max_tokens": max_tokens, "temperature": temperature,
           "top_p": top_p, "stop": stop, "seed": seed}
 
