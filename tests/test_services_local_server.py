@@ -127,6 +127,47 @@ def test_special_tokens_in_message_content_stay_text():
   assert model.encode(conv) == tok.encode(render_chat(tok, conv), add_special_tokens=False)
 
 
+def test_sampling_settings_and_stop_strings_do_not_compile_per_request():
+  """Issue 46 item 12: each new temperature, top_p or stop tuple compiled a new sampler on the
+  batcher's one thread (6 distinct temperatures stalled every client for seconds).  After one
+  call per kind of program, requests with new values compile nothing: counted by JAX's own
+  backend-compile events, not by timing."""
+  import jax
+  model, conv = local_model(), conversations(1, offset=300)
+  for t, p, stop in ((0.0, 1.0, None), (0.0, 1.0, ("x",)), (0.7, 1.0, None), (0.7, 0.9, None),
+                     (0.7, 1.0, ("x",)), (0.7, 0.9, ("x",))):
+    model.generate(conv, max_tokens=8, temperature=t, top_p=p, stop=stop)
+  compiles = []
+
+  def count(name, secs, **kw):
+    if name == "/jax/core/compile/backend_compile_duration":
+      compiles.append(name)
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    for i in range(6):
+      stop = (f"stop{i}", "\u2603" * (i % 2 + 1))        # new strings, up to 8 bytes each
+      model.generate(conv, max_tokens=8, temperature=0.3 + 0.1 * i, top_p=0.5 + 0.05 * i,
+                     stop=stop, seed=i)
+      model.generate(conv, max_tokens=8, temperature=0.25 + 0.1 * i, seed=i)
+      model.generate(conv, max_tokens=8, temperature=0.0, stop=stop[:1])
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+  assert compiles == [], f"{len(compiles)} compilations for new sampling values"
+  # The values are really used: temperature and top_p change the draw, a stop string cuts it.
+  hot = model.generate(conv, max_tokens=16, temperature=2.0, seed=5)[0].text
+  assert hot != model.generate(conv, max_tokens=16, temperature=0.05, seed=5)[0].text
+  narrow = model.generate(conv, max_tokens=16, temperature=2.0, top_p=0.01, seed=5)[0].text
+  assert narrow == model.generate(conv, max_tokens=16, temperature=0.0)[0].text  # top-1 only
+  greedy = model.generate(conv, max_tokens=16, temperature=0.0)[0].text
+  cut = greedy[3:5]
+  assert model.generate(conv, max_tokens=16, temperature=0.0, stop=[cut])[0].text == \
+      greedy[:greedy.find(cut)]
+  # Stop strings are bounded: at most 4, each at most 32 bytes of UTF-8.
+  for stop in (["a"] * 5, ["x" * 33], ["\u2603" * 11]):
+    with pytest.raises(ValueError, match="stop"):
+      model.generate(conv, max_tokens=4, stop=stop)
+
+
 def _listening_address(port):
   with open("/proc/net/tcp") as f:
     for line in f.readlines()[1:]:
@@ -202,6 +243,7 @@ def test_server_answers_bad_requests_with_4xx_naming_the_field():
         ({"messages": ok, "top_p": 0}, 400, "top_p"),
         ({"messages": ok, "stop": ["a", ""]}, 400, "stop"),
         ({"messages": ok, "stop": list("abcde")}, 400, "stop"),
+        ({"messages": ok, "stop": "x" * 10_000}, 400, "stop"),       # was compiled (issue 46)
         ({"messages": ok, "n": 2}, 400, "n"),
         ({"messages": ok, "seed": -1}, 400, "seed"),                # was a 500 (OverflowError)
         ({"messages": ok, "seed": 2 ** 64}, 400, "seed"),

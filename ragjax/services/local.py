@@ -16,9 +16,14 @@ that runs past the stop string loses its tail too).  The params are only read.
 Static shapes keep recompiles bounded: the batch pads to a power of two (at most
 `max_batch`), prompts to power-of-two buckets up to `max_prompt_tokens`, and the per-call token
 budget to a power of two (at least 16, at most `max_new_tokens`; replies are cut to the
-requested `max_tokens`).  One sampler is compiled per (budget, temperature, top_p, stop
-strings); the last `max_samplers` are kept.  `calls` and `decode_calls` count `generate`
-calls and batched decodes (what the server's batching saves).
+requested `max_tokens`).  One sampler is kept per (budget, greedy or not), the last
+`max_samplers` of them; temperature, top_p and stop strings are runtime values of it, so a
+client's new settings compile nothing (top_p < 1 and = 1 are two programs).  Stop strings are
+bounded, at most `MAX_STOPS` of at most `MAX_STOP_BYTES` bytes (UTF-8): their table is padded
+to `MAX_STOPS` rows and to 8 or 32 bytes, and the tables of the last `MAX_STOP_TABLES` stop
+tuples are kept (the server builds a request's table in its own thread, not the batcher's).
+`calls` and `decode_calls` count `generate` calls and batched decodes (what the server's
+batching saves).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ragjax.models.hf_io import load_decoder, load_tokenizer
 from ragjax.rollout.chat import chat_prompt_ids, has_chat_template, render_chat
 from ragjax.sampling.config import EOS, STOP, SamplerConfig
 from ragjax.sampling.sampler import Sampler
+from ragjax.sampling.stops import compile_stop_strings, token_bytes
 from ragjax.services.chat_model import (SEED_RANGE, Completion, Message, check_messages,
                                         check_messages_list, check_sampling, check_seed,
                                         check_stop)
@@ -51,6 +57,23 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 
 class PromptTooLong(ValueError):
   pass
+
+
+MAX_STOPS = 4              # stop strings per request
+MAX_STOP_BYTES = 32        # bytes (UTF-8) per stop string
+STOP_WIDTHS = (8, MAX_STOP_BYTES)  # the stop table's byte widths (one decode program each)
+MAX_STOP_TABLES = 8        # stop tuples whose tables are kept
+
+
+def check_stop_bounds(stop: Sequence[str]) -> None:
+  """At most MAX_STOPS strings of at most MAX_STOP_BYTES bytes each (a ValueError naming it)."""
+  if len(stop) > MAX_STOPS:
+    raise ValueError(f"stop takes at most {MAX_STOPS} strings, got {len(stop)}")
+  for i, s in enumerate(stop):
+    n = len(s.encode("utf-8"))
+    if n > MAX_STOP_BYTES:
+      raise ValueError(f"stop[{i}] is {n} bytes long (UTF-8), more than the limit "
+                       f"{MAX_STOP_BYTES}")
 
 
 class LocalChatModel:
@@ -77,6 +100,9 @@ class LocalChatModel:
     self.prompt_buckets = _powers_of_two(min(32, max_prompt_tokens), max_prompt_tokens)
     self.batch_buckets = _powers_of_two(1, max_batch)
     self._samplers: collections.OrderedDict = collections.OrderedDict()
+    self._stop_tables: collections.OrderedDict = collections.OrderedDict()
+    self._token_bytes = None
+    self._stop_lock = threading.Lock()
     self._lock = threading.Lock()
     self._tok_lock = threading.Lock()       # encode is called from server threads
     self.calls = self.decode_calls = self.rows = 0
@@ -124,10 +150,8 @@ class LocalChatModel:
       b *= 2
     return min(b, self.max_new_tokens)
 
-  def _sampler(self, budget: int, temperature: float, top_p: float, stop: tuple) -> Sampler:
-    greedy = temperature == 0.0
-    key = (budget, greedy, 0.0 if greedy else float(temperature), 1.0 if greedy else float(top_p),
-           stop)
+  def _sampler(self, budget: int, greedy: bool) -> Sampler:
+    key = (budget, greedy)
     s = self._samplers.get(key)
     if s is not None:
       self._samplers.move_to_end(key)
@@ -135,14 +159,35 @@ class LocalChatModel:
     config = SamplerConfig(
         max_cache_length=self.max_prompt_tokens + budget, max_new_tokens=budget,
         prompt_buckets=self.prompt_buckets, extend_buckets=(min(16, self.max_prompt_tokens),),
-        greedy=greedy, temperature=1.0 if greedy else float(temperature),
-        top_p=1.0 if greedy else float(top_p), stop_strings=stop, eos_ids=self.eos_ids,
-        pad_id=0, forbid_stop_overhang=False)
-    s = Sampler(self.cfg, self.params, self.tokenizer if stop else None, config, mesh=self.mesh)
+        greedy=greedy, temperature=1.0, top_p=1.0, eos_ids=self.eos_ids, pad_id=0,
+        forbid_stop_overhang=False)
+    s = Sampler(self.cfg, self.params, self.tokenizer, config, mesh=self.mesh,
+                stop_rows=MAX_STOPS)
     self._samplers[key] = s
     while len(self._samplers) > self.max_samplers:
       self._samplers.popitem(last=False)
     return s
+
+  def stop_table(self, stop: Sequence[str]) -> np.ndarray:
+    """The padded stop table of `stop` (bounded by `check_stop_bounds`), from the cache of
+    the last MAX_STOP_TABLES tuples or built now."""
+    stop = check_stop(stop)
+    check_stop_bounds(stop)
+    with self._stop_lock:
+      table = self._stop_tables.get(stop)
+      if table is not None:
+        self._stop_tables.move_to_end(stop)
+        return table
+      if self._token_bytes is None:
+        self._token_bytes = token_bytes(self.tokenizer, self.cfg.vocab_size)
+    longest = max((len(s.encode("utf-8")) for s in stop), default=1)
+    table = compile_stop_strings(stop, self._token_bytes, rows=MAX_STOPS,
+                                 width=next(w for w in STOP_WIDTHS if w >= longest)).table
+    with self._stop_lock:
+      self._stop_tables[stop] = table
+      while len(self._stop_tables) > MAX_STOP_TABLES:
+        self._stop_tables.popitem(last=False)
+    return table
 
   def _finish(self, toks: list[int], reason: int, stop_id: int, limit: int, stop: tuple,
               n_prompt: int) -> Completion:
@@ -175,10 +220,13 @@ class LocalChatModel:
                          f"{self.max_new_tokens}")
     stop = check_stop(stop)
     check_seed(seed)
+    table = self.stop_table(stop)
     if not n:
       return []
+    greedy = temperature == 0.0
     with self._lock:
-      sampler = self._sampler(self._budget(max(limits)), float(temperature), float(top_p), stop)
+      sampler = self._sampler(self._budget(max(limits)), greedy)
+      sampler.set_stop_strings(stop, table)
       base_seed = self.seed + self.calls if seed is None else seed
       self.calls += 1
       out: list[Completion] = []
@@ -187,8 +235,9 @@ class LocalChatModel:
         width = next(b for b in self.batch_buckets if b >= len(chunk))
         padded = chunk + [chunk[0]] * (width - len(chunk))
         state = sampler.prefill(padded, samples_per_prompt=1,
-                                seed=(base_seed + start) % SEED_RANGE)
-        _, turn = sampler.decode(state)
+                                seed=(base_seed + start) % SEED_RANGE,
+                                temperature=None if greedy else float(temperature))
+        _, turn = sampler.decode(state, top_p=1.0 if greedy else float(top_p))
         self.decode_calls += 1
         self.rows += len(chunk)
         toks = turn.token_lists()

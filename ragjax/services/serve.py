@@ -12,10 +12,13 @@ clients go through one `RequestBatcher`, so a judge shared by several trainer pr
 their requests together.  Bad requests are 4xx in OpenAI's error form (`{"error": {"message",
 "type", "param"}}`) naming the field: malformed JSON, a wrong field, more than
 `--max-messages` messages or `--max-chars` characters, `max_tokens` above the cap, a prompt
-longer than `--max-prompt-tokens` tokens, JSON nested too deeply, a lone surrogate (400); a
+longer than `--max-prompt-tokens` tokens, more than 4 stop strings or one over 32 bytes, a
+`seed` outside [0, 2**32), JSON nested too deeply, a lone surrogate (400); a
 body over `--max-body-bytes` (413, refused before it is read whole); another model name
 (404); a full queue (503,
-which clients retry).  `GET /health` reports the model and the batcher's counters;
+which clients retry).  Temperature, top_p, stop strings and seed are runtime values of the
+model's samplers: a new value compiles nothing (`ragjax.services.local`), and message content
+is tokenised as text (a `<|im_end|>` in it is not a control token).  `GET /health` reports the model and the batcher's counters;
 `GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise;
 `--port 0` takes any free port (the address is printed).  No API docs pages are served.
 """
@@ -37,7 +40,7 @@ from ragjax.http_server import serve
 from ragjax.retrieval.argtypes import float_range, port, positive_int
 from ragjax.services.batcher import Overloaded, RequestBatcher
 from ragjax.services.chat_model import check_messages, check_sampling, check_seed, check_stop
-from ragjax.services.local import LocalChatModel, PromptTooLong
+from ragjax.services.local import LocalChatModel, PromptTooLong, check_stop_bounds
 
 
 class RequestError(ValueError):
@@ -99,8 +102,10 @@ def parse_request(body, *, model_name: str, max_messages: int, max_chars: int,
     stop = check_stop(body.get("stop"))
   except ValueError as e:
     raise RequestError(str(e), "stop") from None
-  if len(stop) > 4:
-    raise RequestError(f"stop takes at most 4 strings, got {len(stop)}", "stop")
+  try:
+    check_stop_bounds(stop)
+  except ValueError as e:
+    raise RequestError(str(e), "stop") from None
   seed = body.get("seed")
   if seed is not None:
     seed = _number(body, "seed", None, int)
@@ -144,6 +149,7 @@ def make_app(model: LocalChatModel, *, batcher: Optional[RequestBatcher] = None,
       req = parse_request(body, model_name=name, max_messages=max_messages, max_chars=max_chars,
                           max_tokens_cap=cap, default_max_tokens=min(default_max_tokens, cap))
       prompt = await run_in_threadpool(model.encode, req["messages"])
+      await run_in_threadpool(model.stop_table, req["stop"])   # built here, not on the batcher
     except RequestError as e:
       return error(e.status, str(e), e.param,
                    "model_not_found" if e.status == 404 else "invalid_request_error")
