@@ -1,7 +1,9 @@
-"""Bad input at every entry point (issue 26): each command below runs as a real process with a
-mistake in it and must exit 2 with one `error:` line naming the thing (the field, the file, the
-argument), and no Python traceback.  The figures line (`BAD_INPUTS ...`) is what
-RELIABILITY.md records."""
+"""Bad input at every entry point (issues 26 and 46): each command below runs as a real process
+with a mistake in it and must exit 2, within seconds, with one `error:` line naming the thing
+(the field, the file, the argument) without escaped quotes or newlines, no Python traceback,
+and nothing written (the workdir or output it names stays absent: refused before any work).
+The figures line (`BAD_INPUTS ...`: how many were tried and clean, and how the others failed)
+is what RELIABILITY.md records."""
 
 import json
 import os
@@ -131,7 +133,7 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
         p.kill()
         err = "still running after 120 s: " + p.communicate()[1][-400:]
       results.append((cmd, want, absent, p.returncode, err))
-  bad = []
+  bad, kinds = [], dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
   for cmd, want, absent, rc, err in results:
     wants = (want,) if isinstance(want, str) else want
     lines = [l for l in err.splitlines()
@@ -140,5 +142,10 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
     written = [a for a in absent if os.path.exists(a)]
     if rc != 2 or "Traceback" in err or not lines or escaped or written:
       bad.append((cmd, rc, written, err[-800:]))
-  print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)}")
+      kind = ("still_running" if err.startswith("still running") else "traceback"
+              if "Traceback" in err else "exit_0" if rc == 0 else "wrote" if written
+              else "unclear")
+      kinds[kind] += 1
+  print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
   assert not bad, bad

@@ -86,8 +86,6 @@ class Sampler:
     self.stops = None
     self.tokenizer, self.stop_rows = tokenizer, int(stop_rows)
     if config.stop_strings or self.stop_rows:
-      if tokenizer is None and config.stop_strings:
-        raise ValueError(f"stop_strings {config.stop_strings!r} need a tokenizer to compile")
       self._install_stops(config.stop_strings)
     self._param_shardings = None
     if mesh is not None:
@@ -186,17 +184,20 @@ class Sampler:
     if not self.stop_rows or len(strings) > self.stop_rows:
       raise ValueError(f"{len(strings)} stop strings need a sampler built with stop_rows >= "
                        f"{len(strings)} (it has {self.stop_rows})")
-    if strings == self.config.stop_strings and table is None:
-      return
+    if strings == self.config.stop_strings and (table is None or self.stops is None
+                                                or table.shape == self.stops.table.shape):
+      return                                  # already installed (no copy to the device)
     self._install_stops(strings, table)
     self.config = self.config.replace(stop_strings=strings)
 
   def _install_stops(self, strings: tuple, table: Optional[np.ndarray] = None) -> None:
-    if table is None and (strings or not self.stop_rows):
+    if table is None and not strings:      # no strings yet: rows that never match
+      table = np.zeros((self.stop_rows, 1, self.cfg.vocab_size), np.int16)
+    elif table is None:
+      if self.tokenizer is None:
+        raise ValueError(f"stop_strings {strings!r} need a tokenizer to compile")
       table = compile_stop_strings(strings, token_bytes(self.tokenizer, self.cfg.vocab_size),
                                    rows=self.stop_rows or None).table
-    elif table is None:                   # no strings yet: rows that never match
-      table = np.zeros((self.stop_rows, 1, self.cfg.vocab_size), np.int16)
     if self.stop_rows and table.shape[0] != self.stop_rows:
       raise ValueError(f"a stop table of {table.shape[0]} rows for a sampler of stop_rows="
                        f"{self.stop_rows}")
