@@ -96,8 +96,8 @@ def cases(tmp):
   ]
 
 
-def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
-  tmp = str(tmp_path)
+def write_inputs(tmp: str) -> None:
+  """The files the cases read: junk, question and config files, damaged checkpoints."""
   os.makedirs(f"{tmp}/empty")
   with open(f"{tmp}/junk.jsonl", "w") as f:
     f.write('not json\n{"id": 1}\n\n')
@@ -118,10 +118,14 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
                      ("binary.jsonl", bytes(range(256)) * 4)):
     with open(f"{tmp}/{name}", "wb") as f:
       f.write(data)
+
+
+def run_all(todo) -> list:
+  """(cmd, want, absent, exit status, stderr) of each case, four processes at a time."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
   env.pop("RAGJAX_TRACEBACK", None)
-  todo, results = cases(tmp), []
-  for i in range(0, len(todo), 4):                  # four processes at a time
+  results = []
+  for i in range(0, len(todo), 4):
     procs = [(cmd, want, absent, subprocess.Popen(
                   [sys.executable, "-m", *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                   stderr=subprocess.PIPE, text=True))
@@ -133,19 +137,39 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
         p.kill()
         err = "still running after 120 s: " + p.communicate()[1][-400:]
       results.append((cmd, want, absent, p.returncode, err))
-  bad, kinds = [], dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  return results
+
+
+def failure(want, absent, rc, err):
+  """None for a clean refusal, else how it failed."""
+  wants = (want,) if isinstance(want, str) else want
+  lines = [l for l in err.splitlines() if "error" in l.lower() and all(w in l for w in wants)]
+  escaped = any(e in l for l in lines for e in ("\\'", "\\n", '\\"'))
+  written = [a for a in absent if os.path.exists(a)]
+  if err.startswith("still running"):
+    return "still_running"
+  if "Traceback" in err:
+    return "traceback"
+  if rc == 0:
+    return "exit_0"
+  if written:
+    return "wrote"
+  if rc != 2 or not lines or escaped:
+    return "unclear"
+  return None
+
+
+def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
+  tmp = str(tmp_path)
+  write_inputs(tmp)
+  results = run_all(cases(tmp))
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  bad = []
   for cmd, want, absent, rc, err in results:
-    wants = (want,) if isinstance(want, str) else want
-    lines = [l for l in err.splitlines()
-             if "error" in l.lower() and all(w in l for w in wants)]
-    escaped = any(e in l for l in lines for e in ("\\'", "\\n", '\\"'))
-    written = [a for a in absent if os.path.exists(a)]
-    if rc != 2 or "Traceback" in err or not lines or escaped or written:
-      bad.append((cmd, rc, written, err[-800:]))
-      kind = ("still_running" if err.startswith("still running") else "traceback"
-              if "Traceback" in err else "exit_0" if rc == 0 else "wrote" if written
-              else "unclear")
+    kind = failure(want, absent, rc, err)
+    if kind:
       kinds[kind] += 1
+      bad.append((cmd, kind, rc, err[-800:]))
   print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)} "
         + " ".join(f"{k}={v}" for k, v in kinds.items()))
   assert not bad, bad
