@@ -33,6 +33,9 @@ Information found" text is returned), `failures`.
     python -m ragjax.services.proxy (--index DIR | --url URL) [--route TASK=DIR_OR_URL ...]
         (--chat-url URL [--chat-model NAME] [--api-key-env VAR] | --chat-checkpoint DIR)
         --port P [--task qa|math] [--mode strong|weak] [--topk 10] [--max-tokens 512]
+
+(`--port 0`: any free port; the address is printed.)  A wrong index, route or checkpoint is
+one `error:` line before anything listens.
 """
 
 from __future__ import annotations
@@ -212,8 +215,8 @@ def main(argv=None):
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None)
   ap.add_argument("--task", default="qa", help="'math' selects the math prompts")
   ap.add_argument("--mode", choices=("strong", "weak"), default="strong")
-  ap.add_argument("--topk", type=positive_int, default=10, help="passages summarised when a request "
-                  "omits topk (UR²: 10)")
+  ap.add_argument("--topk", type=positive_int, default=10,
+                  help="passages summarised when a request omits topk (UR²: 10)")
   ap.add_argument("--max-tokens", type=positive_int, default=512, help="summary token budget")
   ap.add_argument("--chat-max-prompt-tokens", type=positive_int, default=8192,
                   help="with --chat-checkpoint: the longest summariser prompt")

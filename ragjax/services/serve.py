@@ -15,10 +15,10 @@ their requests together.  Bad requests are 4xx in OpenAI's error form (`{"error"
 longer than `--max-prompt-tokens` tokens, more than 4 stop strings or one over 32 bytes, a
 `seed` outside [0, 2**32), JSON nested too deeply, a lone surrogate (400); a
 body over `--max-body-bytes` (413, refused before it is read whole); another model name
-(404); a full queue (503,
-which clients retry).  Temperature, top_p, stop strings and seed are runtime values of the
-model's samplers: a new value compiles nothing (`ragjax.services.local`), and message content
-is tokenised as text (a `<|im_end|>` in it is not a control token).  `GET /health` reports the model and the batcher's counters;
+(404); a full queue (503, which clients retry).  Temperature, top_p, stop strings and seed are
+runtime values of the model's samplers: a new value compiles nothing
+(`ragjax.services.local`), and message content is tokenised as text (a `<|im_end|>` in it is
+not a control token).  `GET /health` reports the model and the batcher's counters;
 `GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise;
 `--port 0` takes any free port (the address is printed).  No API docs pages are served.
 """
