@@ -18,13 +18,11 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
-from ragjax.errors import flags_parser
+from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
-                                lock_config=False)
+define_config_flag(DEFAULT_CONFIG, lock_config=False)
 flags.DEFINE_string("a", "a:", "arm A: NAME:FIELD=VALUE;FIELD=VALUE... (';'-separated)")
 flags.DEFINE_string("b", None, "arm B: NAME:FIELD=VALUE;FIELD=VALUE... (';'-separated)")
 flags.DEFINE_string("split", "test", "split both arms are evaluated on")

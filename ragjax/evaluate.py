@@ -30,14 +30,12 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from ragjax.data.readers import READERS
-from ragjax.errors import flags_parser
+from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
-                                lock_config=True)
+define_config_flag(DEFAULT_CONFIG)
 flags.DEFINE_string("checkpoint", None, "HF policy directory (with tokenizer)")
 flags.DEFINE_string("split", "test", "split of the config's data: train | dev | test")
 flags.DEFINE_enum("metric", "em", ["em", "f1", "cover_em", "letter_em", "math_equiv", "task"],
@@ -109,8 +107,8 @@ def main(argv):
     from ragjax.data.world import ENTITY_QTYPES, QTYPES
     qtypes, groups = QTYPES, {"entity": ENTITY_QTYPES}
   with exit_on_user_error("ragjax.evaluate"):
-    from ragjax.models.config import read_hf_config
-    read_hf_config(f.checkpoint)     # a wrong directory fails now, not after the index is built
+    from ragjax.models.hf_io import check_decoder_dir
+    check_decoder_dir(f.checkpoint)  # a wrong directory fails now, not after the index is built
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,

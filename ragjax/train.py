@@ -15,11 +15,10 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from ragjax.errors import flags_parser
+from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "experiment config (ml-collections)",
-                                lock_config=True)
+define_config_flag(DEFAULT_CONFIG)
 flags.DEFINE_multi_string("gin_file", [], "gin files binding user components")
 flags.DEFINE_bool("dry_run", False, "print the derived plan beside the paper's "
                   "(configs/paper_plans) and the per-device memory plan on --target, then exit "
@@ -46,10 +45,14 @@ def recipe_module(config):
 def run(config) -> dict:
   from ragjax.parallel.backend import start
   from ragjax.parallel.cpu_threads import pin_config
+  gin_files = flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []
+  for path in gin_files:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"--gin_file {path}: no such file")
   pin_config(config)      # before JAX's CPU backend sizes its thread pool and reads its flags
   target = (flags.FLAGS.target if flags.FLAGS.is_parsed() else "") or config.get("hardware", "")
   start("ragjax.train", config, target=target, initialize=True)   # no CPU fallback of a GPU run
-  for path in flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else []:
+  for path in gin_files:
     import gin
     from ragjax import registry  # noqa: F401  (defines the gin-configurable `user_plugins`)
     gin.parse_config_file(path)

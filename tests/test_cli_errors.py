@@ -1,8 +1,11 @@
-"""Bad input at every entry point (issue 26): each command below runs as a real process with a
-mistake in it and must exit 2 with one `error:` line naming the thing (the field, the file, the
-argument), and no Python traceback.  The figures line (`BAD_INPUTS ...`) is what
-RELIABILITY.md records."""
+"""Bad input at every entry point (issues 26 and 46): each command below runs as a real process
+with a mistake in it and must exit 2, within seconds, with one `error:` line naming the thing
+(the field, the file, the argument) without escaped quotes or newlines, no Python traceback,
+and nothing written (the workdir or output it names stays absent: refused before any work).
+The figures line (`BAD_INPUTS ...`: how many were tried and clean, and how the others failed)
+is what RELIABILITY.md records."""
 
+import json
 import os
 import subprocess
 import sys
@@ -12,8 +15,10 @@ TINY = "--config=configs/search_r1.py:tiny"
 
 
 def cases(tmp):
-  """(command after `python -m`, text the error line must contain)."""
+  """(command after `python -m`, text(s) the error line must contain[, a path the command
+  must not have written])."""
   missing, empty, junk = f"{tmp}/missing", f"{tmp}/empty", f"{tmp}/junk.jsonl"
+  questions = f"{tmp}/q.jsonl"
   return [
       (["ragjax.train", TINY, "--config.no_such_field=1"], "no_such_field"),
       (["ragjax.train", TINY, "--config.rl.kl_cof=0.1"], "kl_cof"),
@@ -21,7 +26,7 @@ def cases(tmp):
       (["ragjax.train", "--config=configs/search_r1.py:nosize"], "nosize"),
       (["ragjax.train", TINY, "--config.rl.kl_coef=abc"], "kl_coef"),
       (["ragjax.train", TINY, f"--config.model.checkpoint={missing}",
-        f"--config.workdir={tmp}/w"], missing),
+        f"--config.workdir={tmp}/w"], missing, f"{tmp}/w"),
       (["ragjax.evaluate", TINY, "--checkpoint", empty], empty),
       (["ragjax.ablate", TINY, "--b", "noname"], "noname"),
       (["ragjax.retrieval.build", "--corpus", f"{missing}.jsonl", "--out", f"{tmp}/i1",
@@ -33,29 +38,138 @@ def cases(tmp):
        f"{missing}.jsonl"),
       (["ragjax.services.serve", "--checkpoint", missing], missing),
       (["ragjax.services.serve", "--checkpoint", empty], "config.json"),
+      # issue 46, item 10: a misspelt field, with or without --config=, at every entry point:
+      # the field and ml-collections' suggestion, on one line without escapes.
+      (["ragjax.train", "--config.sft.stepz=3"], ("'sft.stepz'", '"steps"')),
+      (["ragjax.train", TINY, "--config.rl.kl_coeff=3"], ("'rl.kl_coeff'", '"kl_coef"')),
+      (["ragjax.evaluate", "--config.sft.stepz=3", "--checkpoint", empty],
+       ("'sft.stepz'", '"steps"')),
+      (["ragjax.evaluate", TINY, "--config.rl.kl_coeff=3", "--checkpoint", empty],
+       ("'rl.kl_coeff'", '"kl_coef"')),
+      (["ragjax.ablate", "--config.sft.stepz=3", "--b", "x:"], ("'sft.stepz'", '"steps"')),
+      (["ragjax.ablate", TINY, "--config.rl.kl_coeff=3", "--b", "x:"],
+       ("'rl.kl_coeff'", '"kl_coef"')),
+      # items 17-21: bad values refused before any work (the workdir is never made) ...
+      (["ragjax.train", TINY, "--config.protocol.top_k=-3", f"--config.workdir={tmp}/w17"],
+       "protocol.top_k", f"{tmp}/w17"),
+      (["ragjax.train", TINY, "--config.rl.rewards={'search_r1_em': 'x'}",
+        f"--config.workdir={tmp}/w18"], ("rl.rewards", "search_r1_em"), f"{tmp}/w18"),
+      (["ragjax.train", TINY, "--gin_file=/nonexistent.gin", f"--config.workdir={tmp}/w19"],
+       "/nonexistent.gin", f"{tmp}/w19"),
+      (["ragjax.train", TINY, f"--config.workdir={tmp}/a_file"], ("workdir", f"{tmp}/a_file")),
+      (["ragjax.ablate", TINY, "--b=x:rl.kl_coef=notanumber", f"--config.workdir={tmp}/w19a"],
+       "rl.kl_coef", f"{tmp}/w19a"),
+      (["ragjax.retrieval.evaluate", "--url", "http://127.0.0.1:9", "--questions", questions,
+        "--deadline", "1"], "127.0.0.1:9"),
+      (["ragjax.services.serve", "--checkpoint", missing, "--max-wait-ms", "-5"],
+       "--max-wait-ms"),
+      (["ragjax.data.prepare", "convert", questions, "--out", f"{tmp}/o.jsonl", "--limit", "-3"],
+       "--limit", f"{tmp}/o.jsonl"),
+      (["ragjax.train", TINY, "--config.sampler.temperature=-1", f"--config.workdir={tmp}/w21"],
+       ("sampler", "temperature must be > 0"), f"{tmp}/w21"),
+      (["ragjax.train", TINY, f"--config.model.checkpoint={tmp}/bad_json",
+        f"--config.workdir={tmp}/w21a"], f"{tmp}/bad_json/config.json", f"{tmp}/w21a"),
+      (["ragjax.train", f"--config={tmp}/empty.py"], (f"{tmp}/empty.py", "get_config")),
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/bad_json"],
+       f"{tmp}/bad_json/config.json"),
+      (["ragjax.services.serve", "--checkpoint", f"{tmp}/bad_json"],
+       f"{tmp}/bad_json/config.json"),
+      (["ragjax.rollout.view", f"{tmp}/binary.jsonl"], f"{tmp}/binary.jsonl"),
+      (["ragjax.rollout.view", f"{tmp}/empty.jsonl"], f"{tmp}/empty.jsonl", f"{tmp}/empty.html"),
+      (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
+        "--chat-model", "m"], missing),
+      (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
+        "--chat-model", "m", "--topk", "0"], "--topk"),
+      # items 14-16: a damaged checkpoint is one line naming the file, before any work
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/corrupt"],
+       f"{tmp}/corrupt/model.safetensors"),
+      (["ragjax.services.serve", "--checkpoint", f"{tmp}/corrupt"],
+       f"{tmp}/corrupt/model.safetensors"),
+      (["ragjax.train", TINY, f"--config.model.checkpoint={tmp}/corrupt",
+        f"--config.workdir={tmp}/w14"], f"{tmp}/corrupt/model.safetensors", f"{tmp}/w14"),
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/no_vocab"],
+       (f"{tmp}/no_vocab/config.json", "vocab_size")),
+      # ... and --port 0 (any free port) is taken by every server, as retrieval.serve took it
+      (["ragjax.services.serve", "--checkpoint", missing, "--port", "0"], missing),
+      (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
+        "--chat-model", "m", "--port", "0"], missing),
   ]
+
+
+def write_inputs(tmp: str) -> None:
+  """The files the cases read: junk, question and config files, damaged checkpoints."""
+  os.makedirs(f"{tmp}/empty")
+  with open(f"{tmp}/junk.jsonl", "w") as f:
+    f.write('not json\n{"id": 1}\n\n')
+  with open(f"{tmp}/q.jsonl", "w") as f:
+    f.writelines(json.dumps({"id": str(i), "question": f"who is q{i}?", "golden_answers": ["a"]})
+                 + "\n" for i in range(16))
+  hf_config = {"model_type": "qwen2", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+  for name, config in (("corrupt", hf_config), ("no_vocab", {**hf_config, "vocab_size": None})):
+    os.makedirs(f"{tmp}/{name}")
+    with open(f"{tmp}/{name}/config.json", "w") as f:
+      json.dump({k: v for k, v in config.items() if v is not None}, f)
+    with open(f"{tmp}/{name}/model.safetensors", "wb") as f:   # a header length past the file
+      f.write((2 ** 62).to_bytes(8, "little") + b"{}")
+  os.makedirs(f"{tmp}/bad_json")
+  for name, data in (("a_file", b"x"), ("empty.py", b""), ("empty.jsonl", b""),
+                     ("bad_json/config.json", b"{not json"),
+                     ("binary.jsonl", bytes(range(256)) * 4)):
+    with open(f"{tmp}/{name}", "wb") as f:
+      f.write(data)
+
+
+def run_all(todo) -> list:
+  """(cmd, want, absent, exit status, stderr) of each case, four processes at a time."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  env.pop("RAGJAX_TRACEBACK", None)
+  results = []
+  for i in range(0, len(todo), 4):
+    procs = [(cmd, want, absent, subprocess.Popen(
+                  [sys.executable, "-m", *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, text=True))
+             for cmd, want, *absent in todo[i:i + 4]]
+    for cmd, want, absent, p in procs:
+      try:                      # a refusal takes seconds; a run that starts working is a miss
+        _, err = p.communicate(timeout=120)
+      except subprocess.TimeoutExpired:
+        p.kill()
+        err = "still running after 120 s: " + p.communicate()[1][-400:]
+      results.append((cmd, want, absent, p.returncode, err))
+  return results
+
+
+def failure(want, absent, rc, err):
+  """None for a clean refusal, else how it failed."""
+  wants = (want,) if isinstance(want, str) else want
+  lines = [l for l in err.splitlines() if "error" in l.lower() and all(w in l for w in wants)]
+  escaped = any(e in l for l in lines for e in ("\\'", "\\n", '\\"'))
+  written = [a for a in absent if os.path.exists(a)]
+  if err.startswith("still running"):
+    return "still_running"
+  if "Traceback" in err:
+    return "traceback"
+  if rc == 0:
+    return "exit_0"
+  if written:
+    return "wrote"
+  if rc != 2 or not lines or escaped:
+    return "unclear"
+  return None
 
 
 def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
   tmp = str(tmp_path)
-  os.makedirs(f"{tmp}/empty")
-  with open(f"{tmp}/junk.jsonl", "w") as f:
-    f.write('not json\n{"id": 1}\n\n')
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  env.pop("RAGJAX_TRACEBACK", None)
-  todo, results = cases(tmp), []
-  for i in range(0, len(todo), 4):                  # four processes at a time
-    procs = [(cmd, want, subprocess.Popen([sys.executable, "-m", *cmd], cwd=ROOT, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
-             for cmd, want in todo[i:i + 4]]
-    for cmd, want, p in procs:
-      _, err = p.communicate(timeout=300)
-      results.append((cmd, want, p.returncode, err))
+  write_inputs(tmp)
+  results = run_all(cases(tmp))
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
   bad = []
-  for cmd, want, rc, err in results:
-    lines = [l for l in err.splitlines() if "error" in l.lower() and want in l]
-    if rc != 2 or "Traceback" in err or not lines:
-      bad.append((cmd, rc, err[-800:]))
-  print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)}")
+  for cmd, want, absent, rc, err in results:
+    kind = failure(want, absent, rc, err)
+    if kind:
+      kinds[kind] += 1
+      bad.append((cmd, kind, rc, err[-800:]))
+  print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
   assert not bad, bad

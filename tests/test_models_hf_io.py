@@ -98,6 +98,71 @@ def test_misshaped_tensor_names_both_shapes(qwen_dir, tmp_path):
     load_decoder(str(tmp_path / "s"))
 
 
+def _copy_dir(src_dir, dst_dir):
+  import shutil
+  shutil.copytree(src_dir, dst_dir)
+  return str(dst_dir)
+
+
+def _write_header(path, header_len: int, header: bytes, data: bytes = b""):
+  with open(path, "wb") as f:
+    f.write(header_len.to_bytes(8, "little") + header + data)
+
+
+def test_corrupt_safetensors_header_is_named_not_a_memory_error(qwen_dir, tmp_path):
+  """Issue 46 item 14: a header length larger than the file was read as is (a MemoryError)."""
+  d = _copy_dir(qwen_dir, tmp_path / "c")
+  st = os.path.join(d, "model.safetensors")
+  tensor = json.dumps({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 8]}}).encode()
+  for header_len, header, why in (
+      (2 ** 62, b"{}", "header of 4611686018427387904 bytes"),     # garbage length
+      (100, b"{}", "header of 100 bytes"),                          # past the end of the file
+      (None, b"not json!", "header is not JSON"),
+      (None, b"[]", "header is not a JSON object"),
+      (None, tensor, "tensor 'w'")):                                # 24 bytes of shape, 8 held
+    _write_header(st, len(header) if header_len is None else header_len, header, b"\0" * 8)
+    with pytest.raises(CheckpointError) as e:
+      SafetensorsReader(d)
+    assert st in str(e.value) and why in str(e.value), str(e.value)
+  with open(st, "wb") as f:
+    f.write(b"\x01\x02")                                           # shorter than a length
+  with pytest.raises(CheckpointError, match="model.safetensors: 2 bytes, too short"):
+    load_decoder(d)
+
+
+def test_sharded_weight_map_cannot_leave_the_checkpoint_directory(qwen_dir, tmp_path):
+  """Issue 46 item 15: `weight_map` named `../../../../etc/passwd` and it was opened."""
+  cfg, params = load_decoder(qwen_dir)
+  out = str(tmp_path / "sharded")
+  save_decoder(out, cfg, params, max_shard_bytes=20_000)
+  index = os.path.join(out, "model.safetensors.index.json")
+  with open(index) as f:
+    good = json.load(f)
+  for target in ("../../../../etc/passwd", "/etc/passwd", "sub/../../x.safetensors"):
+    bad = dict(good, weight_map={**good["weight_map"], "model.norm.weight": target})
+    with open(index, "w") as f:
+      json.dump(bad, f)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json.*"
+                       r"'model\.norm\.weight'.*outside the checkpoint directory"):
+      load_decoder(out)
+  with open(index, "w") as f:
+    f.write("{not json")
+  with pytest.raises(CheckpointError, match=r"model\.safetensors\.index\.json is not JSON"):
+    load_decoder(out)
+
+
+def test_truncated_safetensors_names_the_file_and_the_tensor(qwen_dir, tmp_path):
+  """Issue 46 item 16: a cut file said `cannot reshape array of size 0 into shape (64,)`."""
+  d = _copy_dir(qwen_dir, tmp_path / "t")
+  st = os.path.join(d, "model.safetensors")
+  size = os.path.getsize(st)
+  with open(st, "r+b") as f:
+    f.truncate(size - 100)
+  with pytest.raises(CheckpointError, match=rf"{st} is truncated: .*{size - 100} bytes.*tensors "
+                     rf"need {size}"):
+    load_decoder(d)
+
+
 def test_unsupported_architecture_lists_supported(qwen_dir, tmp_path):
   d = tmp_path / "mistral"
   d.mkdir()

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import socket
 import threading
 import time
@@ -238,3 +239,34 @@ def test_server_refuses_oversized_and_malformed_requests_with_4xx(bm25_dir):
     assert health["backend"] == "bm25" and health["passages"] == len(small_corpus())
     assert health["limits"]["max_queries"] == 8 and health["limits"]["max_topk"] == 5
     assert bm25_dir not in r.text and "/tmp" not in r.text
+
+
+def test_server_on_port_0_prints_its_address_and_serves_no_docs_pages(bm25_dir):
+  """`--port 0` takes any free port and prints the address (issue 46: services.serve and the
+  proxy refused 0, this one took it and said nothing); FastAPI's /docs pages are not served."""
+  import queue
+  import subprocess
+  import sys
+  from _retrieval_helpers import REPO
+  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.serve", "--index", bm25_dir,
+                           "--port", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  lines: queue.Queue = queue.Queue()
+  threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+  try:
+    url, deadline = None, time.time() + 90
+    while url is None and time.time() < deadline and proc.poll() is None:
+      try:
+        line = lines.get(timeout=1)
+      except queue.Empty:
+        continue
+      if "listening on " in line:
+        url = line.split("listening on ", 1)[1].strip()
+    assert url and url.startswith("http://127.0.0.1:") and not url.endswith(":0"), url
+    while not requests.get(url + "/health", timeout=5).ok:
+      time.sleep(0.2)
+    for path in ("/docs", "/redoc", "/openapi.json"):
+      assert requests.get(url + path, timeout=5).status_code == 404, path
+  finally:
+    stop_server(proc)

@@ -174,6 +174,7 @@ def _parse_set(items: Sequence[str]) -> dict:
 
 
 def main(argv=None) -> int:
+  from ragjax.retrieval.argtypes import non_negative_int
   ap = argparse.ArgumentParser(prog="python -m ragjax.data.prepare", description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = ap.add_subparsers(dest="cmd", required=True)
@@ -181,12 +182,13 @@ def main(argv=None) -> int:
   c.add_argument("input")
   c.add_argument("--format", choices=sorted(READERS), default=None)
   c.add_argument("--out", required=True)
-  c.add_argument("--limit", type=int, default=0)
+  c.add_argument("--limit", type=non_negative_int, default=0, help="first N questions (0 = all)")
   s = sub.add_parser("suite", help="a suite's datasets -> FlashRAG jsonl + a flagfile")
   s.add_argument("--suite", required=True)
   s.add_argument("--out", required=True)
   s.add_argument("--data_root", default=DEFAULT_DATA_ROOT)
-  s.add_argument("--limit", type=int, default=0, help="first N questions of each dataset")
+  s.add_argument("--limit", type=non_negative_int, default=0,
+                 help="first N questions of each dataset (0 = all)")
   s.add_argument("--set", action="append", default=[], metavar="KEY=PATH[:FORMAT]",
                  help="read dataset KEY from PATH instead of the suite's file")
   s.add_argument("--suites_file", default=SUITES_FILE)

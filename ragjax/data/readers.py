@@ -60,6 +60,8 @@ def matches(record: dict, where) -> bool:
 
 def read_records(path: str, fmt: Optional[str] = None, where=(), limit: int = 0) -> list[dict]:
   """The records (plain dicts) of `path` matching `where`, the first `limit` if > 0."""
+  if limit and limit < 0:
+    raise ValueError(f"limit must be >= 0 (0 = all), got {limit!r}")
   out = []
   for ex in read_examples(path, fmt):
     rec = as_record(ex)

@@ -216,8 +216,14 @@ def read_hf_config(model_dir: str) -> dict:
   path = os.path.join(model_dir, "config.json")
   if not os.path.exists(path):
     raise FileNotFoundError(f"no config.json in {model_dir!r}")
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path, encoding="utf-8") as f:
+      out = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path} is not a JSON file: {e}") from None
+  if not isinstance(out, dict):
+    raise ValueError(f"{path} must hold a JSON object, got {type(out).__name__}")
+  return out
 
 
 def decoder_config_to_hf(cfg: DecoderConfig) -> dict:

@@ -171,12 +171,35 @@ def load_decoder(model_dir: str, *, shardings=None, **overrides) -> tuple[Decode
   `overrides` set ragjax-only fields (dtype, param_dtype, scan_layers, remat).  `shardings`
   may be a tree of shardings or a callable `cfg -> tree` (e.g. from `ragjax.parallel`).
   """
-  cfg = decoder_config_from_hf(read_hf_config(model_dir), **overrides)
+  cfg = decoder_config_of(model_dir, **overrides)
   reader = SafetensorsReader(model_dir)
   if callable(shardings):
     shardings = shardings(cfg)
   params = params_from_tensors(cfg, reader.get, reader.keys(), reader.shape, shardings)
   return cfg, params
+
+
+def check_decoder_dir(model_dir: str) -> None:
+  """Reads what loading `model_dir` starts with (config.json, the safetensors headers; no
+  weights), so a missing or damaged checkpoint is refused before any other work."""
+  if not os.path.isdir(model_dir):
+    raise FileNotFoundError(f"checkpoint directory {model_dir!r} does not exist")
+  decoder_config_of(model_dir)
+  SafetensorsReader(model_dir)
+
+
+def decoder_config_of(model_dir: str, **overrides) -> DecoderConfig:
+  """The DecoderConfig of `model_dir`'s config.json; a missing or wrong field is an error
+  naming the file."""
+  path = os.path.join(model_dir, "config.json")
+  try:
+    return decoder_config_from_hf(read_hf_config(model_dir), **overrides)
+  except KeyError as e:
+    raise ValueError(f"{path} has no {e.args[0]!r} field") from None
+  except (TypeError, ValueError) as e:
+    if path in str(e):
+      raise
+    raise ValueError(f"{path}: {e}") from None
 
 
 def params_from_torch_state_dict(cfg: DecoderConfig, state_dict, shardings=None) -> dict:

@@ -34,9 +34,7 @@ class SafetensorsReader:
     index = os.path.join(model_dir, "model.safetensors.index.json")
     single = os.path.join(model_dir, "model.safetensors")
     if os.path.exists(index):
-      with open(index) as f:
-        weight_map = json.load(f)["weight_map"]
-      files = sorted(set(weight_map.values()))
+      files = _shard_files(index)
     elif os.path.exists(single):
       files = ["model.safetensors"]
     else:
@@ -77,11 +75,76 @@ class SafetensorsReader:
       yield key, self.get(key)
 
 
+def _shard_files(index: str) -> list[str]:
+  """The files a sharded checkpoint's `weight_map` names, each inside the directory."""
+  try:
+    with open(index, encoding="utf-8") as f:
+      weight_map = json.load(f)["weight_map"]
+  except (ValueError, KeyError, TypeError) as e:   # not UTF-8 / JSON, or no weight_map
+    raise CheckpointError(f"{index} is not JSON with a 'weight_map' ({type(e).__name__}: "
+                          f"{e})") from None
+  if not isinstance(weight_map, dict):
+    raise CheckpointError(f"{index}: 'weight_map' must be an object, got "
+                          f"{type(weight_map).__name__}")
+  for key, name in weight_map.items():
+    norm = os.path.normpath(name) if isinstance(name, str) and name else ""
+    if not norm or os.path.isabs(norm) or norm == os.pardir or \
+        norm.startswith(os.pardir + os.sep):
+      raise CheckpointError(f"{index}: weight_map[{key!r}] = {name!r} is outside the "
+                            f"checkpoint directory")
+    if not os.path.isfile(os.path.join(os.path.dirname(index), norm)):
+      raise CheckpointError(f"{index}: weight_map[{key!r}] names {name!r}, which is missing")
+  return sorted(set(weight_map.values()))
+
+
 def _read_header(path: str) -> tuple[dict, int]:
+  """The header of a safetensors file and where its data starts, checked against the file's
+  size: every tensor's byte range must lie in the file and hold its shape."""
+  size = os.path.getsize(path)
+  if size < 8:
+    raise CheckpointError(f"{path}: {size} bytes, too short for a safetensors file")
   with open(path, "rb") as f:
     (n,) = struct.unpack("<Q", f.read(8))
-    header = json.loads(f.read(n))
+    if n > size - 8:
+      raise CheckpointError(f"{path}: a header of {n} bytes in a file of {size} bytes (not a "
+                            f"safetensors file, or cut short)")
+    raw = f.read(n)
+  try:
+    header = json.loads(raw)
+  except ValueError as e:                             # not UTF-8, or not JSON
+    raise CheckpointError(f"{path}: the header is not JSON ({e})") from None
+  if not isinstance(header, dict):
+    raise CheckpointError(f"{path}: the header is not a JSON object")
+  data, need, last = size - 8 - n, 0, None
+  for key, info in header.items():
+    if key == "__metadata__":
+      continue
+    end = _tensor_end(path, key, info)
+    if end > need:
+      need, last = end, key
+  if need > data:
+    raise CheckpointError(f"{path} is truncated: the file has {size} bytes, its tensors need "
+                          f"{8 + n + need} (tensor {last!r} ends past the end)")
   return header, 8 + n
+
+
+def _tensor_end(path: str, key: str, info) -> int:
+  """Where tensor `key`'s bytes end in the data section, once its entry is checked."""
+  try:
+    dtype, shape = info["dtype"], [int(d) for d in info["shape"]]
+    begin, end = (int(o) for o in info["data_offsets"])
+  except (KeyError, TypeError, ValueError):
+    raise CheckpointError(f"{path}: tensor {key!r} needs dtype, shape and data_offsets, got "
+                          f"{str(info)[:200]}") from None
+  if min(shape, default=0) < 0 or not 0 <= begin <= end:
+    raise CheckpointError(f"{path}: tensor {key!r} has shape {shape} and data_offsets "
+                          f"{[begin, end]}")
+  if dtype in _DTYPES:
+    want = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
+    if end - begin != want:
+      raise CheckpointError(f"{path}: tensor {key!r} of shape {shape} ({dtype}) needs {want} "
+                            f"bytes, its data_offsets hold {end - begin}")
+  return end
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict | None = None):

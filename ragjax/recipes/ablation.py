@@ -49,7 +49,11 @@ def apply_overrides(c, overrides: Sequence[str]):
     *path, leaf = key.split(".")
     for p in path:
       node = node[p]
-    node[leaf] = value
+    try:
+      node[leaf] = value
+    except TypeError:              # ml-collections: a value of another type than the field's
+      raise ValueError(f"override {key}={raw}: {key} takes a {type(node[leaf]).__name__}, "
+                       f"got {value!r}") from None
   return c.copy_and_resolve_references()
 
 

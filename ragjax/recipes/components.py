@@ -18,6 +18,7 @@ from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
+from ragjax.models.hf_io import check_decoder_dir
 from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
@@ -27,7 +28,7 @@ from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
-from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config
+from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config, sampler_config
 from ragjax.typed_config import from_dict
 
 RL_DIR = "rl"                   # the RL run's checkpoints and metrics, under the workdir
@@ -43,7 +44,10 @@ def validate(c) -> RunConfig:
   """Every registry key and typed section of the config, checked before any data, index or
   training work (a typo fails in a second, not after minutes of set-up)."""
   run = parse_run_config(c)
-  protocol_from_config(c)
+  check_workdir(c.workdir)
+  sampler_config(c, protocol_from_config(c), (), greedy=False)
+  if c.model.get("checkpoint"):
+    check_decoder_dir(c.model.checkpoint)
   make_hooks(c)
   adapter_from_config(c.model.lora)
   noise_config(c)
@@ -56,6 +60,16 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not c.data.train_files:
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
   return run
+
+
+def check_workdir(workdir: str) -> None:
+  """`workdir`, or the nearest of its parents that exists, must be a directory."""
+  path = os.path.abspath(workdir)
+  while not os.path.exists(path):
+    path = os.path.dirname(path)
+  if not os.path.isdir(path):
+    raise NotADirectoryError(f"workdir {os.path.abspath(workdir)}: {path} is a file, not a "
+                             f"directory")
 
 
 def check_resume(c) -> None:

@@ -20,6 +20,8 @@ def load_config(spec: str):
   module_spec = importlib.util.spec_from_file_location("ragjax_config", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  if not callable(getattr(module, "get_config", None)):
+    raise ValueError(f"config file {path} defines no get_config()")
   return module.get_config(arg) if arg else module.get_config()
 
 

@@ -10,7 +10,8 @@ number of passages, the vector size and the limits (never a filesystem path).
 A request may add `"contexts": {name: [one string per query]}` (UR²'s `tasks` and
 `prev_reasoning`); a retriever with `search_with_context` (a task router, UR²'s summarising
 proxy) gets them, a plain index ignores them.
-Binds 127.0.0.1 unless --host says otherwise.  An index directory holding a pickle is refused
+Binds 127.0.0.1 unless --host says otherwise; `--port 0` takes any free port (the address is
+printed).  No API docs pages are served.  An index directory holding a pickle is refused
 unless --allow-pickle (see `ragjax.retrieval.trust`).
 
 A request is checked before it reaches the index and every failure is a 4xx with a message in
@@ -124,7 +125,7 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
 
   if not 1 <= default_topk <= limits.max_topk:
     raise ValueError(f"default topk {default_topk} is outside 1..{limits.max_topk}")
-  app = FastAPI(title="ragjax retrieval")
+  app = FastAPI(title="ragjax retrieval", docs_url=None, redoc_url=None, openapi_url=None)
   # One worker owns the index and the encoder: requests are batched, never interleaved.
   batcher = QueryBatcher(retriever, max_batch=limits.chunk, cache_size=cache_size)
   app.state.batcher = batcher
@@ -184,7 +185,7 @@ def main(argv=None):
   if args.topk > args.max_topk:
     ap.error(f"argument --topk: must be <= --max-topk ({args.max_topk}), got {args.topk}")
   limits = Limits(args.max_queries, args.max_query_chars, args.max_topk, args.max_body_bytes)
-  import uvicorn
+  from ragjax.http_server import serve
   from ragjax.retrieval.index import QUERY_BATCH_SIZE, open_index, read_meta
   try:
     meta = read_meta(args.index)
@@ -210,8 +211,8 @@ def main(argv=None):
   if hasattr(retriever, "encode"):           # compile the two narrowest query buckets now
     retriever.encode(["warm up"])
     retriever.encode([" ".join(["warm"] * 40)])
-  uvicorn.run(make_app(retriever, args.topk, info, limits, cache_size=args.cache_size),
-              host=args.host, port=args.port, log_level="warning")
+  serve(make_app(retriever, args.topk, info, limits, cache_size=args.cache_size), args.host,
+        args.port, "ragjax.retrieval.serve")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ is built, so a typo fails before any work.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping, Optional
 
 from ragjax import registry
@@ -59,6 +60,11 @@ class RLConfig:
     if self.advantage != "gae":
       registry.check("advantage", [self.advantage], "rl.advantage")
     registry.check("reward", self.rewards, "rl.rewards")
+    for name, weight in dict(self.rewards).items():
+      if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+          or not math.isfinite(weight):
+        raise ValueError(f"rl.rewards: the weight of {name!r} must be a finite number, got "
+                         f"{weight!r}")
     unknown = sorted(set(self.reward_kwargs) - set(self.rewards))
     if unknown:
       raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")

@@ -81,6 +81,17 @@ def dump_batch(path: str, batch: "RolloutBatch", tokenizer, rewards=None, extra=
   return write_jsonl(path, batch_records(batch, tokenizer, rewards, extra), append)
 
 
+def _lines(f, path: str):
+  """(line number, line) of a text file; bytes that are not UTF-8 are a `DumpError`."""
+  line_no = 0
+  try:
+    for line_no, line in enumerate(f, 1):
+      yield line_no, line
+  except UnicodeDecodeError as e:
+    raise DumpError(f"{path}: not a UTF-8 text file (byte {e.object[e.start]:#04x} after "
+                    f"line {line_no}); is it a trajectory dump?") from None
+
+
 def read_jsonl(path: str) -> list[dict]:
   recs = []
   try:
@@ -88,7 +99,7 @@ def read_jsonl(path: str) -> list[dict]:
   except FileNotFoundError:
     raise DumpError(f"{path}: no such trajectory dump") from None
   with f:
-    for line_no, line in enumerate(f, 1):
+    for line_no, line in _lines(f, path):
       if not line.strip():
         continue
       try:

@@ -29,9 +29,11 @@ def main(argv=None) -> int:
   args = ap.parse_args(argv)
   try:
     records = read_jsonl(args.file)
+    if not records:
+      raise DumpError(f"{args.file}: no trajectory records (an empty dump)")
     rows = None if not args.rows else [int(x) for x in args.rows.split(",") if x.strip()]
     records = select(records, rows)
-  except (DumpError, KeyError, ValueError) as e:
+  except (DumpError, KeyError, ValueError, IsADirectoryError, PermissionError) as e:
     print(f"error: {visible(e)}", file=sys.stderr)
     return 2
   if args.terminal:

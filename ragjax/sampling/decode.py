@@ -30,12 +30,15 @@ from ragjax.sampling.stops import MATCH, OVERHANG
 def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, ...], params,
                 stop_table: Optional[jnp.ndarray], state: SamplerState, mesh=None,
                 window: Optional[int] = None, steps: Optional[int] = None,
-                cpu_kernel: bool = False):
+                cpu_kernel: bool = False, top_p=None, nucleus: bool = False):
   """Returns (state, TurnOutput).  stop_table: [num_stops, max_len, V] int16 or None.
 
   `window`: cache slots to attend to; must hold every active row's length plus `steps`
   (the sampler picks it on the host; None = the whole cache).  `steps`: most tokens per row
-  this call (None: the per-turn budget)."""
+  this call (None: the per-turn budget).  `top_p` (a traced scalar) with static `nucleus`
+  replaces the config's top_p (None: the config's)."""
+  if top_p is None:
+    top_p, nucleus = scfg.top_p, scfg.top_p < 1.0
   b, s = state.tokens.shape
   budget = scfg.max_new_tokens
   steps = budget if steps is None else min(int(steps), budget)
@@ -76,7 +79,7 @@ def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, .
       banned = jnp.any(stop_lookup(st.stop_state, None) == OVERHANG, axis=1)
     tok, lp, slp = sample_tokens(st.logits, step_keys, banned, greedy=scfg.greedy,
                                  temperature=st.temperature, top_k=scfg.top_k,
-                                 top_p=scfg.top_p)
+                                 top_p=top_p, nucleus=nucleus)
     tok = constrain_rows(jnp.where(active, tok, scfg.pad_id), mesh)
     if num_stops:
       codes = stop_lookup(st.stop_state, tok).astype(jnp.int32)          # [B, NS]

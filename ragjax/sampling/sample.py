@@ -15,12 +15,15 @@ _NEG = -jnp.inf
 
 
 def sample_tokens(logits: jnp.ndarray, keys: jnp.ndarray, banned: Optional[jnp.ndarray], *,
-                  greedy: bool, temperature, top_k: int, top_p: float):
+                  greedy: bool, temperature, top_k: int, top_p, nucleus: Optional[bool] = None):
   """logits [B, V] float32, keys [B, 2] uint32, banned [B, V] bool or None; `temperature` a
-  number or one per row ([B]).
+  number or one per row ([B]); `top_p` a number or a traced scalar, applied when `nucleus`
+  (static; default `top_p < 1` for a number), so one program takes every top_p value.
 
   Returns (tokens [B] int32, logprobs [B], sampling_logprobs [B]).
   """
+  if nucleus is None:
+    nucleus = top_p < 1.0
   temp = 1.0 if greedy else jnp.asarray(temperature, jnp.float32)
   scaled = logits / (temp[:, None] if jnp.ndim(temp) == 1 else temp)
   model_lp = jax.nn.log_softmax(scaled, axis=-1)
@@ -28,10 +31,10 @@ def sample_tokens(logits: jnp.ndarray, keys: jnp.ndarray, banned: Optional[jnp.n
   if greedy:
     tok = jnp.argmax(masked, axis=-1).astype(jnp.int32)
     samp_lp = jnp.zeros(tok.shape, jnp.float32)
-  elif top_k or top_p < 1.0:
+  elif top_k or nucleus:
     k = top_k if top_k else logits.shape[-1]
     vals, idx = jax.lax.top_k(masked, min(k, logits.shape[-1]))     # descending
-    if top_p < 1.0:
+    if nucleus:
       probs = jax.nn.softmax(vals, axis=-1)
       before = jnp.cumsum(probs, axis=-1) - probs                    # mass strictly above
       vals = jnp.where(before < top_p, vals, _NEG)                  # always keeps the top one

@@ -47,6 +47,10 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 * `truncate(state, rows, new_lengths)`: drops the end of rows' histories (REX-RAG's cut
   before the answer); recomputes their next-token logits with a one-token forward.
 * `set_params(params)`: weight sync from the trainer (same shapes, no recompile).
+* Runtime sampling values (a chat server's per-request settings): `prefill(...,
+  temperature=T)` and `decode(..., top_p=P)` take new values without recompiling (top_p < 1
+  and top_p = 1 are two programs); a sampler built with `stop_rows=N` swaps in up to N stop
+  strings with `set_stop_strings` (its table padded to N rows; a new byte width compiles once).
 """
 
 from __future__ import annotations
@@ -71,25 +75,23 @@ from ragjax.sampling import rows as rows_lib
 from ragjax.sampling.config import SamplerConfig, pick_bucket
 from ragjax.sampling.layout import constrain_cache, rows_sharding
 from ragjax.sampling.state import SamplerState, TurnOutput
-from ragjax.sampling.stops import compile_stop_strings, token_bytes
+from ragjax.sampling.stops import StopTable, compile_stop_strings, token_bytes
 
 
 class Sampler:
   """Jitted prefill / decode / extend over one model; see the module docstring."""
 
   def __init__(self, cfg: DecoderConfig, params, tokenizer=None,
-               config: SamplerConfig = SamplerConfig(), mesh: Optional[Mesh] = None):
+               config: SamplerConfig = SamplerConfig(), mesh: Optional[Mesh] = None,
+               stop_rows: int = 0):
     self.cfg, self.config, self.mesh = cfg, config, mesh
     self.eos_ids = tuple(config.eos_ids if config.eos_ids is not None else cfg.eos_ids)
     self.cache_dtype = config.resolved_cache_dtype(cfg.dtype)
     self.stop_table = None
     self.stops = None
-    if config.stop_strings:
-      if tokenizer is None:
-        raise ValueError(f"stop_strings {config.stop_strings!r} need a tokenizer to compile")
-      self.stops = compile_stop_strings(config.stop_strings,
-                                        token_bytes(tokenizer, cfg.vocab_size))
-      self.stop_table = self._replicate(jnp.asarray(self.stops.table))
+    self.tokenizer, self.stop_rows = tokenizer, int(stop_rows)
+    if config.stop_strings or self.stop_rows:
+      self._install_stops(config.stop_strings)
     self._param_shardings = None
     if mesh is not None:
       self._param_shardings = decoder_shardings(cfg, mesh)
@@ -104,7 +106,7 @@ class Sampler:
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
                             static_argnames=("samples", "cache_length", "cache_width"))
     self._decode = jax.jit(self._counted("decode", self._decode_fn), donate_argnums=(2,),
-                           static_argnames=("window", "steps"))
+                           static_argnames=("window", "steps", "nucleus"))
     self._extend = jax.jit(self._counted("extend", self._extend_fn), donate_argnums=(1,),
                            static_argnames=("window",))
     self._extend_rows = jax.jit(self._counted("extend_rows", self._extend_rows_fn),
@@ -135,10 +137,10 @@ class Sampler:
   def _grow_fn(self, cache, *, slots):
     return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
 
-  def _decode_fn(self, params, stop_table, state, *, window, steps):
+  def _decode_fn(self, params, stop_table, state, top_p, *, window, steps, nucleus):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
                                   state, mesh=self.mesh, window=window, steps=steps,
-                                  cpu_kernel=self.cpu_kernel)
+                                  cpu_kernel=self.cpu_kernel, top_p=top_p, nucleus=nucleus)
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
     return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
@@ -180,6 +182,34 @@ class Sampler:
     """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
     return 1 if self.mesh is None else batch_axis_size(self.mesh)
 
+  def set_stop_strings(self, strings: Sequence[str], table: Optional[np.ndarray] = None) -> None:
+    """The stop strings of the decodes that follow, swapped without recompiling: the table
+    (`stops.compile_stop_strings(strings, ..., rows=stop_rows)`, built here when None) keeps the
+    sampler's `stop_rows` rows (a new byte width compiles once).  Needs `stop_rows`."""
+    strings = tuple(strings)
+    if not self.stop_rows or len(strings) > self.stop_rows:
+      raise ValueError(f"{len(strings)} stop strings need a sampler built with stop_rows >= "
+                       f"{len(strings)} (it has {self.stop_rows})")
+    if strings == self.config.stop_strings and (table is None or self.stops is None
+                                                or table.shape == self.stops.table.shape):
+      return                                  # already installed (no copy to the device)
+    self._install_stops(strings, table)
+    self.config = self.config.replace(stop_strings=strings)
+
+  def _install_stops(self, strings: tuple, table: Optional[np.ndarray] = None) -> None:
+    if table is None and not strings:      # no strings yet: rows that never match
+      table = np.zeros((self.stop_rows, 1, self.cfg.vocab_size), np.int16)
+    elif table is None:
+      if self.tokenizer is None:
+        raise ValueError(f"stop_strings {strings!r} need a tokenizer to compile")
+      table = compile_stop_strings(strings, token_bytes(self.tokenizer, self.cfg.vocab_size),
+                                   rows=self.stop_rows or None).table
+    if self.stop_rows and table.shape[0] != self.stop_rows:
+      raise ValueError(f"a stop table of {table.shape[0]} rows for a sampler of stop_rows="
+                       f"{self.stop_rows}")
+    self.stops = StopTable(strings, table)
+    self.stop_table = self._replicate(jnp.asarray(table))
+
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
     if self._param_shardings is not None:
@@ -188,12 +218,16 @@ class Sampler:
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0,
-              row_ids: Optional[Sequence[int]] = None) -> SamplerState:
+              row_ids: Optional[Sequence[int]] = None,
+              temperature: Optional[float] = None) -> SamplerState:
+    """`temperature`: every row draws at it (a runtime value, no recompile) instead of the
+    config's temperature or ladder."""
     return self._prefill_prompts(prompts, samples_per_prompt, seed,
                                  _row_ids(first_row, row_ids, len(prompts) * samples_per_prompt),
-                                 self.config.max_cache_length)
+                                 self.config.max_cache_length, temperature)
 
-  def _prefill_prompts(self, prompts, samples_per_prompt, seed, row_ids, cache_length):
+  def _prefill_prompts(self, prompts, samples_per_prompt, seed, row_ids, cache_length,
+                       temperature=None):
     """`prefill` into a cache of `cache_length` slots (a refill's prompts need only their
     bucket's: the rows they go to already hold a full cache)."""
     if not prompts:
@@ -210,6 +244,10 @@ class Sampler:
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
     temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
+    if temperature is not None:
+      if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+      temps = np.full_like(temps, temperature)
     cache_length = cache_length or width
     cache_width = cache_length
     if self.grow_cache:         # room for the prompts and a first turn; grown as rows need
@@ -231,19 +269,24 @@ class Sampler:
       state = state.replace(cache=self._grow(state.cache, slots=window))
     return state, None
 
-  def decode(self, state: SamplerState,
-             steps: Optional[int] = None) -> tuple[SamplerState, TurnOutput]:
+  def decode(self, state: SamplerState, steps: Optional[int] = None,
+             top_p: Optional[float] = None) -> tuple[SamplerState, TurnOutput]:
     """The live rows' next turn, or its next `steps` tokens (rows still mid-turn then come
-    back PAUSED and the next call resumes them)."""
+    back PAUSED and the next call resumes them).  `top_p` replaces the config's (a runtime
+    value: one program for every top_p below 1)."""
     budget = self.config.max_new_tokens
     if steps is not None and steps < 1:
       raise ValueError(f"decode steps must be >= 1, got {steps}")
+    top_p = self.config.top_p if top_p is None else float(top_p)
+    if not 0.0 < top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     steps = budget if steps is None else min(int(steps), budget)
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
     end = int(lens[~done].max()) + steps if (~done).any() else 1
     state, window = self._fit(state, end)
-    return self._decode(self.params, self.stop_table, state, window=window,
-                        steps=None if steps == budget else steps)
+    return self._decode(self.params, self.stop_table, state, np.float32(top_p), window=window,
+                        steps=None if steps == budget else steps,
+                        nucleus=top_p < 1.0 and not self.config.greedy)
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:

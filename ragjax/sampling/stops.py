@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -111,11 +111,15 @@ class StopTable:
 
   @property
   def num_stops(self) -> int:
-    return len(self.strings)
+    """Rows of the table (padding rows included: they never match)."""
+    return self.table.shape[0]
 
 
-def compile_stop_strings(stop_strings: Sequence[str], tokens: Sequence[bytes]) -> StopTable:
-  """Builds the token-level automaton of each stop string over the byte pieces `tokens`."""
+def compile_stop_strings(stop_strings: Sequence[str], tokens: Sequence[bytes],
+                         rows: Optional[int] = None, width: Optional[int] = None) -> StopTable:
+  """Builds the token-level automaton of each stop string over the byte pieces `tokens`.
+  `rows` / `width` pad the table to that many strings / bytes (all-zero rows never match), so
+  tables of other strings have one shape and a compiled decode takes any of them."""
   vocab = len(tokens)
   lengths = np.fromiter((len(t) for t in tokens), np.int64, vocab)
   width = int(max(1, lengths.max(initial=1)))
@@ -146,4 +150,12 @@ def compile_stop_strings(stop_strings: Sequence[str], tokens: Sequence[bytes]) -
       out[matched & (done_at == lengths - 1)] = MATCH
       out[matched & (done_at < lengths - 1)] = OVERHANG
       table[i, s] = out
+  if rows is not None or width is not None:
+    rows, width = rows or len(pats), width or max_len
+    if rows < len(pats) or width < max_len:
+      raise ValueError(f"{len(pats)} stop strings of up to {max_len} bytes do not fit a table "
+                       f"of {rows} strings of {width} bytes")
+    padded = np.zeros((rows, width, vocab), np.int16)
+    padded[:len(pats), :max_len] = table
+    table = padded
   return StopTable(tuple(stop_strings), table)

@@ -85,6 +85,17 @@ def check_sampling(max_tokens, temperature, top_p) -> None:
     raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
 
 
+SEED_RANGE = 2 ** 32        # the sampler's PRNG seeds are uint32
+
+
+def check_seed(seed) -> None:
+  """None, or an integer the sampler's PRNG takes: [0, 2**32)."""
+  if seed is None:
+    return
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_RANGE:
+    raise ValueError(f"seed must be an integer in [0, {SEED_RANGE - 1}], got {seed!r}")
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -16,9 +16,14 @@ that runs past the stop string loses its tail too).  The params are only read.
 Static shapes keep recompiles bounded: the batch pads to a power of two (at most
 `max_batch`), prompts to power-of-two buckets up to `max_prompt_tokens`, and the per-call token
 budget to a power of two (at least 16, at most `max_new_tokens`; replies are cut to the
-requested `max_tokens`).  One sampler is compiled per (budget, temperature, top_p, stop
-strings); the last `max_samplers` are kept.  `calls` and `decode_calls` count `generate`
-calls and batched decodes (what the server's batching saves).
+requested `max_tokens`).  One sampler is kept per (budget, greedy or not), the last
+`max_samplers` of them; temperature, top_p and stop strings are runtime values of it, so a
+client's new settings compile nothing (top_p < 1 and = 1 are two programs).  Stop strings are
+bounded, at most `MAX_STOPS` of at most `MAX_STOP_BYTES` bytes (UTF-8): their table is padded
+to `MAX_STOPS` rows and to 8 or 32 bytes, and the tables of the last `MAX_STOP_TABLES` stop
+tuples are kept (the server builds a request's table in its own thread, not the batcher's).
+`calls` and `decode_calls` count `generate` calls and batched decodes (what the server's
+batching saves).
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ import numpy as np
 
 from ragjax.models.config import DecoderConfig
 from ragjax.models.hf_io import load_decoder, load_tokenizer
-from ragjax.rollout.chat import has_chat_template, render_chat
+from ragjax.rollout.chat import chat_prompt_ids, has_chat_template, render_chat
 from ragjax.sampling.config import EOS, STOP, SamplerConfig
 from ragjax.sampling.sampler import Sampler
-from ragjax.services.chat_model import (Completion, Message, check_messages, check_messages_list,
-                                        check_sampling, check_stop)
+from ragjax.sampling.stops import compile_stop_strings, token_bytes
+from ragjax.services.chat_model import (SEED_RANGE, Completion, Message, check_messages,
+                                        check_messages_list, check_sampling, check_seed,
+                                        check_stop)
 
 
 def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
@@ -50,6 +57,23 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 
 class PromptTooLong(ValueError):
   pass
+
+
+MAX_STOPS = 4              # stop strings per request
+MAX_STOP_BYTES = 32        # bytes (UTF-8) per stop string
+STOP_WIDTHS = (8, MAX_STOP_BYTES)  # the stop table's byte widths (one decode program each)
+MAX_STOP_TABLES = 8        # stop tuples whose tables are kept
+
+
+def check_stop_bounds(stop: Sequence[str]) -> None:
+  """At most MAX_STOPS strings of at most MAX_STOP_BYTES bytes each (a ValueError naming it)."""
+  if len(stop) > MAX_STOPS:
+    raise ValueError(f"stop takes at most {MAX_STOPS} strings, got {len(stop)}")
+  for i, s in enumerate(stop):
+    n = len(s.encode("utf-8"))
+    if n > MAX_STOP_BYTES:
+      raise ValueError(f"stop[{i}] is {n} bytes long (UTF-8), more than the limit "
+                       f"{MAX_STOP_BYTES}")
 
 
 class LocalChatModel:
@@ -76,6 +100,9 @@ class LocalChatModel:
     self.prompt_buckets = _powers_of_two(min(32, max_prompt_tokens), max_prompt_tokens)
     self.batch_buckets = _powers_of_two(1, max_batch)
     self._samplers: collections.OrderedDict = collections.OrderedDict()
+    self._stop_tables: collections.OrderedDict = collections.OrderedDict()
+    self._token_bytes = None
+    self._stop_lock = threading.Lock()
     self._lock = threading.Lock()
     self._tok_lock = threading.Lock()       # encode is called from server threads
     self.calls = self.decode_calls = self.rows = 0
@@ -99,10 +126,16 @@ class LocalChatModel:
     return "\n\n".join(m["content"] for m in msgs)
 
   def encode(self, messages: Sequence[Message], where: str = "messages") -> list[int]:
-    """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`."""
-    text = self.prompt_text(messages)
+    """The prompt token ids of one conversation; `PromptTooLong` past `max_prompt_tokens`.
+    Message content is text: a special-token string in it (`<|im_end|>`) stays text, only the
+    chat template's own markers (and a base model's BOS) are control tokens."""
+    msgs = check_messages(messages)
     with self._tok_lock:
-      ids = list(self.tokenizer.encode(text, add_special_tokens=not self.chat))
+      if self.chat:
+        ids = chat_prompt_ids(self.tokenizer, msgs)
+      else:
+        ids = list(self.tokenizer("\n\n".join(m["content"] for m in msgs),
+                                  add_special_tokens=True, split_special_tokens=True)["input_ids"])
     if not ids:
       raise ValueError(f"{where}: the prompt is empty")
     if len(ids) > self.max_prompt_tokens:
@@ -117,10 +150,8 @@ class LocalChatModel:
       b *= 2
     return min(b, self.max_new_tokens)
 
-  def _sampler(self, budget: int, temperature: float, top_p: float, stop: tuple) -> Sampler:
-    greedy = temperature == 0.0
-    key = (budget, greedy, 0.0 if greedy else float(temperature), 1.0 if greedy else float(top_p),
-           stop)
+  def _sampler(self, budget: int, greedy: bool) -> Sampler:
+    key = (budget, greedy)
     s = self._samplers.get(key)
     if s is not None:
       self._samplers.move_to_end(key)
@@ -128,14 +159,35 @@ class LocalChatModel:
     config = SamplerConfig(
         max_cache_length=self.max_prompt_tokens + budget, max_new_tokens=budget,
         prompt_buckets=self.prompt_buckets, extend_buckets=(min(16, self.max_prompt_tokens),),
-        greedy=greedy, temperature=1.0 if greedy else float(temperature),
-        top_p=1.0 if greedy else float(top_p), stop_strings=stop, eos_ids=self.eos_ids,
-        pad_id=0, forbid_stop_overhang=False)
-    s = Sampler(self.cfg, self.params, self.tokenizer if stop else None, config, mesh=self.mesh)
+        greedy=greedy, temperature=1.0, top_p=1.0, eos_ids=self.eos_ids, pad_id=0,
+        forbid_stop_overhang=False)
+    s = Sampler(self.cfg, self.params, self.tokenizer, config, mesh=self.mesh,
+                stop_rows=MAX_STOPS)
     self._samplers[key] = s
     while len(self._samplers) > self.max_samplers:
       self._samplers.popitem(last=False)
     return s
+
+  def stop_table(self, stop: Sequence[str]) -> np.ndarray:
+    """The padded stop table of `stop` (bounded by `check_stop_bounds`), from the cache of
+    the last MAX_STOP_TABLES tuples or built now."""
+    stop = check_stop(stop)
+    check_stop_bounds(stop)
+    with self._stop_lock:
+      table = self._stop_tables.get(stop)
+      if table is not None:
+        self._stop_tables.move_to_end(stop)
+        return table
+      if self._token_bytes is None:
+        self._token_bytes = token_bytes(self.tokenizer, self.cfg.vocab_size)
+    longest = max((len(s.encode("utf-8")) for s in stop), default=1)
+    table = compile_stop_strings(stop, self._token_bytes, rows=MAX_STOPS,
+                                 width=next(w for w in STOP_WIDTHS if w >= longest)).table
+    with self._stop_lock:
+      self._stop_tables[stop] = table
+      while len(self._stop_tables) > MAX_STOP_TABLES:
+        self._stop_tables.popitem(last=False)
+    return table
 
   def _finish(self, toks: list[int], reason: int, stop_id: int, limit: int, stop: tuple,
               n_prompt: int) -> Completion:
@@ -167,19 +219,25 @@ class LocalChatModel:
         raise ValueError(f"max_tokens={mt} exceeds this model's max_new_tokens="
                          f"{self.max_new_tokens}")
     stop = check_stop(stop)
+    check_seed(seed)
+    table = self.stop_table(stop)
     if not n:
       return []
+    greedy = temperature == 0.0
     with self._lock:
-      sampler = self._sampler(self._budget(max(limits)), float(temperature), float(top_p), stop)
-      base_seed = self.seed + self.calls if seed is None else int(seed)
+      sampler = self._sampler(self._budget(max(limits)), greedy)
+      sampler.set_stop_strings(stop, table)
+      base_seed = self.seed + self.calls if seed is None else seed
       self.calls += 1
       out: list[Completion] = []
       for start in range(0, n, self.max_batch):
         chunk = [list(p) for p in prompts[start:start + self.max_batch]]
         width = next(b for b in self.batch_buckets if b >= len(chunk))
         padded = chunk + [chunk[0]] * (width - len(chunk))
-        state = sampler.prefill(padded, samples_per_prompt=1, seed=base_seed + start)
-        _, turn = sampler.decode(state)
+        state = sampler.prefill(padded, samples_per_prompt=1,
+                                seed=(base_seed + start) % SEED_RANGE,
+                                temperature=None if greedy else float(temperature))
+        _, turn = sampler.decode(state, top_p=1.0 if greedy else float(top_p))
         self.decode_calls += 1
         self.rows += len(chunk)
         toks = turn.token_lists()

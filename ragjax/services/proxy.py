@@ -33,6 +33,9 @@ Information found" text is returned), `failures`.
     python -m ragjax.services.proxy (--index DIR | --url URL) [--route TASK=DIR_OR_URL ...]
         (--chat-url URL [--chat-model NAME] [--api-key-env VAR] | --chat-checkpoint DIR)
         --port P [--task qa|math] [--mode strong|weak] [--topk 10] [--max-tokens 512]
+
+(`--port 0`: any free port; the address is printed.)  A wrong index, route or checkpoint is
+one `error:` line before anything listens.
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def _discover_model(base_url: str) -> str:
     r.raise_for_status()
     return r.json()["data"][0]["id"]
   except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as e:
-    raise SystemExit(f"--chat-model not given and GET {url} did not name a model: {e}") from None
+    raise ConnectionError(f"--chat-model not given and GET {url} did not name a model: "
+                          f"{e}") from None
 
 
 def _open_source(where: str, backend: Optional[str] = None):
@@ -191,7 +195,7 @@ def _open_source(where: str, backend: Optional[str] = None):
 
 
 def main(argv=None):
-  from ragjax.services.serve import port_number
+  from ragjax.retrieval.argtypes import port, positive_int
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   src = ap.add_mutually_exclusive_group(required=True)
@@ -206,21 +210,31 @@ def main(argv=None):
   ap.add_argument("--chat-model", default=None, help="model name (default: the server's first)")
   ap.add_argument("--api-key-env", default=None, help="environment variable holding the API key")
   ap.add_argument("--chat-cache", default=None, help="JSONL disk cache of summariser replies")
-  ap.add_argument("--port", type=port_number, default=8002)
+  ap.add_argument("--port", type=port, default=8002, help="1..65535, or 0 for any free port")
   ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1 only)")
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default=None)
   ap.add_argument("--task", default="qa", help="'math' selects the math prompts")
   ap.add_argument("--mode", choices=("strong", "weak"), default="strong")
-  ap.add_argument("--topk", type=int, default=10, help="passages summarised when a request "
-                  "omits topk (UR²: 10)")
-  ap.add_argument("--max-tokens", type=int, default=512, help="summary token budget")
-  ap.add_argument("--chat-max-prompt-tokens", type=int, default=8192,
+  ap.add_argument("--topk", type=positive_int, default=10,
+                  help="passages summarised when a request omits topk (UR²: 10)")
+  ap.add_argument("--max-tokens", type=positive_int, default=512, help="summary token budget")
+  ap.add_argument("--chat-max-prompt-tokens", type=positive_int, default=8192,
                   help="with --chat-checkpoint: the longest summariser prompt")
   ap.add_argument("--temperature", type=float, default=None)
   ap.add_argument("--on-error", choices=ON_ERROR, default="raise")
   args = ap.parse_args(argv)
-  import uvicorn
+  from ragjax.errors import exit_on_user_error
+  with exit_on_user_error("ragjax.services.proxy"):    # a wrong index, route or checkpoint
+    proxy = _make_proxy(ap, args)
+  from ragjax.http_server import serve
   from ragjax.retrieval.serve import make_app
+  info = {"summariser": args.chat_url or args.chat_checkpoint, "task": args.task,
+          "mode": args.mode, "source": args.index or args.url,
+          "routes": sorted(s.partition("=")[0] for s in args.route)}
+  serve(make_app(proxy, args.topk, info), args.host, args.port, "ragjax.services.proxy")
+
+
+def _make_proxy(ap, args) -> SummarisingRetriever:
   inner = _open_source(args.index or args.url, args.backend)
   if args.route:
     from ragjax.retrieval.routing import RoutedRetriever
@@ -236,24 +250,17 @@ def main(argv=None):
     model = OpenAIChatClient(args.chat_url, args.chat_model or _discover_model(args.chat_url),
                              api_key_env=args.api_key_env, cache_path=args.chat_cache)
   else:
-    from ragjax.errors import exit_on_user_error
     from ragjax.parallel.backend import start
     from ragjax.services.local import LocalChatModel
     start("ragjax.services.proxy")      # backend line; no CPU fallback of a GPU / TPU run
-    with exit_on_user_error("ragjax.services.proxy"):
-      model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
-                                             max_prompt_tokens=args.chat_max_prompt_tokens)
+    model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
+                                           max_prompt_tokens=args.chat_max_prompt_tokens)
     if args.chat_cache:
       from ragjax.services.cache import CachedChatModel
       model = CachedChatModel(model, args.chat_cache, model.name)
-  proxy = SummarisingRetriever(inner, model, task=args.task, mode=args.mode,
-                               max_tokens=args.max_tokens, temperature=args.temperature,
-                               on_error=args.on_error)
-  info = {"summariser": args.chat_url or args.chat_checkpoint, "task": args.task,
-          "mode": args.mode, "source": args.index or args.url,
-          "routes": sorted(s.partition("=")[0] for s in args.route)}
-  uvicorn.run(make_app(proxy, args.topk, info), host=args.host, port=args.port,
-              log_level="warning")
+  return SummarisingRetriever(inner, model, task=args.task, mode=args.mode,
+                              max_tokens=args.max_tokens, temperature=args.temperature,
+                              on_error=args.on_error)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,15 @@ clients go through one `RequestBatcher`, so a judge shared by several trainer pr
 their requests together.  Bad requests are 4xx in OpenAI's error form (`{"error": {"message",
 "type", "param"}}`) naming the field: malformed JSON, a wrong field, more than
 `--max-messages` messages or `--max-chars` characters, `max_tokens` above the cap, a prompt
-longer than `--max-prompt-tokens` tokens, JSON nested too deeply, a lone surrogate (400); a
+longer than `--max-prompt-tokens` tokens, more than 4 stop strings or one over 32 bytes, a
+`seed` outside [0, 2**32), JSON nested too deeply, a lone surrogate (400); a
 body over `--max-body-bytes` (413, refused before it is read whole); another model name
-(404); a full queue (503,
-which clients retry).  `GET /health` reports the model and the batcher's counters;
-`GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise.
+(404); a full queue (503, which clients retry).  Temperature, top_p, stop strings and seed are
+runtime values of the model's samplers: a new value compiles nothing
+(`ragjax.services.local`), and message content is tokenised as text (a `<|im_end|>` in it is
+not a control token).  `GET /health` reports the model and the batcher's counters;
+`GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise;
+`--port 0` takes any free port (the address is printed).  No API docs pages are served.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from typing import Optional
 from fastapi import Request
 
 from ragjax.http_body import RequestError as BodyError, parse_json, read_body
+from ragjax.http_server import serve
+from ragjax.retrieval.argtypes import float_range, port, positive_int
 from ragjax.services.batcher import Overloaded, RequestBatcher
-from ragjax.services.chat_model import check_messages, check_sampling, check_stop
-from ragjax.services.local import LocalChatModel, PromptTooLong
+from ragjax.services.chat_model import check_messages, check_sampling, check_seed, check_stop
+from ragjax.services.local import LocalChatModel, PromptTooLong, check_stop_bounds
 
 
 class RequestError(ValueError):
@@ -96,11 +102,17 @@ def parse_request(body, *, model_name: str, max_messages: int, max_chars: int,
     stop = check_stop(body.get("stop"))
   except ValueError as e:
     raise RequestError(str(e), "stop") from None
-  if len(stop) > 4:
-    raise RequestError(f"stop takes at most 4 strings, got {len(stop)}", "stop")
+  try:
+    check_stop_bounds(stop)
+  except ValueError as e:
+    raise RequestError(str(e), "stop") from None
   seed = body.get("seed")
   if seed is not None:
     seed = _number(body, "seed", None, int)
+    try:
+      check_seed(seed)
+    except ValueError as e:
+      raise RequestError(str(e), "seed") from None
   return {"messages": msgs, "max_tokens": max_tokens, "temperature": temperature,
           "top_p": top_p, "stop": stop, "seed": seed}
 
@@ -118,7 +130,8 @@ def make_app(model: LocalChatModel, *, batcher: Optional[RequestBatcher] = None,
   name = model_name or model.name
   cap = min(max_tokens_cap or model.max_new_tokens, model.max_new_tokens)
   batcher = batcher or RequestBatcher(model, max_wait_ms=max_wait_ms)
-  app = FastAPI(title="ragjax chat completions")
+  app = FastAPI(title="ragjax chat completions", docs_url=None, redoc_url=None,
+                openapi_url=None)
   app.state.batcher, app.state.model = batcher, model
   created = int(time.time())
 
@@ -136,6 +149,7 @@ def make_app(model: LocalChatModel, *, batcher: Optional[RequestBatcher] = None,
       req = parse_request(body, model_name=name, max_messages=max_messages, max_chars=max_chars,
                           max_tokens_cap=cap, default_max_tokens=min(default_max_tokens, cap))
       prompt = await run_in_threadpool(model.encode, req["messages"])
+      await run_in_threadpool(model.stop_table, req["stop"])   # built here, not on the batcher
     except RequestError as e:
       return error(e.status, str(e), e.param,
                    "model_not_found" if e.status == 404 else "invalid_request_error")
@@ -215,37 +229,25 @@ class ServerThread:
     self.stop()
 
 
-def port_number(text: str) -> int:
-  """argparse type for --port: an integer in [1, 65535]."""
-  try:
-    port = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"--port must be an integer, got {text!r}") from None
-  if not 1 <= port <= 65535:
-    raise argparse.ArgumentTypeError(f"--port must be in [1, 65535], got {port}")
-  return port
-
-
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--checkpoint", required=True, help="HF Llama/Qwen2 directory with tokenizer")
-  ap.add_argument("--port", type=port_number, default=8001)
+  ap.add_argument("--port", type=port, default=8001, help="1..65535, or 0 for any free port")
   ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1 only)")
   ap.add_argument("--model-name", default=None, help="served model id (default: directory name)")
-  ap.add_argument("--max-batch", type=int, default=16, help="rows per decode")
-  ap.add_argument("--max-wait-ms", type=float, default=5.0,
+  ap.add_argument("--max-batch", type=positive_int, default=16, help="rows per decode")
+  ap.add_argument("--max-wait-ms", type=float_range(0, 60_000), default=5.0,
                   help="how long a batch waits for more requests")
-  ap.add_argument("--max-prompt-tokens", type=int, default=2048)
-  ap.add_argument("--max-new-tokens", type=int, default=512, help="cap on max_tokens")
-  ap.add_argument("--max-messages", type=int, default=64)
-  ap.add_argument("--max-chars", type=int, default=200_000)
-  ap.add_argument("--max-queue", type=int, default=1024)
-  ap.add_argument("--max-body-bytes", type=int, default=8 << 20,
+  ap.add_argument("--max-prompt-tokens", type=positive_int, default=2048)
+  ap.add_argument("--max-new-tokens", type=positive_int, default=512, help="cap on max_tokens")
+  ap.add_argument("--max-messages", type=positive_int, default=64)
+  ap.add_argument("--max-chars", type=positive_int, default=200_000)
+  ap.add_argument("--max-queue", type=positive_int, default=1024)
+  ap.add_argument("--max-body-bytes", type=positive_int, default=8 << 20,
                   help="largest request body (413 above it)")
   ap.add_argument("--dtype", default=None, help="compute dtype override, e.g. bfloat16")
-  args = ap.parse_args(argv)
-  import uvicorn
+  args = ap.parse_args(argv)      # every number is checked here, before the model loads
   from ragjax.errors import exit_on_user_error
   from ragjax.parallel.backend import start
   start("ragjax.services.serve")         # backend line; no CPU fallback of a GPU / TPU run
@@ -257,7 +259,7 @@ def main(argv=None):
   batcher = RequestBatcher(model, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
   app = make_app(model, batcher=batcher, max_messages=args.max_messages,
                  max_chars=args.max_chars, max_body_bytes=args.max_body_bytes)
-  uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+  serve(app, args.host, args.port, "ragjax.services.serve")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ class AutoRefine(SearchR1):
   invalid_message: str = LONG_INVALID_MESSAGE
 
   def __post_init__(self):
+    super().__post_init__()
     if self.template not in TEMPLATES and "{question}" not in self.template:
       raise ValueError(f"protocol.template={self.template!r}: use 'code', 'paper' or a "
                        f"template containing {{question}}")

@@ -155,6 +155,12 @@ class Protocol:
   def __post_init__(self):
     if self.context not in CONTEXTS:
       raise ValueError(f"protocol.context must be one of {CONTEXTS}, got {self.context!r}")
+    for name, least in (("top_k", 1), ("max_turns", 0), ("obs_max_tokens", 1),
+                        ("obs_max_chars", 1), ("max_response_tokens", 1),
+                        ("max_docs_per_trajectory", 0)):
+      v = getattr(self, name)
+      if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+        raise ValueError(f"protocol.{name} must be an integer >= {least}, got {v!r}")
 
   # --- prompt -------------------------------------------------------------------------------
   def system_message(self, inp: PromptInput) -> Optional[str]:

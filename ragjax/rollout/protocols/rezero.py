@@ -67,6 +67,7 @@ class ReZero(Protocol):
   prompt: str = "code"
 
   def __post_init__(self):
+    super().__post_init__()
     if self.prompt != "code" and "{question}" not in self.prompt:
       raise ValueError(f"protocol.prompt={self.prompt!r}: use 'code' or a template with "
                        f"{{question}}")
