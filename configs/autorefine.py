@@ -87,7 +87,7 @@ def get_config(arg: str = "tiny"):
   c.rl.update(dict(
       advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
-      entropy_coef=0.001, use_sampler_logprobs=False, temperature=1.0, ppo_epochs=1,
+      entropy_coef=0.001, use_sampler_logprobs=False, ppo_epochs=1,
       # verl's ppo_mini_batch_size counts sequences (x rollout.n = 1; groups come from
       # n_agent): 256 x 5 rows in mini-batches of 256 = 5 optimiser updates per RL step.
       # Micro-batches only bound memory (the paper's 64 relied on FSDP offload; 16 fits the

@@ -120,11 +120,14 @@ def get_config() -> ConfigDict:
       clip_ratio=True,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
-      use_sampler_logprobs=False, gather=False, temperature=1.0, logprob_chunk=8192,
+      use_sampler_logprobs=False, gather=False, logprob_chunk=8192,
       ppo_epochs=1, mini_batch_size=0, micro_batch_size=0, rewards={"search_r1_em": 1.0},
       reward_kwargs={}, behaviour="", behaviour_kwargs={}, batch_filter="",
       batch_filter_kwargs={}, metrics=()))
   c.rl.dual_clip = config_dict.placeholder(float)
+  # the temperature log-probs are scored at: None = sampler.temperature (a different value is
+  # refused: the ratio would compare distributions the rollouts were not drawn from)
+  c.rl.temperature = config_dict.placeholder(float)
   # clock: what one schedule step is, "rl_step" (verl: once per RL step) or "update" (OpenRLHF,
   # TRL: once per optimizer update); total_steps: 0 = the whole run in clock units (derived).
   c.optim = ConfigDict(dict(lr=1e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.0,

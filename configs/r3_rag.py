@@ -166,7 +166,7 @@ def get_config(arg: str = "tiny"):
       advantage="gae", group_size=4, clip_low=0.2, clip_high=0.2, loss_agg="token-mean",
       kl_coef=0.01, kl_estimator="k1", kl_in_reward=True, entropy_coef=0.0, value_clip=0.2,
       gamma=1.0, lam=1.0, train_on=("policy",), use_sampler_logprobs=False, gather=False,
-      temperature=1.0, logprob_chunk=8192, ppo_epochs=1, mini_batch_size=64,
+      logprob_chunk=8192, ppo_epochs=1, mini_batch_size=64,
       micro_batch_size=4, reward_kwargs={}))
   c.rl.step_samples = True
   c.rl.rewards = {"r3_rag": 1.0}

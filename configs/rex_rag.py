@@ -148,7 +148,7 @@ def get_config(arg: str = "tiny"):
   c.rl.update(dict(
       advantage="grpo", group_size=5, clip_low=0.2, clip_high=0.28 if dapo else 0.2,
       loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
-      entropy_coef=0.0, temperature=1.0, logprob_chunk=8192, ppo_epochs=1,
+      entropy_coef=0.0, logprob_chunk=8192, ppo_epochs=1,
       mini_batch_size=256, micro_batch_size=8))
   c.rl.rewards = {"em": 1.0}
   add_rex_rag(c, keep_ratio=0.12 if dapo else 0.08)

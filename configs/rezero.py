@@ -137,7 +137,7 @@ def get_config(arg: str = "tiny"):
   c.rl.update(dict(
       advantage="grpo", group_size=4 if tiny else 8, adv_eps=1e-4, clip_low=0.2, clip_high=0.2,
       loss_agg="token-mean", kl_coef=0.04, kl_estimator="k3", kl_in_reward=False,
-      entropy_coef=0.0, use_sampler_logprobs=False, temperature=1.0, ppo_epochs=1,
+      entropy_coef=0.0, use_sampler_logprobs=False, ppo_epochs=1,
       mini_batch_size=0, micro_batch_size=0))
   c.rl.rewards = dict(PAPER_REWARDS if paper else CODE_REWARDS)
   c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
@@ -146,7 +146,8 @@ def get_config(arg: str = "tiny"):
   c.judge.update(dict(kind="base", model="rezero-judge", max_batch=8 if tiny else 16,
                       max_prompt_tokens=1024 if tiny else 4096, max_new_tokens=32))
   c.optim.update(dict(lr=1e-3 if tiny else 5e-6, schedule="cosine", warmup_steps=0,
-                      warmup_ratio=0.1, min_lr_ratio=0.0, total_steps=10 if tiny else 1000, clock="update",
+                      warmup_ratio=0.1, min_lr_ratio=0.0, clock="update",
+                      total_steps=10 if tiny else 1000,
                       b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=0.1))
   c.trainer.update(dict(
       num_steps=10 if tiny else 1000, batch_prompts=2 if tiny else 1,

@@ -52,8 +52,8 @@ def get_config(arg: str = "tiny"):
       # verl PPO: KL penalty in the reward, algorithm.kl_penalty "kl" (k1); GRPO: a KL loss,
       # kl_loss_type low_var_kl (k3)
       kl_in_reward=algo == "ppo", kl_estimator="k1" if algo == "ppo" else "k3",
-      value_clip=0.2, gamma=1.0, lam=1.0, use_sampler_logprobs=False, temperature=1.0,
-      logprob_chunk=8192, ppo_epochs=1,
+      value_clip=0.2, gamma=1.0, lam=1.0, use_sampler_logprobs=False, logprob_chunk=8192,
+      ppo_epochs=1,
       # verl's ppo_mini_batch_size counts sequences of the expanded batch (fsdp_workers.py
       # multiplies it by rollout.n, which is 1: groups come from n_agent=5), so 512 x 5 rows
       # in mini-batches of 256 make 10 optimiser updates per RL step (GRPO); PPO's 512 rows

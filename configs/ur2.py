@@ -184,8 +184,8 @@ def get_config(arg: str = "tiny"):
   prompts = 128 if three_b else 64
   c.rl.update(dict(
       advantage="reinforce_pp_baseline", group_size=16, clip_low=0.2, clip_high=0.2,
-      loss_agg="seq-mean-token-mean", kl_coef=0.0, entropy_coef=0.0, temperature=1.0,
-      use_sampler_logprobs=False, ppo_epochs=1, train_on=("policy",),
+      loss_agg="seq-mean-token-mean", kl_coef=0.0, entropy_coef=0.0, use_sampler_logprobs=False,
+      ppo_epochs=1, train_on=("policy",),
       mini_batch_size=512 if three_b else 256, micro_batch_size=1, metrics=("ur2_tasks",)))
   c.rl.rewards = dict(STAGE2_REWARDS)
   fmt = {"mode": "stage2", "family": family, "task": task}

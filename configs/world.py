@@ -95,7 +95,7 @@ def get_config(arg: str = "default"):
       advantage="grpo", group_size=2 if toy else 4, adv_eps=1e-6, clip_low=0.2, clip_high=0.2,
       loss_agg="token-mean", kl_coef=0.0, kl_estimator="k3", kl_in_reward=False,
       entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
-      use_sampler_logprobs=True, gather=True, temperature=1.0, logprob_chunk=4096, ppo_epochs=1,
+      use_sampler_logprobs=True, gather=True, logprob_chunk=4096, ppo_epochs=1,
       mini_batch_size=0, micro_batch_size=0 if toy else 16, reward_kwargs={}))
   # micro_batch_size: one optimiser step over the 64 trajectories, its gradient summed over
   # four slices of 16: a slice's activations (4,096 positions) stay in the CPU's caches, where

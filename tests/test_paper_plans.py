@@ -123,3 +123,15 @@ def test_trainer_sets_one_learning_rate_per_rl_step(tmp_path):
   assert [h["lr/policy"] for h in hist] == pytest.approx([0.0, 0.001, 0.002])
   assert int(jax.device_get(trainer.state.step)) == 3 * 2       # optimizer updates
   assert learning_rate(trainer.state.opt_state) == pytest.approx(0.002)
+
+
+def test_scoring_temperature_follows_the_sampler_and_a_mismatch_is_refused():
+  """rl.temperature unset: log-probs are scored at sampler.temperature (ReZero's 0.9); set to
+  another value it is refused before any work."""
+  c = load_config(os.path.join(ROOT, "configs", "rezero.py") + ":llama-3.2-3b-instruct")
+  assert parse_run_config(c).rl.temperature == 0.9
+  c.rl.temperature = 1.0
+  with pytest.raises(ValueError, match=r"rl.temperature=1.0 differs from sampler.temperature=0.9"):
+    parse_run_config(c)
+  c.rl.temperature = 0.9
+  assert parse_run_config(c).rl.temperature == 0.9

@@ -39,7 +39,7 @@ class RLConfig:
   lam: float = 1.0
   train_on: tuple = ("policy",)       # source labels trained on ("injected" for REX-RAG probes)
   use_sampler_logprobs: bool = False  # ratio denominator from the sampler instead of re-scoring
-  temperature: float = 1.0
+  temperature: Optional[float] = 1.0    # log-probs' temperature (a config's None: the sampler's)
   logprob_chunk: int = 8192           # vocab chunk for log-probs
   gather: bool = False                # policy loss projects only the trained positions (same loss)
   ppo_epochs: int = 1
@@ -220,6 +220,20 @@ def derive_schedule_length(run: RunConfig) -> RunConfig:
   return dataclasses.replace(run, optim=span(run.optim), critic_optim=span(run.critic_optim))
 
 
+def scoring_temperature(rl: RLConfig, sampler: Optional[Mapping[str, Any]]) -> RLConfig:
+  """rl.temperature (what the log-probs of the ratio are scored at) is the rollouts' own,
+  `sampler.temperature`, when left None; set to another value it is refused, since the
+  ratio pi / pi_old would then compare distributions the samples were not drawn from."""
+  sampled = None if sampler is None else sampler.get("temperature")
+  if rl.temperature is None:
+    return dataclasses.replace(rl, temperature=1.0 if sampled is None else float(sampled))
+  if sampled is not None and float(sampled) != float(rl.temperature):
+    raise ValueError(f"rl.temperature={rl.temperature} differs from sampler.temperature="
+                     f"{sampled}: log-probs must be scored at the temperature the rollouts "
+                     f"were sampled at (leave rl.temperature unset to follow the sampler)")
+  return rl
+
+
 def parse_run_config(cfg) -> RunConfig:
   """Validates the rl / optim / critic_optim / trainer sections of an experiment ConfigDict
   (other sections belong to the model, data and rollout owners)."""
@@ -230,6 +244,7 @@ def parse_run_config(cfg) -> RunConfig:
   if missing:
     raise ValueError(f"config lacks section(s) {missing}")
   run = derive_schedule_length(from_dict(RunConfig, sections))
+  run = dataclasses.replace(run, rl=scoring_temperature(run.rl, d.get("sampler")))
   if run.rl.uses_critic and run.critic_optim is None:
     raise ValueError("rl.advantage='gae' (PPO) needs a critic_optim section")
   return run
