@@ -34,11 +34,9 @@ Ablations, one field each (Table 2, Fig. 6):
                                                           the released data's, the default)
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 # config argument -> model preset
 SIZES = {"tiny": "tiny", "qwen2.5-3b-base": "qwen2.5-3b", "qwen2.5-3b-instruct": "qwen2.5-3b",
@@ -49,7 +47,7 @@ def world_config():
   """configs/world.py with AutoRefine's deltas: its protocol (a short prompt a from-scratch
   policy can use), cold-start traces that write `<refine>` after documents, the Eq. 3 reward
   and the §3.3 metrics.  For `python -m ragjax.ablate` (see BENCHMARKS.md)."""
-  import world
+  world = sibling(__file__, "world")
   c = world.get_config("default")
   c.workdir = "runs/autorefine_world"
   c.protocol = common.ConfigDict(dict(

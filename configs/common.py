@@ -31,13 +31,11 @@ an error naming it):
               published row to compare with
 """
 
-import os
-import sys
-
 from ml_collections import ConfigDict, config_dict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import suites  # noqa: E402  (configs/suites.py: the benchmark suites, as data)
+from ragjax.recipes.config_files import sibling
+
+suites = sibling(__file__, "suites")  # (configs/suites.py: the benchmark suites, as data)
 
 
 def get_config() -> ConfigDict:

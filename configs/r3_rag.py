@@ -36,11 +36,9 @@ default and the code one field away (docs/methods/r3_rag.md):
 Ablation (Table 2): --config.rl.reward_kwargs.r3_rag.process=False (outcome reward only).
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config argument
 

@@ -46,12 +46,10 @@ trajectories, lr 1e-6 with warmup ratio 0.285, KL 0.001 low_var_kl as a loss, cl
 500 tokens per turn and per observation, top-3, 1005 steps, seed 20020717).
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
-import world as world_config  # noqa: E402  (configs/world.py: the embedded default)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
+world_config = sibling(__file__, "world")  # (configs/world.py: the embedded default)
 
 ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")
 

@@ -55,11 +55,9 @@ adds ~3 LLM paraphrases per chunk to the index instead: `python -m ragjax.retrie
 --corpus C --out C_noisy.jsonl --paraphrases 3`, then index that corpus.
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 SIZES = {"tiny": "tiny", "llama-3.2-3b-instruct": "llama-3.2-3b",
          "llama-3.2-3b-instruct-paper": "llama-3.2-3b"}
@@ -98,7 +96,7 @@ def world_config():
   is 128 wide) at lr 1e-3, the world's steps and batch, and a stop after `</answer>` (the
   world's cold-start traces end there, without an end-of-turn token).  For
   `python -m ragjax.ablate`."""
-  import world
+  world = sibling(__file__, "world")
   c = world.get_config("default")
   c.workdir = "runs/rezero_world"
   c.protocol = common.ConfigDict(dict(

@@ -14,11 +14,9 @@ token-mean, clip 0.2, temperature 1, 4 turns, 500 tokens per turn and per observ
 retrieval, 1005 steps.  The schema and its other defaults are in configs/common.py.
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 SIZES = ("tiny", "qwen2.5-3b", "qwen2.5-7b")
 ARGS = tuple(s + v for s in SIZES for v in ("", "-ppo"))     # every valid config argument

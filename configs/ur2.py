@@ -55,11 +55,9 @@ UR2_RL/train/reward_server_*.py), the text one field away (docs/methods/ur2.md):
 paper's 8 x A100 80GB (`hardware`).
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 VARIANTS = ("qwen2.5-7b-math-qa", "qwen2.5-3b-math-qa", "llama-3.1-8b-math-qa", "qwen2.5-7b-mcq")
 # (the MCQ model's Stage 1 is already the weak one)

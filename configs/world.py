@@ -9,11 +9,9 @@ BENCHMARKS.md); every knob is here, none is hidden in code.  The schema and its 
 defaults are in configs/common.py.
 """
 
-import os
-import sys
+from ragjax.recipes.config_files import sibling
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (configs/common.py: the schema every recipe shares)
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 ARGS = ("default", "toy")     # every valid config argument
 

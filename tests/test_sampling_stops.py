@@ -145,3 +145,14 @@ def test_a_token_running_past_the_tag_is_never_sampled(tok, bigram_cfg):
 def test_stop_strings_need_a_tokenizer(bigram_cfg):
   with pytest.raises(ValueError, match="need a tokenizer"):
     Sampler(bigram_cfg, _script_params(bigram_cfg, [0]), None, _config())
+
+
+def test_padded_table_takes_stops_longer_than_any_token():
+  """`width` pads to bytes of stop string, whatever the longest token (a stop of 4 bytes over
+  tokens of at most 2 fits a table 8 wide; the padding never matches)."""
+  from ragjax.sampling.stops import compile_stop_strings
+  plain = compile_stop_strings(["aaab"], [b"a", b"b", b"ab"])
+  padded = compile_stop_strings(["aaab"], [b"a", b"b", b"ab"], rows=2, width=8)
+  assert plain.table.shape == (1, 4, 3) and padded.table.shape == (2, 8, 3)
+  np.testing.assert_array_equal(padded.table[0, :4], plain.table[0])
+  assert not padded.table[1].any() and not padded.table[0, 4:].any()

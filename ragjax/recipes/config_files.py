@@ -5,10 +5,35 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import os
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def sibling(config_file: str, name: str):
+  """The config module `name` beside `config_file` (e.g. `configs/common.py` for a config in
+  `configs/`), loaded once by its path, so configs import each other without editing sys.path:
+
+      common = sibling(__file__, "common")
+  """
+  folder = os.path.dirname(os.path.abspath(config_file))
+  key = f"ragjax_configs_{hashlib.sha1(folder.encode()).hexdigest()[:12]}.{name}"
+  if key not in sys.modules:
+    path = os.path.join(folder, f"{name}.py")
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"{config_file} imports {name!r}: no file {path}")
+    spec = importlib.util.spec_from_file_location(key, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+      spec.loader.exec_module(module)
+    except BaseException:
+      del sys.modules[key]
+      raise
+  return sys.modules[key]
 
 
 def load_config(spec: str):

@@ -122,13 +122,13 @@ def compile_stop_strings(stop_strings: Sequence[str], tokens: Sequence[bytes],
   tables of other strings have one shape and a compiled decode takes any of them."""
   vocab = len(tokens)
   lengths = np.fromiter((len(t) for t in tokens), np.int64, vocab)
-  width = int(max(1, lengths.max(initial=1)))
-  mat = np.zeros((vocab, width), np.uint8)
+  piece = int(max(1, lengths.max(initial=1)))      # the longest token's bytes
+  mat = np.zeros((vocab, piece), np.uint8)
   for i, t in enumerate(tokens):
     if t:
       mat[i, :len(t)] = np.frombuffer(t, np.uint8)
   order = np.argsort(-lengths, kind="stable")     # longest first: position j needs a prefix
-  count_at = [(lengths > j).sum() for j in range(width)]
+  count_at = [(lengths > j).sum() for j in range(piece)]
   pats = [s.encode("utf-8") for s in stop_strings]
   max_len = max((len(p) for p in pats), default=1)
   table = np.zeros((len(pats), max_len, vocab), np.int16)
@@ -138,7 +138,7 @@ def compile_stop_strings(stop_strings: Sequence[str], tokens: Sequence[bytes],
     for s in range(m):
       state = np.full(vocab, s, np.int32)
       done_at = np.full(vocab, -1, np.int64)       # byte index where the match completed
-      for j in range(width):
+      for j in range(piece):
         idx = order[:count_at[j]]
         live = idx[done_at[idx] < 0]
         nxt = delta[state[live], mat[live, j]]
