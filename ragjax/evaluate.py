@@ -30,6 +30,7 @@ import os
 import sys
 
 from absl import app, flags
+from ml_collections import config_flags
 
 from ragjax.data.readers import READERS
 from ragjax.errors import define_config_flag, flags_parser
@@ -73,34 +74,38 @@ def main(argv):
   from ragjax.errors import exit_on_user_error
   from ragjax.parallel.backend import start
   from ragjax.parallel.cpu_threads import pin_config
-  with exit_on_user_error("ragjax.evaluate"):
-    pin_config(f.config)     # before JAX's CPU backend starts
-    start("ragjax.evaluate", f.config)     # backend line; no CPU fallback of a GPU / TPU run
+  # argument mistakes first (one line, nothing started), then the backend
   if f.suite:
     if f.samples or f.data or f.split != "test":
       raise app.UsageError("--suite takes its questions from the suite; drop --data / --split / "
                            "--samples", exitcode=2)
-    from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
     with exit_on_user_error("ragjax.evaluate"):
       if not f["config"].present:
         raise ValueError("--suite needs --config=configs/<method>.py:<size> (the method's "
                          "protocol and prompt; the default config is the synthetic world's)")
+  else:
+    if f.compare or f.out or f.data_root or f.datasets or f.add_dataset:
+      raise app.UsageError("--compare / --out / --data_root / --datasets / --add_dataset go "
+                           "with --suite", exitcode=2)
+    if not f.checkpoint:
+      raise app.UsageError("--checkpoint is required", exitcode=2)
+    if f.samples and f.temperature <= 0:
+      raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
+    if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
+      raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
+                           "in the config)", exitcode=2)
+  with exit_on_user_error("ragjax.evaluate"):
+    pin_config(f.config)     # before JAX's CPU backend starts
+    start("ragjax.evaluate", f.config)     # backend line; no CPU fallback of a GPU / TPU run
+  if f.suite:
+    from ragjax.recipes.eval_suite import SuiteOptions, evaluate_suite
+    with exit_on_user_error("ragjax.evaluate"):
       print(evaluate_suite(f.config, SuiteOptions(
           suite=f.suite, checkpoint=f.checkpoint, out=f.out, data_root=f.data_root,
           index=f.index, url=f.url, limit=f.limit, compare=f.compare,
           datasets=tuple(f.datasets), add_datasets=tuple(f.add_dataset),
           overrides=tuple(config_flags.get_override_values(f["config"])))))
     return
-  if f.compare or f.out or f.data_root or f.datasets or f.add_dataset:
-    raise app.UsageError("--compare / --out / --data_root / --datasets / --add_dataset go with "
-                         "--suite", exitcode=2)
-  if not f.checkpoint:
-    raise app.UsageError("--checkpoint is required", exitcode=2)
-  if f.samples and f.temperature <= 0:
-    raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
-  if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
-    raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
-                         "in the config)", exitcode=2)
   from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
   qtypes = groups = None
   if f.config.data.source == "world" and not f.data:
