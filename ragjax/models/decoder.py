@@ -37,6 +37,14 @@ def tokens_flat(x: jnp.ndarray) -> jnp.ndarray:
   return x.reshape(-1, x.shape[-1])
 
 
+def write_slots(cache, index, new):
+  """`cache.at[index].set(new)` for rows' new keys or values (writes past the end dropped).
+  The (row, slot) pairs of one write are distinct (every row its own), so the scatter is
+  marked unique: XLA's GPU backend then stores each update directly rather than through
+  atomic read-modify-writes (16-bit ones are a compare-and-swap loop)."""
+  return cache.at[index].set(new.astype(cache.dtype), mode="drop", unique_indices=True)
+
+
 def _attend_heads_major(qh, keys, values, valid, groups: int, dt):
   """Softmax attention as plain batched matmuls: qh [B, KVH, G*T, D], keys / values
   [B, KVH, S, D], valid [B, T, S] -> [B, KVH, G*T, D].
@@ -142,16 +150,16 @@ class Attention(nn.Module):
       s = k_all.shape[2]
       n = min(self.attend_length or s, s)
       if is_stacked(k_all):
-        k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
-        v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
+        index = (layer, rows, slots)
+        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
         window = (1, b, n) + k_all.shape[3:]
         keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
         values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
       else:
         # [B, KVH, S, D]: the advanced indices (rows, slots) lead the update's shape, so the
         # new [B, T, KVH, D] keys go in as they are.
-        k_all = k_all.at[rows, :, slots].set(k.astype(k_all.dtype), mode="drop")
-        v_all = v_all.at[rows, :, slots].set(v.astype(v_all.dtype), mode="drop")
+        index = (rows, slice(None), slots)
+        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
         keys, values = k_all, v_all
         if n < s:
           keys, values = keys[:, :, :n], values[:, :, :n]

@@ -227,6 +227,18 @@ class Sampler:
              steps: Optional[int] = None) -> tuple[SamplerState, TurnOutput]:
     """The live rows' next turn, or its next `steps` tokens (rows still mid-turn then come
     back PAUSED and the next call resumes them)."""
+    state, window, steps = self._decode_args(state, steps)
+    return self._decode(self.params, self.stop_table, state, window=window, steps=steps)
+
+  def lower_decode(self, state: SamplerState, steps: Optional[int] = None) -> jax.stages.Lowered:
+    """The program `decode(state, steps)` runs, lowered and not run (the state is not
+    donated): `.compile().as_text()` is the optimised HLO, where the tests check that the KV
+    cache is updated in place and count the fusions of a decode step."""
+    state, window, steps = self._decode_args(state, steps)
+    return self._decode.lower(self.params, self.stop_table, state, window=window, steps=steps)
+
+  def _decode_args(self, state, steps):
+    """(state fitted to the call's window, window, steps or None for the whole budget)."""
     budget = self.config.max_new_tokens
     if steps is not None and steps < 1:
       raise ValueError(f"decode steps must be >= 1, got {steps}")
@@ -234,8 +246,7 @@ class Sampler:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
     end = int(lens[~done].max()) + steps if (~done).any() else 1
     state, window = self._fit(state, end)
-    return self._decode(self.params, self.stop_table, state, window=window,
-                        steps=None if steps == budget else steps)
+    return state, window, None if steps == budget else steps
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:
