@@ -35,6 +35,29 @@ def test_logits_match_transformers_on_padded_batch(checkpoint, scan_layers):
     assert cfg.qkv_bias and cfg.tie_word_embeddings and "lm_head" not in params
 
 
+def test_fused_projections_give_transformers_logits(checkpoint):
+  """The sampler's fused layout (one qkv_proj, one gate_up_proj per layer) has the shapes
+  `Decoder(fused=True)` declares and gives the unfused logits (and so transformers'); the
+  Llama checkpoint (8 query heads over 2 KV heads) in the scanned layout, the others not."""
+  import jax
+  from ragjax.models.decoder import abstract_params
+  from ragjax.models.fused import fuse_projections
+  kind, path, model = checkpoint
+  scan_layers = kind == "llama_scaled"
+  cfg, params = load_decoder(path, scan_layers=scan_layers)
+  fused = fuse_projections(cfg, params)
+  shapes = lambda t: jax.tree.map(lambda x: x.shape, t)
+  assert shapes(fused) == shapes(abstract_params(cfg, fused=True))
+  assert fused["embed_tokens"]["embedding"] is params["embed_tokens"]["embedding"]
+  tokens, mask = padded_batch(cfg.vocab_size, LENGTHS)
+  run = lambda model, p: jax.jit(model.apply)({"params": p}, jnp.asarray(tokens),
+                                              attention_mask=jnp.asarray(mask))[0]
+  plain, out = run(Decoder(cfg), params), run(Decoder(cfg, fused=True), fused)
+  valid = mask.astype(bool)
+  assert np.abs(np.asarray(out) - np.asarray(plain))[valid].max() <= 1e-5, kind
+  assert np.abs(np.asarray(out) - torch_logits(model, tokens, mask))[valid].max() <= 1e-4, kind
+
+
 def test_causal_query_blocks_match_transformers(checkpoint, monkeypatch):
   """Full-sequence attention in query blocks (each against the keys up to its end) gives
   transformers' logits: blocks of 4 over 11 tokens (4 + 4 + 3), padded rows included."""

@@ -24,10 +24,14 @@ def model(request):
   return m, cfg, params
 
 
-def test_greedy_matches_transformers_generate(model):
+@pytest.mark.parametrize("fused", [False, True])
+def test_greedy_matches_transformers_generate(model, fused):
+  """Also on the fused-projection copy of the weights (one qkv and one gate/up matmul per
+  layer, what accelerators decode with), against the same unfused teacher-forced forward."""
   m, cfg, params = model
   ref = hf_greedy(m, PROMPTS, NEW)
-  sampler = Sampler(cfg, params, None, _config(greedy=True))
+  sampler = Sampler(cfg, params, None, _config(greedy=True, fused_projections=fused))
+  assert sampler.fused is fused and sampler.params is params
   _, out = sampler.decode(sampler.prefill(PROMPTS))
   got = out.token_lists()
   reasons = np.asarray(out.stop_reason)

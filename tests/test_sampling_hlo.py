@@ -13,11 +13,15 @@ from ragjax.models.presets import get_preset
 from ragjax.parallel.mesh import make_mesh
 from ragjax.sampling import Sampler, SamplerConfig
 
+# What accelerators decode with: XLA's attention and the fused-projection weights.
 CONFIG = SamplerConfig(max_cache_length=128, max_new_tokens=8, prompt_buckets=(8,),
-                       extend_buckets=(8,), greedy=True, eos_ids=(), cpu_attention_kernel=False)
+                       extend_buckets=(8,), greedy=True, eos_ids=(), cpu_attention_kernel=False,
+                       fused_projections=True)
 # Fusions one more layer adds to the decode loop's body on XLA's CPU backend (jax 0.10.2,
-# float32, tiny preset): 33 before this bound was set.  A few of headroom for XLA versions.
-FUSIONS_PER_LAYER = 35
+# float32, tiny preset): 33 with separate q/k/v and gate/up projections and the softmax
+# normalised over the scores; 29 now (one qkv and one gate/up matmul, the normaliser on the
+# output).  One of headroom.
+FUSIONS_PER_LAYER = 30
 
 
 @functools.lru_cache(maxsize=None)

@@ -179,6 +179,23 @@ def test_sharded_sampler_matches_unsharded(model, sampled):
   assert leaf.ndim == 4 and spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
 
 
+def test_fused_sharded_sampler_matches_unfused_unsharded(model, sampled):
+  """The fused-projection weights (ragjax.models.fused) under a mesh: same turns as the
+  unfused, unsharded sampler; the fused kernels split their KV-head axis over `tensor`."""
+  mesh = make_mesh(data=2, fsdp=2, tensor=2)
+  fused = Sampler(*model, None, SAMPLED.replace(fused_projections=True), mesh=mesh)
+  _, first, second = _two_turns(fused)
+  _, ref_first, ref_second = _two_turns(sampled)
+  assert first.token_lists() == ref_first.token_lists()
+  assert second.token_lists() == ref_second.token_lists()
+  np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(ref_second.logprobs),
+                             atol=1e-4)
+  layer = fused._run_params["layers_0"]
+  assert "q_proj" not in layer["self_attn"] and "gate_proj" not in layer["mlp"]
+  assert tuple(layer["self_attn"]["qkv_proj"]["kernel"].sharding.spec)[:2] == ("fsdp", "tensor")
+  assert tuple(layer["mlp"]["gate_up_proj"]["kernel"].sharding.spec) == ("fsdp", None, "tensor")
+
+
 def test_attention_windows_change_nothing_but_the_work(model):
   """Attending to the slots in use (rounded up to a window) equals attending to the whole
   cache: same tokens and log-probs over prefill, two decodes and an extend; the window grows

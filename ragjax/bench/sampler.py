@@ -97,6 +97,9 @@ def main(argv=None):
   ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
   ap.add_argument("--repeats", type=int, default=2)
   ap.add_argument("--skip-hf", action="store_true")
+  ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
+                  help="decode on the fused qkv / gate-up copy of the weights (auto: the "
+                       "sampler's default, on for accelerators)")
   args = ap.parse_args(argv)
 
   on_gpu = jax.default_backend() == "gpu"
@@ -112,7 +115,9 @@ def main(argv=None):
     buckets = tuple(int(x) for x in args.attend_buckets.split(","))
   scfg = SamplerConfig(max_cache_length=cache_len, max_new_tokens=args.new_tokens,
                        prompt_buckets=(args.prompt_len,), extend_buckets=(1,), greedy=True,
-                       eos_ids=(), attend_buckets=buckets)
+                       eos_ids=(), attend_buckets=buckets,
+                       fused_projections={"auto": None, "on": True, "off": False}[
+                           args.fused_projections])
   sampler = Sampler(cfg, params, None, scfg)
 
   def run_ragjax():
@@ -136,6 +141,7 @@ def main(argv=None):
             "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "cache_len": cache_len, "attend_buckets": args.attend_buckets,
             "dtype": dtype, "backend": jax.default_backend(),
+            "fused_projections": sampler.fused,
             "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
 
   if not args.skip_hf:

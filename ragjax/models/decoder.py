@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
-from ragjax.models.layers import RMSNorm, apply_rope, logical_init, rope_inv_freq
+from ragjax.models.layers import RMSNorm, logical_init, rope_inv_freq, rope_tables, rotate
 
 _KERNEL_INIT = nn.initializers.normal(0.02)
 
@@ -101,10 +101,12 @@ class Attention(nn.Module):
   attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
   attention_rows: int = 0   # cached multi-token attention N rows at a time (0: all at once)
   cpu_kernel: bool = False  # cached attention through ragjax.models.cpu_attention (CPU only)
+  fused: bool = False       # one qkv_proj (ragjax.models.fused) instead of q/k/v_proj
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
-    """`kv` is None (no cache), this layer's own (k, v) [B, KVH, S, D] (per-layer layout), or
+  def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
+    """`rope`: the (cos, sin) tables of the tokens' positions (`layers.rope_tables`).
+    `kv` is None (no cache), this layer's own (k, v) [B, KVH, S, D] (per-layer layout), or
     the whole stacked cache (k, v) [L, B, S, KVH, D], into whose slice `layer` this layer
     writes its new keys/values with one scatter, so XLA updates the (donated) cache in place
     instead of copying a layer slice out and back every decode step (see kv_cache)."""
@@ -122,12 +124,13 @@ class Attention(nn.Module):
           bias_init=logical_init(nn.initializers.zeros, (axes, "head_dim")))(x_flat).reshape(
               b, t, heads, d)
 
-    q = proj("q_proj", h, cfg.qkv_bias, "heads")
-    k = proj("k_proj", kvh, cfg.qkv_bias, "kv_heads")
-    v = proj("v_proj", kvh, cfg.qkv_bias, "kv_heads")
-    inv_freq = rope_inv_freq(d, cfg.rope_theta, cfg.rope_scaling)
-    q = apply_rope(q, positions, inv_freq)
-    k = apply_rope(k, positions, inv_freq)
+    if self.fused:
+      q, k, v = self._fused_qkv(x_flat, b, t)
+    else:
+      q = proj("q_proj", h, cfg.qkv_bias, "heads")
+      k = proj("k_proj", kvh, cfg.qkv_bias, "kv_heads")
+      v = proj("v_proj", kvh, cfg.qkv_bias, "kv_heads")
+    q, k = rotate(q, rope), rotate(k, rope)
 
     q_slots = jnp.arange(t)[None, :]
     heads_major = False
@@ -195,25 +198,48 @@ class Attention(nn.Module):
       out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
     else:
       # A decode step (T = 1) is faster as this einsum (its [.., S, G] scores are small).
+      # As in `_attend_heads_major`, the scale goes on the queries and the softmax's
+      # normaliser divides the [.., D] output rather than the [.., S] weights: two passes
+      # over the scores fewer (on an accelerator, fewer kernels per layer).
       kv_spec = "bksd" if heads_major else "bskd"
-      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
-                          preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
+      qs = qg * jnp.asarray(1.0 / d ** 0.5, qg.dtype)
+      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qs, keys,
+                          preferred_element_type=jnp.float32)
       scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
-      probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+      weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))
+      norm = weights.sum(axis=-1)                                           # [B, KVH, G, T]
       if heads_major:
-        out = _mix_heads_major(probs, values)
-        out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+        out = _mix_heads_major(weights.astype(dt), values)                  # [B, KVH, G*T, D]
+        out = out.astype(jnp.float32) / norm.reshape(b, kvh, g * t, 1)
+        out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
       else:
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+        out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(dt), values)
+        out = out.astype(jnp.float32) / norm.transpose(0, 3, 1, 2)[..., None]
+        out = out.astype(dt).reshape(b, t, h, d)
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), use_bias=cfg.o_bias, dtype=dt, param_dtype=pdt,
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
         bias_init=logical_init(nn.initializers.zeros, ("embed",)))(out.reshape(b * t, h, d))
     return out.reshape(b, t, -1), new_kv
 
+  def _fused_qkv(self, x_flat, b, t):
+    """Queries, keys and values from one [E, KVH, G + 2, D] product (see models.fused)."""
+    cfg = self.cfg
+    dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
+    kvh, d = cfg.num_kv_heads, cfg.head_dim
+    g = cfg.num_heads // kvh
+    axes = ("kv_heads", "qkv", "head_dim")
+    qkv = nn.DenseGeneral(
+        (kvh, g + 2, d), use_bias=cfg.qkv_bias, dtype=dt, param_dtype=pdt, name="qkv_proj",
+        kernel_init=logical_init(_KERNEL_INIT, ("embed",) + axes),
+        bias_init=logical_init(nn.initializers.zeros, axes))(x_flat).reshape(b, t, kvh, g + 2, d)
+    return (qkv[:, :, :, :g].reshape(b, t, cfg.num_heads, d), qkv[:, :, :, g],
+            qkv[:, :, :, g + 1])
+
 
 class MLP(nn.Module):
   cfg: DecoderConfig
+  fused: bool = False       # one gate_up_proj (ragjax.models.fused) instead of gate/up_proj
 
   @nn.compact
   def __call__(self, x):
@@ -221,13 +247,19 @@ class MLP(nn.Module):
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
 
     def dense(name, feats, axes):
-      return nn.Dense(feats, use_bias=cfg.mlp_bias, dtype=dt, param_dtype=pdt, name=name,
-                      kernel_init=logical_init(_KERNEL_INIT, axes),
-                      bias_init=logical_init(nn.initializers.zeros, axes[1:]))
+      kind = nn.Dense if isinstance(feats, int) else nn.DenseGeneral
+      return kind(feats, use_bias=cfg.mlp_bias, dtype=dt, param_dtype=pdt, name=name,
+                  kernel_init=logical_init(_KERNEL_INIT, axes),
+                  bias_init=logical_init(nn.initializers.zeros, axes[1:]))
 
     lead, x = x.shape[:-1], tokens_flat(x)
-    gate = dense("gate_proj", cfg.intermediate_size, ("embed", "mlp"))(x)
-    up = dense("up_proj", cfg.intermediate_size, ("embed", "mlp"))(x)
+    m = cfg.intermediate_size
+    if self.fused:
+      gate_up = dense("gate_up_proj", (2, m), ("embed", "gate_up", "mlp"))(x)
+      gate, up = gate_up[:, 0], gate_up[:, 1]
+    else:
+      gate = dense("gate_proj", m, ("embed", "mlp"))(x)
+      up = dense("up_proj", m, ("embed", "mlp"))(x)
     out = dense("down_proj", cfg.hidden_size, ("mlp", "embed"))(nn.silu(gate) * up)
     return out.reshape(lead + out.shape[1:])
 
@@ -237,17 +269,18 @@ class DecoderLayer(nn.Module):
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
+  def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
     attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                             name="self_attn")(
-        norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
+                             self.fused, name="self_attn")(
+        norm("input_layernorm")(x), rope, attention_mask, kv, cache_start, layer)
     x = x + attn
-    x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
+    x = x + MLP(cfg, self.fused, name="mlp")(norm("post_attention_layernorm")(x))
     return x, new_kv
 
 
@@ -257,15 +290,16 @@ class _ScanLayer(nn.Module):
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
 
   @nn.compact
-  def __call__(self, carry, positions, attention_mask, cache_start):
+  def __call__(self, carry, rope, attention_mask, cache_start):
     x, kv, i = carry
     layer = DecoderLayer
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False)
     x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                      name="layer")(x, positions, attention_mask, kv, cache_start, i)
+                      self.fused, name="layer")(x, rope, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
 
@@ -278,13 +312,16 @@ class Decoder(nn.Module):
   time (`lax.map`), so one chunk's score tensor stays in the CPU's caches; 0 = all rows at once
   (what a sharded batch needs).  `cpu_kernel` (cached, per-layer float32 cache, XLA's CPU
   backend, unsharded): the attention runs in `ragjax.models.cpu_attention`'s kernel, which
-  reads each row's keys and values only up to its own slot.
+  reads each row's keys and values only up to its own slot.  `fused`: the params are in the
+  fused-projection layout of `ragjax.models.fused` (one qkv_proj and one gate_up_proj per
+  layer; what a sampler may run on), not transformers' layout.
   """
   cfg: DecoderConfig
   head: str = "lm"
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -302,6 +339,8 @@ class Decoder(nn.Module):
                      embedding_init=logical_init(_KERNEL_INIT, ("vocab", "embed")),
                      name="embed_tokens")
     x = embed(tokens)
+    rope = rope_tables(positions, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling),
+                       dt)
 
     new_cache = None
     if cfg.scan_layers:
@@ -312,8 +351,9 @@ class Decoder(nn.Module):
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel, name="layers")(
-          (x, kv, jnp.int32(0)), positions, attention_mask, cache_start)
+      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
+                               self.fused, name="layers")(
+          (x, kv, jnp.int32(0)), rope, attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
@@ -328,7 +368,8 @@ class Decoder(nn.Module):
         else:
           kv = (cache["k"][i], cache["v"][i])
         x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                          name=f"layers_{i}")(x, positions, attention_mask, kv, cache_start, i)
+                          self.fused, name=f"layers_{i}")(
+            x, rope, attention_mask, kv, cache_start, i)
         if kv is not None and not stacked:
           new_k.append(kv[0])
           new_v.append(kv[1])
@@ -370,14 +411,15 @@ def init_params(cfg: DecoderConfig, rng, head: str = "lm"):
   return nn.unbox(variables["params"])
 
 
-def param_logical_axes(cfg: DecoderConfig, head: str = "lm"):
-  """A tree of PartitionSpecs of logical axis names, shaped like the params."""
-  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head).init(jax.random.PRNGKey(0),
-                                                                   dummy_inputs()))
+def param_logical_axes(cfg: DecoderConfig, head: str = "lm", fused: bool = False):
+  """A tree of PartitionSpecs of logical axis names, shaped like the params (`fused`: the
+  fused-projection layout of ragjax.models.fused)."""
+  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head, fused=fused).init(
+      jax.random.PRNGKey(0), dummy_inputs()))
   return nn.get_partition_spec(abstract)["params"]
 
 
-def abstract_params(cfg: DecoderConfig, head: str = "lm"):
-  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head).init(jax.random.PRNGKey(0),
-                                                                   dummy_inputs()))
+def abstract_params(cfg: DecoderConfig, head: str = "lm", fused: bool = False):
+  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head, fused=fused).init(
+      jax.random.PRNGKey(0), dummy_inputs()))
   return nn.unbox(abstract)["params"]

@@ -57,6 +57,12 @@ class SamplerConfig:
   # row's keys and values only up to its length (`ragjax.models.cpu_attention`; built at first
   # use, XLA's attention when it cannot be).  False: XLA's attention everywhere.
   cpu_attention_kernel: bool = True
+  # The sampler runs on a fused copy of the weights (ragjax.models.fused: one matmul for the
+  # queries, keys and values, one for the MLP's gate and up), built whenever they are set.
+  # None: on accelerators (fewer, larger kernels per layer), off on CPU (no faster there;
+  # BENCHMARKS.md, "GPU speed levers"), and off under a mesh whose tensor axis would split
+  # the query heads but not the KV heads (the fused kernel is grouped by KV head).
+  fused_projections: Optional[bool] = None
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
