@@ -284,6 +284,14 @@ class DecoderLayer(nn.Module):
     return x, new_kv
 
 
+def remat_policy(cfg: DecoderConfig):
+  """The jax.checkpoint policy of `cfg.remat_policy`: None saves nothing but the layer's
+  input; "dots" saves every matmul without batch dimensions (the projections; the
+  attention's batched score and mix products are recomputed, so no [T, T] block is kept)."""
+  return {"full": None,
+          "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}[cfg.remat_policy]
+
+
 class _ScanLayer(nn.Module):
   """Adapter so nn.scan carries (x, whole cache, layer index) through the layers."""
   cfg: DecoderConfig
@@ -297,7 +305,7 @@ class _ScanLayer(nn.Module):
     x, kv, i = carry
     layer = DecoderLayer
     if self.cfg.remat:
-      layer = nn.remat(DecoderLayer, prevent_cse=False)
+      layer = nn.remat(DecoderLayer, prevent_cse=False, policy=remat_policy(self.cfg))
     x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
                       self.fused, name="layer")(x, rope, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
@@ -357,7 +365,8 @@ class Decoder(nn.Module):
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
-      layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
+      layer_cls = (nn.remat(DecoderLayer, policy=remat_policy(cfg)) if cfg.remat
+                   else DecoderLayer)
       stacked = cache is not None and is_stacked(cache["k"])
       new_k, new_v = [], []
       for i in range(cfg.num_layers):
