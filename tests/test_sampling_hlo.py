@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from _hlo_helpers import Program, array_type
-from ragjax.models.decoder import init_params
+from _model_helpers import random_params
 from ragjax.models.presets import get_preset
 from ragjax.parallel.mesh import make_mesh
 from ragjax.sampling import Sampler, SamplerConfig
@@ -28,7 +28,7 @@ FUSIONS_PER_LAYER = 30
 def _compiled_decode(layers: int, scan: bool = False, mesh=None, config=CONFIG):
   """(the decode program's HLO, the state it was lowered for); one compile per setting."""
   cfg = get_preset("tiny").replace(num_layers=layers, scan_layers=scan, eos_token_id=None)
-  sampler = Sampler(cfg, init_params(cfg, jax.random.PRNGKey(0)), None, config, mesh=mesh)
+  sampler = Sampler(cfg, random_params(cfg), None, config, mesh=mesh)
   state = sampler.prefill([[1, 2, 3]] * 8)
   program = Program(sampler.lower_decode(state).compile().as_text())
   return program, state

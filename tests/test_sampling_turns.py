@@ -179,11 +179,15 @@ def test_sharded_sampler_matches_unsharded(model, sampled):
   assert leaf.ndim == 4 and spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
 
 
-def test_fused_sharded_sampler_matches_unfused_unsharded(model, sampled):
-  """The fused-projection weights (ragjax.models.fused) under a mesh: same turns as the
-  unfused, unsharded sampler; the fused kernels split their KV-head axis over `tensor`."""
+def test_accelerator_path_sharded_matches_the_cpu_path(model, sampled):
+  """As accelerators run it, under a mesh: the fused-projection weights (ragjax.models.fused)
+  and prefill / extend attention through jax.nn.dot_product_attention ("xla" here): the same
+  turns as the plain unsharded sampler; the fused kernels split their KV-head axis over
+  `tensor`."""
   mesh = make_mesh(data=2, fsdp=2, tensor=2)
-  fused = Sampler(*model, None, SAMPLED.replace(fused_projections=True), mesh=mesh)
+  cfg, params = model
+  fused = Sampler(cfg.replace(attention_impl="xla"), params, None,
+                  SAMPLED.replace(fused_projections=True), mesh=mesh)
   _, first, second = _two_turns(fused)
   _, ref_first, ref_second = _two_turns(sampled)
   assert first.token_lists() == ref_first.token_lists()

@@ -100,12 +100,15 @@ def main(argv=None):
   ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
                   help="decode on the fused qkv / gate-up copy of the weights (auto: the "
                        "sampler's default, on for accelerators)")
+  ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
+                  help="prefill attention through jax.nn.dot_product_attention with this "
+                       "implementation (model.attention_impl; '': ragjax's own)")
   args = ap.parse_args(argv)
 
   on_gpu = jax.default_backend() == "gpu"
   dtype = args.dtype or ("bfloat16" if on_gpu else "float32")
   cfg = (get_preset(args.preset) if args.preset else SMALL).replace(
-      dtype=dtype, param_dtype=dtype, eos_token_id=None)
+      dtype=dtype, param_dtype=dtype, eos_token_id=None, attention_impl=args.attention_impl)
   params = init_params(cfg, jax.random.PRNGKey(0))
   rng = np.random.default_rng(0)
   prompts = [rng.integers(0, cfg.vocab_size, args.prompt_len).tolist() for _ in range(args.batch)]
@@ -141,7 +144,7 @@ def main(argv=None):
             "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "cache_len": cache_len, "attend_buckets": args.attend_buckets,
             "dtype": dtype, "backend": jax.default_backend(),
-            "fused_projections": sampler.fused,
+            "fused_projections": sampler.fused, "attention_impl": cfg.attention_impl,
             "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
 
   if not args.skip_hf:

@@ -96,6 +96,9 @@ def main(argv=None):
                   help="with --remat: what a layer keeps for its backward (model.remat_policy)")
   ap.add_argument("--scan", action="store_true")
   ap.add_argument("--chunk", type=int, default=8192)
+  ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
+                  help="attention through jax.nn.dot_product_attention with this implementation "
+                       "(model.attention_impl; '': ragjax's own)")
   ap.add_argument("--policy-tokens", type=int, default=0,
                   help="trained tokens per row (0: 5/8 of the row, prompt and one block masked)")
   ap.add_argument("--gather", action="store_true", help="also time the gathered policy loss")
@@ -104,7 +107,8 @@ def main(argv=None):
   on_accel = jax.default_backend() != "cpu"
   dtype = args.dtype or ("bfloat16" if on_accel else "float32")
   cfg = get_preset(args.preset).replace(dtype=dtype, param_dtype="float32", remat=args.remat,
-                                        remat_policy=args.remat_policy, scan_layers=args.scan)
+                                        remat_policy=args.remat_policy, scan_layers=args.scan,
+                                        attention_impl=args.attention_impl)
   ndev = jax.device_count()
   b = args.batch or ndev
   rl = RLConfig(kl_coef=0.001, logprob_chunk=args.chunk)
@@ -170,6 +174,7 @@ def main(argv=None):
   out = {"bench": "train_step", "preset": args.preset, "seq": t, "batch": b, "micro": args.micro,
          "devices": ndev, "device_kind": kind, "dtype": dtype, "remat": args.remat,
          "remat_policy": args.remat_policy if args.remat else None, "scan": args.scan,
+         "attention_impl": args.attention_impl,
          "step_s": round(sec, 4), "compile_s": round(compile_s, 1),
          "tokens_per_s": round(tokens_per_s, 1), "model_tflops_per_s": round(achieved / 1e12, 4),
          "measured_matmul_peak_tflops": round(peak_measured / 1e12, 3),

@@ -20,6 +20,7 @@ SUPPORTED_ENCODERS = ("bert",)
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 REMAT_POLICIES = ("full", "dots")
+ATTENTION_IMPLS = ("", "xla", "cudnn")
 
 
 def as_dtype(name_or_dtype: Any):
@@ -71,6 +72,10 @@ class DecoderConfig:
   # also its projections' outputs (only the attention's score and mix products and the
   # elementwise ops run again), at (H + 2 KVH) D + 2 M + 2 E values per token and layer.
   remat_policy: str = "full"
+  # Multi-token attention (training, scoring, prefill, extend): "" is ragjax's own; "xla" or
+  # "cudnn" is jax.nn.dot_product_attention with that implementation (cuDNN's fused flash
+  # attention on NVIDIA GPUs: bfloat16 / float16 only).  A decode step keeps ragjax's.
+  attention_impl: str = ""
 
   def __post_init__(self):
     if self.arch not in SUPPORTED_DECODERS:
@@ -80,6 +85,12 @@ class DecoderConfig:
     as_dtype(self.dtype), as_dtype(self.param_dtype)
     if self.remat_policy not in REMAT_POLICIES:
       raise ValueError(f"unknown remat_policy {self.remat_policy!r}; use one of {REMAT_POLICIES}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"unknown attention_impl {self.attention_impl!r}; use one of "
+                       f"{ATTENTION_IMPLS}")
+    if self.attention_impl == "cudnn" and self.dtype not in ("bfloat16", "float16"):
+      raise ValueError(f"attention_impl 'cudnn' needs dtype bfloat16 or float16, got "
+                       f"{self.dtype!r}")
 
   def replace(self, **kw) -> "DecoderConfig":
     return dataclasses.replace(self, **kw)

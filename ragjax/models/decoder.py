@@ -178,6 +178,10 @@ class Attention(nn.Module):
       qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
       out = cpu_attention.cached_attention(qh, new_kv[0], new_kv[1], slots, window=n)
       out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    elif cfg.attention_impl and t > 1:
+      out = self._dot_product_attention(q, (k, v) if kv is None else (keys, values), valid,
+                                        heads_major=kv is not None and heads_major,
+                                        causal=kv is None)
     elif heads_major and t > 1:
       # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
       # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
@@ -221,6 +225,20 @@ class Attention(nn.Module):
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
         bias_init=logical_init(nn.initializers.zeros, ("embed",)))(out.reshape(b * t, h, d))
     return out.reshape(b, t, -1), new_kv
+
+  def _dot_product_attention(self, q, kv, valid, heads_major: bool, causal: bool):
+    """`jax.nn.dot_product_attention` (cfg.attention_impl: "xla" or "cudnn") of q [B, T, H, D]
+    over kv = (keys, values), [B, S, KVH, D] or heads-major [B, KVH, S, D] (transposed here),
+    under valid [B or 1, T, S].  Without a cache the attention is causal (cuDNN then skips
+    the blocks above the diagonal); cached rows attend up to their own slots (a mask)."""
+    keys, values = kv
+    if heads_major:
+      keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+    b, t = q.shape[:2]
+    mask = jnp.broadcast_to(valid[:, None], (b, 1, t, keys.shape[1]))
+    return jax.nn.dot_product_attention(q, keys, values, mask=mask,
+                                        is_causal=causal,
+                                        implementation=self.cfg.attention_impl)
 
   def _fused_qkv(self, x_flat, b, t):
     """Queries, keys and values from one [E, KVH, G + 2, D] product (see models.fused)."""
