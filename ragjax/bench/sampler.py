@@ -100,6 +100,9 @@ def main(argv=None):
   ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
                   help="decode on the fused qkv / gate-up copy of the weights (auto: the "
                        "sampler's default, on for accelerators)")
+  ap.add_argument("--decode-attention", default="xla", choices=("xla", "pallas"),
+                  help="a decode step's attention: XLA's, or the Pallas kernel over each row's "
+                       "length (SamplerConfig.decode_attention)")
   ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
                   help="prefill attention through jax.nn.dot_product_attention with this "
                        "implementation (model.attention_impl; '': ragjax's own)")
@@ -120,7 +123,8 @@ def main(argv=None):
                        prompt_buckets=(args.prompt_len,), extend_buckets=(1,), greedy=True,
                        eos_ids=(), attend_buckets=buckets,
                        fused_projections={"auto": None, "on": True, "off": False}[
-                           args.fused_projections])
+                           args.fused_projections], decode_attention=args.decode_attention,
+                       cpu_attention_kernel=args.decode_attention == "xla")
   sampler = Sampler(cfg, params, None, scfg)
 
   def run_ragjax():
@@ -145,6 +149,7 @@ def main(argv=None):
             "cache_len": cache_len, "attend_buckets": args.attend_buckets,
             "dtype": dtype, "backend": jax.default_backend(),
             "fused_projections": sampler.fused, "attention_impl": cfg.attention_impl,
+            "decode_attention": args.decode_attention,
             "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
 
   if not args.skip_hf:

@@ -24,6 +24,8 @@ import jax.numpy as jnp
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
+from ragjax.models.pallas_decode import decode_attention as pallas_attention
+from ragjax.models.pallas_decode import supported as pallas_supported
 from ragjax.models.layers import RMSNorm, logical_init, rope_inv_freq, rope_tables, rotate
 
 _KERNEL_INIT = nn.initializers.normal(0.02)
@@ -102,6 +104,7 @@ class Attention(nn.Module):
   attention_rows: int = 0   # cached multi-token attention N rows at a time (0: all at once)
   cpu_kernel: bool = False  # cached attention through ragjax.models.cpu_attention (CPU only)
   fused: bool = False       # one qkv_proj (ragjax.models.fused) instead of q/k/v_proj
+  pallas_decode: bool = False   # decode steps' attention in ragjax.models.pallas_decode
 
   @nn.compact
   def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
@@ -200,6 +203,10 @@ class Attention(nn.Module):
       else:
         out = _attend_heads_major(qh, keys, values, valid_b, g, dt)
       out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    elif (self.pallas_decode and t == 1 and kv is not None and heads_major
+          and pallas_supported(keys.shape[2])):
+      out = pallas_attention(q.reshape(b, h, d), keys, values, slots[:, 0] + 1).reshape(
+          b, t, h, d)
     else:
       # A decode step (T = 1) is faster as this einsum (its [.., S, G] scores are small).
       # As in `_attend_heads_major`, the scale goes on the queries and the softmax's
@@ -288,6 +295,7 @@ class DecoderLayer(nn.Module):
   attention_rows: int = 0
   cpu_kernel: bool = False
   fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
   def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
@@ -295,7 +303,7 @@ class DecoderLayer(nn.Module):
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
     attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                             self.fused, name="self_attn")(
+                             self.fused, self.pallas_decode, name="self_attn")(
         norm("input_layernorm")(x), rope, attention_mask, kv, cache_start, layer)
     x = x + attn
     x = x + MLP(cfg, self.fused, name="mlp")(norm("post_attention_layernorm")(x))
@@ -317,6 +325,7 @@ class _ScanLayer(nn.Module):
   attention_rows: int = 0
   cpu_kernel: bool = False
   fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
   def __call__(self, carry, rope, attention_mask, cache_start):
@@ -325,7 +334,8 @@ class _ScanLayer(nn.Module):
     if self.cfg.remat:
       layer = nn.remat(DecoderLayer, prevent_cse=False, policy=remat_policy(self.cfg))
     x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                      self.fused, name="layer")(x, rope, attention_mask, kv, cache_start, i)
+                      self.fused, self.pallas_decode, name="layer")(
+        x, rope, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
 
@@ -340,7 +350,9 @@ class Decoder(nn.Module):
   backend, unsharded): the attention runs in `ragjax.models.cpu_attention`'s kernel, which
   reads each row's keys and values only up to its own slot.  `fused`: the params are in the
   fused-projection layout of `ragjax.models.fused` (one qkv_proj and one gate_up_proj per
-  layer; what a sampler may run on), not transformers' layout.
+  layer; what a sampler may run on), not transformers' layout.  `pallas_decode` (cached, one
+  token per row, per-layer cache of a power-of-two width): the attention runs in
+  `ragjax.models.pallas_decode`'s kernel, over each row's own length.
   """
   cfg: DecoderConfig
   head: str = "lm"
@@ -348,6 +360,7 @@ class Decoder(nn.Module):
   attention_rows: int = 0
   cpu_kernel: bool = False
   fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -378,7 +391,7 @@ class Decoder(nn.Module):
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
       (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                               self.fused, name="layers")(
+                               self.fused, self.pallas_decode, name="layers")(
           (x, kv, jnp.int32(0)), rope, attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
@@ -395,7 +408,7 @@ class Decoder(nn.Module):
         else:
           kv = (cache["k"][i], cache["v"][i])
         x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                          self.fused, name=f"layers_{i}")(
+                          self.fused, self.pallas_decode, name=f"layers_{i}")(
             x, rope, attention_mask, kv, cache_start, i)
         if kv is not None and not stacked:
           new_k.append(kv[0])

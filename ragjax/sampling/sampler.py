@@ -138,7 +138,8 @@ class Sampler:
   def _decode_fn(self, params, stop_table, state, *, window, steps):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
                                   state, mesh=self.mesh, window=window, steps=steps,
-                                  cpu_kernel=self.cpu_kernel, fused=self.fused)
+                                  cpu_kernel=self.cpu_kernel, fused=self.fused,
+                                  pallas_decode=self.config.decode_attention == "pallas")
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
     return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
