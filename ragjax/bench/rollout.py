@@ -151,7 +151,8 @@ class Setup:
         stop_strings=SearchR1().stop_sequences, eos_ids=(self.tokenizer.eos_token_id,),
         cpu_attention_kernel=cpu_kernel,
         fused_projections={"auto": None, "on": True, "off": False}[
-            getattr(self.args, "fused_projections", "auto")])
+            getattr(self.args, "fused_projections", "auto")],
+        decode_attention=getattr(self.args, "decode_attention", "xla"))
     return Sampler(self.cfg, jax.device_put(self.params), self.tokenizer, scfg)
 
   def hf_model(self):
@@ -307,6 +308,7 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
             "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
             "cpu_attention_kernel": sampler.cpu_kernel,
             "fused_projections": sampler.fused, "attention_impl": setup.cfg.attention_impl,
+            "decode_attention": sampler.config.decode_attention,
             "decode_chunk": args.decode_chunk,
             "retrieval_ms": args.retrieval_ms, "retrieval_query_ms": args.retrieval_query_ms,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
@@ -394,6 +396,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                   help="add the engine with XLA's attention instead of the CPU kernel as a loop")
   ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
                   help="the sampler's fused qkv / gate-up weights (auto: on for accelerators)")
+  ap.add_argument("--decode-attention", default="xla", choices=("xla", "pallas"),
+                  help="a decode step's attention (SamplerConfig.decode_attention)")
   ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
                   help="prefill / extend attention through jax.nn.dot_product_attention with "
                        "this implementation (model.attention_impl; '': ragjax's own)")
