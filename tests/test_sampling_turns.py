@@ -194,10 +194,26 @@ def test_accelerator_path_sharded_matches_the_cpu_path(model, sampled):
   assert second.token_lists() == ref_second.token_lists()
   np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(ref_second.logprobs),
                              atol=1e-4)
-  layer = fused._run_params["layers_0"]
+  layer = fused.run_params["layers_0"]
   assert "q_proj" not in layer["self_attn"] and "gate_proj" not in layer["mlp"]
   assert tuple(layer["self_attn"]["qkv_proj"]["kernel"].sharding.spec)[:2] == ("fsdp", "tensor")
   assert tuple(layer["mlp"]["gate_up_proj"]["kernel"].sharding.spec) == ("fsdp", None, "tensor")
+
+
+def test_samplers_over_the_same_weights_share_one_fused_copy(model):
+  """Two fused samplers over one params tree hold the same fused arrays (a server keeps
+  several samplers; a trainer a rollout and an eval engine); new weights get a new copy."""
+  cfg, params = model
+  config = SAMPLED.replace(fused_projections=True)
+  a, b = Sampler(cfg, params, None, config), Sampler(cfg, params, None, config.replace(
+      max_new_tokens=3))
+  qkv = lambda s: s.run_params["layers_1"]["self_attn"]["qkv_proj"]["kernel"]
+  assert qkv(a) is qkv(b)
+  assert a.run_params["embed_tokens"] is params["embed_tokens"]
+  moved = jax.tree.map(lambda x: x * 1.0, params)
+  b.set_params(moved)
+  assert qkv(b) is not qkv(a) and b.params is moved
+  np.testing.assert_array_equal(np.asarray(qkv(b)), np.asarray(qkv(a)))
 
 
 def test_attention_windows_change_nothing_but_the_work(model):

@@ -14,9 +14,16 @@ Layout, per layer (leading axes such as `nn.scan`'s layer axis are kept):
   its key, then its value.  Grouped by KV head, the tensor axis splits it where it splits the
   KV heads, and every device keeps its own heads' queries, keys and values together.
 * `mlp/gate_up_proj`: kernel [E, 2, M], bias [2, M]: the gate, then the up projection.
+
+`shared_fused_copy` builds the copy once per weights: every sampler over the same params (a
+rollout engine and an eval engine after a weight sync, a server's samplers for different
+budgets) holds the same fused arrays, dropped with those weights.
 """
 
 from __future__ import annotations
+
+import weakref
+from typing import Callable, Optional
 
 import jax.numpy as jnp
 
@@ -67,3 +74,28 @@ def fuse_projections(cfg: DecoderConfig, params: dict) -> dict:
     if f"layers_{i}" in params:
       out[f"layers_{i}"] = layer(params[f"layers_{i}"])
   return out
+
+
+# (id of the weights' first query kernel, config, placement) -> (weakref to that kernel, copy)
+_SHARED: dict[tuple, tuple] = {}
+
+
+def _first_query_kernel(params):
+  layer = params["layers"]["layer"] if "layers" in params else params["layers_0"]
+  return layer["self_attn"]["q_proj"]["kernel"]
+
+
+def shared_fused_copy(cfg: DecoderConfig, params: dict, place: Optional[Callable] = None,
+                      placement=None) -> dict:
+  """`fuse_projections(cfg, params)`, then `place` (e.g. sharding), built once per params
+  tree (by the identity of its first query kernel) and `placement` (what `place` targets)."""
+  leaf = _first_query_kernel(params)
+  key = (id(leaf), cfg, placement)
+  hit = _SHARED.get(key)
+  if hit is not None and hit[0]() is leaf:
+    return hit[1]
+  fused = fuse_projections(cfg, params)
+  if place is not None:
+    fused = place(fused)
+  _SHARED[key] = (weakref.ref(leaf, lambda _, key=key: _SHARED.pop(key, None)), fused)
+  return fused

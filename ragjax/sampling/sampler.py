@@ -60,7 +60,7 @@ from jax.sharding import Mesh
 
 from ragjax.models import kv_cache
 from ragjax.models.config import DecoderConfig
-from ragjax.models.fused import fuse_projections
+from ragjax.models.fused import shared_fused_copy
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
@@ -181,19 +181,25 @@ class Sampler:
     """Row counts that are a multiple of this stay sharded over the mesh's batch devices."""
     return 1 if self.mesh is None else batch_axis_size(self.mesh)
 
+  @property
+  def run_params(self):
+    """The weights the compiled calls run on: `params`, or their fused copy."""
+    return self._run_params
+
   def set_params(self, params) -> None:
     """Installs (and, under a mesh, shards) the weights the sampler decodes with.  `params`
     (transformers' layout) stay readable as `self.params`; with fused projections the calls
-    run on a fused copy of the attention and MLP input projections (ragjax.models.fused)."""
+    run on a fused copy of the attention and MLP input projections (ragjax.models.fused),
+    one per weights, shared with other samplers over the same ones."""
     if self._param_shardings is not None:
       params = shard_params(params, self._param_shardings)
     self.params = params
     self._run_params = params
     if self.fused:
-      fused = fuse_projections(self.cfg, params)
+      place = None
       if self._run_shardings is not None:
-        fused = shard_params(fused, self._run_shardings)
-      self._run_params = fused
+        place = functools.partial(shard_params, shardings=self._run_shardings)
+      self._run_params = shared_fused_copy(self.cfg, params, place, self.mesh)
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0) -> SamplerState:
