@@ -184,7 +184,8 @@ def main(argv=None):
          "model_flops_per_token": model_flops, "hardware_flops_per_token": hardware_flops,
          "hardware_tflops_per_s": round(hardware / 1e12, 4),
          "hfu_vs_measured_peak": round(hardware / peak_measured, 4),
-         "hfu_vs_published_peak": None if published is None else round(hardware / (published * ndev), 4),
+         "hfu_vs_published_peak":
+             None if published is None else round(hardware / (published * ndev), 4),
          "policy_tokens_per_row": int(mask[0].sum()),
          "loss_finite": bool(np.isfinite(float(m["loss"]))), **extra}
   print(json.dumps(out))

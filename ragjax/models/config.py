@@ -84,7 +84,8 @@ class DecoderConfig:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
     as_dtype(self.dtype), as_dtype(self.param_dtype)
     if self.remat_policy not in REMAT_POLICIES:
-      raise ValueError(f"unknown remat_policy {self.remat_policy!r}; use one of {REMAT_POLICIES}")
+      raise ValueError(f"unknown remat_policy {self.remat_policy!r}; use one of "
+                       f"{REMAT_POLICIES}")
     if self.attention_impl not in ATTENTION_IMPLS:
       raise ValueError(f"unknown attention_impl {self.attention_impl!r}; use one of "
                        f"{ATTENTION_IMPLS}")

@@ -65,7 +65,3 @@ def rotate(x: jnp.ndarray, rope: tuple) -> jnp.ndarray:
   rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
   return x * cos + rotated * sin
 
-
-def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: jnp.ndarray) -> jnp.ndarray:
-  """Rotates x [B, T, heads, D] by per-token positions [B, T] (half-split convention)."""
-  return rotate(x, rope_tables(positions, inv_freq, x.dtype))

@@ -228,8 +228,9 @@ class Sampler:
     if self.grow_cache:         # room for the prompts and a first turn; grown as rows need
       cache_width = min(cache_length, max(width, self.config.attend_window(
           width + self.config.max_new_tokens)))
-    return self._prefill(self._run_params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), self._rows(temps), jnp.uint32(first_row),
+    return self._prefill(self._run_params, self._rows(tokens),
+                         self._rows(np.asarray(lens, np.int32)), jnp.uint32(seed),
+                         self._rows(temps), jnp.uint32(first_row),
                          samples=samples_per_prompt, cache_length=cache_length,
                          cache_width=cache_width)
 
