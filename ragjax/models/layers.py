@@ -50,9 +50,9 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -
 
 
 def rope_tables(positions: jnp.ndarray, inv_freq: jnp.ndarray, dtype) -> tuple:
-  """(cos, sin) [B, T, 1, D] in `dtype` for per-token positions [B, T]: computed once per
-  forward and shared by every layer (each layer computing its own is sines and cosines of
-  B x T x D per layer, and on an accelerator one more kernel per layer)."""
+  """(cos, sin) [B, T, 1, D] in `dtype` for per-token positions [B, T]: built once per
+  forward and handed to every layer (XLA may still recompute them inside each layer's rope
+  fusion, where they are cheap, rather than read them)."""
   freqs = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, D/2]
   emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]        # [B, T, 1, D]
   return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
