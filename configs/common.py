@@ -53,8 +53,8 @@ def get_config() -> ConfigDict:
   # scratch (the embedded default's small policies).
   c.model = ConfigDict(dict(
       preset="", checkpoint="", dtype="float32", param_dtype="float32", scan_layers=False,
-      remat=False, hidden_size=0, intermediate_size=0, num_layers=0, num_heads=0,
-      num_kv_heads=0, head_dim=0, rope_theta=10000.0))
+      remat=False, remat_policy="full", attention_impl="", hidden_size=0, intermediate_size=0,
+      num_layers=0, num_heads=0, num_kv_heads=0, head_dim=0, rope_theta=10000.0))
   # LoRA (ragjax.models.lora): rank 0 = full fine-tuning; rank > 0 trains and checkpoints only
   # adapters on `targets`, the reference policy is the base (adapters disabled), and the
   # exported policy is merged.

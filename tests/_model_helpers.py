@@ -63,3 +63,11 @@ def torch_logits(model, tokens, mask):
   import torch
   with torch.no_grad():
     return model(torch.tensor(tokens), attention_mask=torch.tensor(mask)).logits.float().numpy()
+
+
+def random_params(cfg, seed: int = 0, head: str = "lm"):
+  """`ragjax.models.decoder.init_params`, jitted: op by op it costs seconds of dispatch even
+  for the tiny preset."""
+  import jax
+  from ragjax.models.decoder import init_params
+  return jax.jit(lambda key: init_params(cfg, key, head=head))(jax.random.PRNGKey(seed))

@@ -159,3 +159,15 @@ def test_wave_rows_from_a_budget_by_hand():
   assert wave_rows(c, cfg, {"data": 1, "fsdp": 4, "tensor": 2}, "float32") == want
   c.rollout.wave_rows = 6
   assert wave_rows(c, cfg, {"data": 1, "fsdp": 4, "tensor": 2}) == 6      # an explicit cap wins
+
+
+def test_remat_keeps_by_policy_by_hand():
+  """Values per token a rematerialised layer keeps: its input under "full"; under "dots" its
+  input, o_proj and down_proj outputs (3 E) and its q/k/v and gate/up outputs split over
+  tensor ((4 + 2 x 2) x 16 + 2 x 128 = 384, halved)."""
+  from ragjax.models.presets import get_preset
+  from ragjax.recipes.dry_run import remat_kept_per_token
+  mesh = MeshShape.resolve({"data": 1, "fsdp": -1, "tensor": 2}, 8)
+  cfg = get_preset("tiny").replace(remat=True)
+  assert remat_kept_per_token(cfg, mesh) == 64
+  assert remat_kept_per_token(cfg.replace(remat_policy="dots"), mesh) == 3 * 64 + 384 / 2

@@ -24,10 +24,18 @@ def model(request):
   return m, cfg, params
 
 
-def test_greedy_matches_transformers_generate(model):
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_greedy_matches_transformers_generate(model, accelerator):
+  """Also as accelerators run it: on the fused-projection copy of the weights (one qkv and one
+  gate/up matmul per layer), prefill attention through jax.nn.dot_product_attention (its
+  "xla" implementation here; "cudnn" on a GPU) and XLA's decode attention, against the same
+  teacher-forced forward of the plain model."""
   m, cfg, params = model
   ref = hf_greedy(m, PROMPTS, NEW)
-  sampler = Sampler(cfg, params, None, _config(greedy=True))
+  run_cfg = cfg.replace(attention_impl="xla") if accelerator else cfg
+  sampler = Sampler(run_cfg, params, None, _config(greedy=True, fused_projections=accelerator,
+                                                   cpu_attention_kernel=not accelerator))
+  assert sampler.fused is accelerator and sampler.params is params
   _, out = sampler.decode(sampler.prefill(PROMPTS))
   got = out.token_lists()
   reasons = np.asarray(out.stop_reason)

@@ -179,6 +179,43 @@ def test_sharded_sampler_matches_unsharded(model, sampled):
   assert leaf.ndim == 4 and spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
 
 
+def test_accelerator_path_sharded_matches_the_cpu_path(model, sampled):
+  """As accelerators run it, under a mesh: the fused-projection weights (ragjax.models.fused)
+  and prefill / extend attention through jax.nn.dot_product_attention ("xla" here): the same
+  turns as the plain unsharded sampler; the fused kernels split their KV-head axis over
+  `tensor`."""
+  mesh = make_mesh(data=2, fsdp=2, tensor=2)
+  cfg, params = model
+  fused = Sampler(cfg.replace(attention_impl="xla"), params, None,
+                  SAMPLED.replace(fused_projections=True), mesh=mesh)
+  _, first, second = _two_turns(fused)
+  _, ref_first, ref_second = _two_turns(sampled)
+  assert first.token_lists() == ref_first.token_lists()
+  assert second.token_lists() == ref_second.token_lists()
+  np.testing.assert_allclose(np.asarray(second.logprobs), np.asarray(ref_second.logprobs),
+                             atol=1e-4)
+  layer = fused.run_params["layers_0"]
+  assert "q_proj" not in layer["self_attn"] and "gate_proj" not in layer["mlp"]
+  assert tuple(layer["self_attn"]["qkv_proj"]["kernel"].sharding.spec)[:2] == ("fsdp", "tensor")
+  assert tuple(layer["mlp"]["gate_up_proj"]["kernel"].sharding.spec) == ("fsdp", None, "tensor")
+
+
+def test_samplers_over_the_same_weights_share_one_fused_copy(model):
+  """Two fused samplers over one params tree hold the same fused arrays (a server keeps
+  several samplers; a trainer a rollout and an eval engine); new weights get a new copy."""
+  cfg, params = model
+  config = SAMPLED.replace(fused_projections=True)
+  a, b = Sampler(cfg, params, None, config), Sampler(cfg, params, None, config.replace(
+      max_new_tokens=3))
+  qkv = lambda s: s.run_params["layers_1"]["self_attn"]["qkv_proj"]["kernel"]
+  assert qkv(a) is qkv(b)
+  assert a.run_params["embed_tokens"] is params["embed_tokens"]
+  moved = jax.tree.map(lambda x: x * 1.0, params)
+  b.set_params(moved)
+  assert qkv(b) is not qkv(a) and b.params is moved
+  np.testing.assert_array_equal(np.asarray(qkv(b)), np.asarray(qkv(a)))
+
+
 def test_attention_windows_change_nothing_but_the_work(model):
   """Attending to the slots in use (rounded up to a window) equals attending to the whole
   cache: same tokens and log-probs over prefill, two decodes and an extend; the window grows

@@ -117,7 +117,8 @@ class Setup:
                                                          get_preset(args.preset).vocab_size)
     self.env = build_env(args.corpus, max(args.batch_list), args.doc_tokens, vocab, workdir)
     tok = self.tokenizer = self.env.tokenizer
-    cfg = model_config(args.preset, len(tok), self.dtype)
+    cfg = model_config(args.preset, len(tok), self.dtype).replace(
+        attention_impl=getattr(args, "attention_impl", ""))
     think = args.think_tokens
     self.grammar = Grammar(think_min=max(1, think // 3), think_max=think,
                            query_max=args.query_words, query_min=min(2, args.query_words),
@@ -148,7 +149,10 @@ class Setup:
         attend_buckets=buckets(step, cache) if step else None,
         prompt_buckets=buckets(64, cache), extend_buckets=buckets(64, self.obs_cap + 16, (16, 32)),
         stop_strings=SearchR1().stop_sequences, eos_ids=(self.tokenizer.eos_token_id,),
-        cpu_attention_kernel=cpu_kernel)
+        cpu_attention_kernel=cpu_kernel,
+        fused_projections={"auto": None, "on": True, "off": False}[
+            getattr(self.args, "fused_projections", "auto")],
+        decode_attention=getattr(self.args, "decode_attention", "xla"))
     return Sampler(self.cfg, jax.device_put(self.params), self.tokenizer, scfg)
 
   def hf_model(self):
@@ -303,6 +307,8 @@ def run_setting(setup: Setup, turns: int, batch: int, repeats: int, skip_hf: boo
             "trajectory_tokens": int(np.asarray(eb.traj.lengths).sum()),
             "cache_length": sampler.config.max_cache_length, "attend_step": args.attend_step,
             "cpu_attention_kernel": sampler.cpu_kernel,
+            "fused_projections": sampler.fused, "attention_impl": setup.cfg.attention_impl,
+            "decode_attention": sampler.config.decode_attention,
             "decode_chunk": args.decode_chunk,
             "retrieval_ms": args.retrieval_ms, "retrieval_query_ms": args.retrieval_query_ms,
             "load_avg_1min": round(os.getloadavg()[0], 2)}
@@ -388,6 +394,13 @@ def parser(description: str) -> argparse.ArgumentParser:
                   help="added latency per query of a retrieval call (its search time)")
   ap.add_argument("--xla-attention", action="store_true",
                   help="add the engine with XLA's attention instead of the CPU kernel as a loop")
+  ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
+                  help="the sampler's fused qkv / gate-up weights (auto: on for accelerators)")
+  ap.add_argument("--decode-attention", default="xla", choices=("xla", "pallas"),
+                  help="a decode step's attention (SamplerConfig.decode_attention)")
+  ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
+                  help="prefill / extend attention through jax.nn.dot_product_attention with "
+                       "this implementation (model.attention_impl; '': ragjax's own)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--workdir", default=None, help="where the corpus, index and export go")
   return ap

@@ -97,12 +97,21 @@ def main(argv=None):
   ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU)")
   ap.add_argument("--repeats", type=int, default=2)
   ap.add_argument("--skip-hf", action="store_true")
+  ap.add_argument("--fused-projections", choices=("auto", "on", "off"), default="auto",
+                  help="decode on the fused qkv / gate-up copy of the weights (auto: the "
+                       "sampler's default, on for accelerators)")
+  ap.add_argument("--decode-attention", default="xla", choices=("xla", "pallas"),
+                  help="a decode step's attention: XLA's, or the Pallas kernel over each row's "
+                       "length (SamplerConfig.decode_attention)")
+  ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
+                  help="prefill attention through jax.nn.dot_product_attention with this "
+                       "implementation (model.attention_impl; '': ragjax's own)")
   args = ap.parse_args(argv)
 
   on_gpu = jax.default_backend() == "gpu"
   dtype = args.dtype or ("bfloat16" if on_gpu else "float32")
   cfg = (get_preset(args.preset) if args.preset else SMALL).replace(
-      dtype=dtype, param_dtype=dtype, eos_token_id=None)
+      dtype=dtype, param_dtype=dtype, eos_token_id=None, attention_impl=args.attention_impl)
   params = init_params(cfg, jax.random.PRNGKey(0))
   rng = np.random.default_rng(0)
   prompts = [rng.integers(0, cfg.vocab_size, args.prompt_len).tolist() for _ in range(args.batch)]
@@ -112,7 +121,10 @@ def main(argv=None):
     buckets = tuple(int(x) for x in args.attend_buckets.split(","))
   scfg = SamplerConfig(max_cache_length=cache_len, max_new_tokens=args.new_tokens,
                        prompt_buckets=(args.prompt_len,), extend_buckets=(1,), greedy=True,
-                       eos_ids=(), attend_buckets=buckets)
+                       eos_ids=(), attend_buckets=buckets,
+                       fused_projections={"auto": None, "on": True, "off": False}[
+                           args.fused_projections], decode_attention=args.decode_attention,
+                       cpu_attention_kernel=args.decode_attention == "xla")
   sampler = Sampler(cfg, params, None, scfg)
 
   def run_ragjax():
@@ -136,6 +148,8 @@ def main(argv=None):
             "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "cache_len": cache_len, "attend_buckets": args.attend_buckets,
             "dtype": dtype, "backend": jax.default_backend(),
+            "fused_projections": sampler.fused, "attention_impl": cfg.attention_impl,
+            "decode_attention": args.decode_attention,
             "ragjax_tokens_per_s": round(n_tokens / t_ours, 1)}
 
   if not args.skip_hf:

@@ -10,7 +10,10 @@ through the unembedding) on the same batch and reports the speed-up over the den
 Model FLOPs per token = 6 * N_matmul + 12 * L * H * D * T (attention, PaLM convention), where
 N_matmul counts the unembedding once and not the input lookup.  The reference measured in the
 same run is the device's matmul peak (a large bf16 matmul on accelerators, float32 on CPU);
-on GPUs MFU against the published dense bf16 peak is reported too.  Prints one JSON line.
+on GPUs MFU against the published dense bf16 peak is reported too.  Hardware FLOPs add what
+the backward pass computes again (`recompute_flops_per_token`: rematerialised layers under
+`--remat-policy`, the chunked log-prob's unembedding), so `hfu_*` >= `mfu_*`; MFU, the goal's
+measure, counts the model's FLOPs only.  Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -43,6 +46,27 @@ def model_flops_per_token(cfg, seq: int) -> float:
   return 6.0 * n + 12.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * seq
 
 
+def recompute_flops_per_token(cfg, seq: int, chunk: int) -> float:
+  """FLOPs per token the backward pass runs again, beyond the model FLOPs.
+
+  With `cfg.remat` a layer's forward runs again for the values its backward needs: under
+  remat_policy "full" every product but the last (down_proj: nothing needs its output) and
+  the attention's score and mix products (4 * H * D * T, counted over the full T x T as the
+  model FLOPs count it); under "dots" only the attention's.  The log-prob's vocabulary scan
+  (`ragjax.rl.logprobs`, more than one chunk of `chunk` columns) recomputes its logits in the
+  backward pass: 2 * V * E."""
+  e, m, h, kvh, d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
+                     cfg.head_dim)
+  flops = 0.0
+  if cfg.remat:
+    flops += 4.0 * cfg.num_layers * h * d * seq
+    if cfg.remat_policy == "full":
+      flops += 2.0 * cfg.num_layers * (e * (h + 2 * kvh) * d + h * d * e + 2 * e * m)
+  if cfg.vocab_size > chunk:
+    flops += 2.0 * cfg.vocab_size * e
+  return flops
+
+
 def measured_matmul_peak(dtype, n: int, reps: int = 10) -> float:
   """FLOP/s of an n x n x n product on random data (constant inputs draw less power and run
   faster than real data on GPUs): `reps` back-to-back products, best of 3 after a warm-up."""
@@ -68,8 +92,13 @@ def main(argv=None):
   ap.add_argument("--steps", type=int, default=5)
   ap.add_argument("--dtype", default="")
   ap.add_argument("--remat", action="store_true")
+  ap.add_argument("--remat-policy", default="full", choices=("full", "dots"),
+                  help="with --remat: what a layer keeps for its backward (model.remat_policy)")
   ap.add_argument("--scan", action="store_true")
   ap.add_argument("--chunk", type=int, default=8192)
+  ap.add_argument("--attention-impl", default="", choices=("", "xla", "cudnn"),
+                  help="attention through jax.nn.dot_product_attention with this implementation "
+                       "(model.attention_impl; '': ragjax's own)")
   ap.add_argument("--policy-tokens", type=int, default=0,
                   help="trained tokens per row (0: 5/8 of the row, prompt and one block masked)")
   ap.add_argument("--gather", action="store_true", help="also time the gathered policy loss")
@@ -78,7 +107,8 @@ def main(argv=None):
   on_accel = jax.default_backend() != "cpu"
   dtype = args.dtype or ("bfloat16" if on_accel else "float32")
   cfg = get_preset(args.preset).replace(dtype=dtype, param_dtype="float32", remat=args.remat,
-                                        scan_layers=args.scan)
+                                        remat_policy=args.remat_policy, scan_layers=args.scan,
+                                        attention_impl=args.attention_impl)
   ndev = jax.device_count()
   b = args.batch or ndev
   rl = RLConfig(kl_coef=0.001, logprob_chunk=args.chunk)
@@ -134,19 +164,28 @@ def main(argv=None):
   if args.gather:
     extra["gather_speedup"] = round(sec / extra["gather_step_s"], 3)
   tokens_per_s = b * t / sec
-  achieved = model_flops_per_token(cfg, t) * tokens_per_s
+  model_flops = model_flops_per_token(cfg, t)
+  hardware_flops = model_flops + recompute_flops_per_token(cfg, t, args.chunk)
+  achieved, hardware = model_flops * tokens_per_s, hardware_flops * tokens_per_s
   peak_dtype = jnp.bfloat16 if on_accel else jnp.float32
   peak_measured = measured_matmul_peak(peak_dtype, 8192 if on_accel else 1024) * ndev
   kind = jax.devices()[0].device_kind
   published = next((v for k, v in PUBLISHED_PEAK.items() if k in kind), None)
   out = {"bench": "train_step", "preset": args.preset, "seq": t, "batch": b, "micro": args.micro,
-         "devices": ndev, "device_kind": kind, "dtype": dtype, "remat": args.remat, "scan": args.scan,
+         "devices": ndev, "device_kind": kind, "dtype": dtype, "remat": args.remat,
+         "remat_policy": args.remat_policy if args.remat else None, "scan": args.scan,
+         "attention_impl": args.attention_impl,
          "step_s": round(sec, 4), "compile_s": round(compile_s, 1),
          "tokens_per_s": round(tokens_per_s, 1), "model_tflops_per_s": round(achieved / 1e12, 4),
          "measured_matmul_peak_tflops": round(peak_measured / 1e12, 3),
          "mfu_vs_measured_peak": round(achieved / peak_measured, 4),
          "published_peak_tflops": None if published is None else published / 1e12,
          "mfu_vs_published_peak": None if published is None else round(achieved / (published * ndev), 4),
+         "model_flops_per_token": model_flops, "hardware_flops_per_token": hardware_flops,
+         "hardware_tflops_per_s": round(hardware / 1e12, 4),
+         "hfu_vs_measured_peak": round(hardware / peak_measured, 4),
+         "hfu_vs_published_peak":
+             None if published is None else round(hardware / (published * ndev), 4),
          "policy_tokens_per_row": int(mask[0].sum()),
          "loss_finite": bool(np.isfinite(float(m["loss"]))), **extra}
   print(json.dumps(out))

@@ -19,6 +19,8 @@ SUPPORTED_DECODERS = ("qwen2", "llama")
 SUPPORTED_ENCODERS = ("bert",)
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+REMAT_POLICIES = ("full", "dots")
+ATTENTION_IMPLS = ("", "xla", "cudnn")
 
 
 def as_dtype(name_or_dtype: Any):
@@ -65,6 +67,15 @@ class DecoderConfig:
   param_dtype: str = "float32"    # storage dtype of params
   scan_layers: bool = False       # nn.scan over layers (stacked [L, ...] params)
   remat: bool = False             # rematerialise each layer in the backward pass
+  # What a rematerialised layer keeps for its backward pass (decoder.remat_policy): "full" only
+  # its input (the forward runs again: 8 instead of 6 FLOPs per weight per token); "dots"
+  # also its projections' outputs (only the attention's score and mix products and the
+  # elementwise ops run again), at (H + 2 KVH) D + 2 M + 2 E values per token and layer.
+  remat_policy: str = "full"
+  # Multi-token attention (training, scoring, prefill, extend): "" is ragjax's own; "xla" or
+  # "cudnn" is jax.nn.dot_product_attention with that implementation (cuDNN's fused flash
+  # attention on NVIDIA GPUs: bfloat16 / float16 only).  A decode step keeps ragjax's.
+  attention_impl: str = ""
 
   def __post_init__(self):
     if self.arch not in SUPPORTED_DECODERS:
@@ -72,6 +83,15 @@ class DecoderConfig:
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
     as_dtype(self.dtype), as_dtype(self.param_dtype)
+    if self.remat_policy not in REMAT_POLICIES:
+      raise ValueError(f"unknown remat_policy {self.remat_policy!r}; use one of "
+                       f"{REMAT_POLICIES}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"unknown attention_impl {self.attention_impl!r}; use one of "
+                       f"{ATTENTION_IMPLS}")
+    if self.attention_impl == "cudnn" and self.dtype not in ("bfloat16", "float16"):
+      raise ValueError(f"attention_impl 'cudnn' needs dtype bfloat16 or float16, got "
+                       f"{self.dtype!r}")
 
   def replace(self, **kw) -> "DecoderConfig":
     return dataclasses.replace(self, **kw)

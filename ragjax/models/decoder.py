@@ -24,7 +24,9 @@ import jax.numpy as jnp
 from ragjax.models.config import DecoderConfig, as_dtype
 from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
-from ragjax.models.layers import RMSNorm, apply_rope, logical_init, rope_inv_freq
+from ragjax.models.pallas_decode import decode_attention as pallas_attention
+from ragjax.models.pallas_decode import supported as pallas_supported
+from ragjax.models.layers import RMSNorm, logical_init, rope_inv_freq, rope_tables, rotate
 
 _KERNEL_INIT = nn.initializers.normal(0.02)
 
@@ -35,6 +37,14 @@ def tokens_flat(x: jnp.ndarray) -> jnp.ndarray:
   gradient transposed, a strided copy that cost as much as the layer's matmuls; over one
   axis it contracts in place (the MLP's backward pass ran 2x faster)."""
   return x.reshape(-1, x.shape[-1])
+
+
+def write_slots(cache, index, new):
+  """`cache.at[index].set(new)` for rows' new keys or values (writes past the end dropped).
+  The (row, slot) pairs of one write are distinct (every row its own), so the scatter is
+  marked unique: XLA's GPU backend then stores each update directly rather than through
+  atomic read-modify-writes (16-bit ones are a compare-and-swap loop)."""
+  return cache.at[index].set(new.astype(cache.dtype), mode="drop", unique_indices=True)
 
 
 def _attend_heads_major(qh, keys, values, valid, groups: int, dt):
@@ -93,10 +103,13 @@ class Attention(nn.Module):
   attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
   attention_rows: int = 0   # cached multi-token attention N rows at a time (0: all at once)
   cpu_kernel: bool = False  # cached attention through ragjax.models.cpu_attention (CPU only)
+  fused: bool = False       # one qkv_proj (ragjax.models.fused) instead of q/k/v_proj
+  pallas_decode: bool = False   # decode steps' attention in ragjax.models.pallas_decode
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
-    """`kv` is None (no cache), this layer's own (k, v) [B, KVH, S, D] (per-layer layout), or
+  def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
+    """`rope`: the (cos, sin) tables of the tokens' positions (`layers.rope_tables`).
+    `kv` is None (no cache), this layer's own (k, v) [B, KVH, S, D] (per-layer layout), or
     the whole stacked cache (k, v) [L, B, S, KVH, D], into whose slice `layer` this layer
     writes its new keys/values with one scatter, so XLA updates the (donated) cache in place
     instead of copying a layer slice out and back every decode step (see kv_cache)."""
@@ -114,12 +127,13 @@ class Attention(nn.Module):
           bias_init=logical_init(nn.initializers.zeros, (axes, "head_dim")))(x_flat).reshape(
               b, t, heads, d)
 
-    q = proj("q_proj", h, cfg.qkv_bias, "heads")
-    k = proj("k_proj", kvh, cfg.qkv_bias, "kv_heads")
-    v = proj("v_proj", kvh, cfg.qkv_bias, "kv_heads")
-    inv_freq = rope_inv_freq(d, cfg.rope_theta, cfg.rope_scaling)
-    q = apply_rope(q, positions, inv_freq)
-    k = apply_rope(k, positions, inv_freq)
+    if self.fused:
+      q, k, v = self._fused_qkv(x_flat, b, t)
+    else:
+      q = proj("q_proj", h, cfg.qkv_bias, "heads")
+      k = proj("k_proj", kvh, cfg.qkv_bias, "kv_heads")
+      v = proj("v_proj", kvh, cfg.qkv_bias, "kv_heads")
+    q, k = rotate(q, rope), rotate(k, rope)
 
     q_slots = jnp.arange(t)[None, :]
     heads_major = False
@@ -142,16 +156,16 @@ class Attention(nn.Module):
       s = k_all.shape[2]
       n = min(self.attend_length or s, s)
       if is_stacked(k_all):
-        k_all = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
-        v_all = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
+        index = (layer, rows, slots)
+        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
         window = (1, b, n) + k_all.shape[3:]
         keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
         values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
       else:
         # [B, KVH, S, D]: the advanced indices (rows, slots) lead the update's shape, so the
         # new [B, T, KVH, D] keys go in as they are.
-        k_all = k_all.at[rows, :, slots].set(k.astype(k_all.dtype), mode="drop")
-        v_all = v_all.at[rows, :, slots].set(v.astype(v_all.dtype), mode="drop")
+        index = (rows, slice(None), slots)
+        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
         keys, values = k_all, v_all
         if n < s:
           keys, values = keys[:, :, :n], values[:, :, :n]
@@ -167,6 +181,10 @@ class Attention(nn.Module):
       qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
       out = cpu_attention.cached_attention(qh, new_kv[0], new_kv[1], slots, window=n)
       out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    elif cfg.attention_impl and t > 1:
+      out = self._dot_product_attention(q, (k, v) if kv is None else (keys, values), valid,
+                                        heads_major=kv is not None and heads_major,
+                                        causal=kv is None)
     elif heads_major and t > 1:
       # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
       # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
@@ -185,27 +203,68 @@ class Attention(nn.Module):
       else:
         out = _attend_heads_major(qh, keys, values, valid_b, g, dt)
       out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+    elif (self.pallas_decode and t == 1 and kv is not None and heads_major
+          and pallas_supported(keys.shape[2])):
+      out = pallas_attention(q.reshape(b, h, d), keys, values, slots[:, 0] + 1).reshape(
+          b, t, h, d)
     else:
       # A decode step (T = 1) is faster as this einsum (its [.., S, G] scores are small).
+      # As in `_attend_heads_major`, the scale goes on the queries and the softmax's
+      # normaliser divides the [.., D] output rather than the [.., S] weights: two passes
+      # over the scores fewer (on an accelerator, fewer kernels per layer).
       kv_spec = "bksd" if heads_major else "bskd"
-      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qg, keys,
-                          preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
+      qs = qg * jnp.asarray(1.0 / d ** 0.5, qg.dtype)
+      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qs, keys,
+                          preferred_element_type=jnp.float32)
       scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
-      probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+      weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))
+      norm = weights.sum(axis=-1)                                           # [B, KVH, G, T]
       if heads_major:
-        out = _mix_heads_major(probs, values)
-        out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+        out = _mix_heads_major(weights.astype(dt), values)                  # [B, KVH, G*T, D]
+        out = out.astype(jnp.float32) / norm.reshape(b, kvh, g * t, 1)
+        out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
       else:
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+        out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(dt), values)
+        out = out.astype(jnp.float32) / norm.transpose(0, 3, 1, 2)[..., None]
+        out = out.astype(dt).reshape(b, t, h, d)
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), use_bias=cfg.o_bias, dtype=dt, param_dtype=pdt,
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
         bias_init=logical_init(nn.initializers.zeros, ("embed",)))(out.reshape(b * t, h, d))
     return out.reshape(b, t, -1), new_kv
 
+  def _dot_product_attention(self, q, kv, valid, heads_major: bool, causal: bool):
+    """`jax.nn.dot_product_attention` (cfg.attention_impl: "xla" or "cudnn") of q [B, T, H, D]
+    over kv = (keys, values), [B, S, KVH, D] or heads-major [B, KVH, S, D] (transposed here),
+    under valid [B or 1, T, S].  Without a cache the attention is causal (cuDNN then skips
+    the blocks above the diagonal); cached rows attend up to their own slots (a mask)."""
+    keys, values = kv
+    if heads_major:
+      keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+    b, t = q.shape[:2]
+    mask = jnp.broadcast_to(valid[:, None], (b, 1, t, keys.shape[1]))
+    return jax.nn.dot_product_attention(q, keys, values, mask=mask,
+                                        is_causal=causal,
+                                        implementation=self.cfg.attention_impl)
+
+  def _fused_qkv(self, x_flat, b, t):
+    """Queries, keys and values from one [E, KVH, G + 2, D] product (see models.fused)."""
+    cfg = self.cfg
+    dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
+    kvh, d = cfg.num_kv_heads, cfg.head_dim
+    g = cfg.num_heads // kvh
+    axes = ("kv_heads", "qkv", "head_dim")
+    qkv = nn.DenseGeneral(
+        (kvh, g + 2, d), use_bias=cfg.qkv_bias, dtype=dt, param_dtype=pdt, name="qkv_proj",
+        kernel_init=logical_init(_KERNEL_INIT, ("embed",) + axes),
+        bias_init=logical_init(nn.initializers.zeros, axes))(x_flat).reshape(b, t, kvh, g + 2, d)
+    return (qkv[:, :, :, :g].reshape(b, t, cfg.num_heads, d), qkv[:, :, :, g],
+            qkv[:, :, :, g + 1])
+
 
 class MLP(nn.Module):
   cfg: DecoderConfig
+  fused: bool = False       # one gate_up_proj (ragjax.models.fused) instead of gate/up_proj
 
   @nn.compact
   def __call__(self, x):
@@ -213,13 +272,19 @@ class MLP(nn.Module):
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
 
     def dense(name, feats, axes):
-      return nn.Dense(feats, use_bias=cfg.mlp_bias, dtype=dt, param_dtype=pdt, name=name,
-                      kernel_init=logical_init(_KERNEL_INIT, axes),
-                      bias_init=logical_init(nn.initializers.zeros, axes[1:]))
+      kind = nn.Dense if isinstance(feats, int) else nn.DenseGeneral
+      return kind(feats, use_bias=cfg.mlp_bias, dtype=dt, param_dtype=pdt, name=name,
+                  kernel_init=logical_init(_KERNEL_INIT, axes),
+                  bias_init=logical_init(nn.initializers.zeros, axes[1:]))
 
     lead, x = x.shape[:-1], tokens_flat(x)
-    gate = dense("gate_proj", cfg.intermediate_size, ("embed", "mlp"))(x)
-    up = dense("up_proj", cfg.intermediate_size, ("embed", "mlp"))(x)
+    m = cfg.intermediate_size
+    if self.fused:
+      gate_up = dense("gate_up_proj", (2, m), ("embed", "gate_up", "mlp"))(x)
+      gate, up = gate_up[:, 0], gate_up[:, 1]
+    else:
+      gate = dense("gate_proj", m, ("embed", "mlp"))(x)
+      up = dense("up_proj", m, ("embed", "mlp"))(x)
     out = dense("down_proj", cfg.hidden_size, ("mlp", "embed"))(nn.silu(gate) * up)
     return out.reshape(lead + out.shape[1:])
 
@@ -229,18 +294,28 @@ class DecoderLayer(nn.Module):
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
-  def __call__(self, x, positions, attention_mask, kv, cache_start, layer=0):
+  def __call__(self, x, rope, attention_mask, kv, cache_start, layer=0):
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     norm = lambda name: RMSNorm(cfg.rms_norm_eps, dt, pdt, name=name)
     attn, new_kv = Attention(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                             name="self_attn")(
-        norm("input_layernorm")(x), positions, attention_mask, kv, cache_start, layer)
+                             self.fused, self.pallas_decode, name="self_attn")(
+        norm("input_layernorm")(x), rope, attention_mask, kv, cache_start, layer)
     x = x + attn
-    x = x + MLP(cfg, name="mlp")(norm("post_attention_layernorm")(x))
+    x = x + MLP(cfg, self.fused, name="mlp")(norm("post_attention_layernorm")(x))
     return x, new_kv
+
+
+def remat_policy(cfg: DecoderConfig):
+  """The jax.checkpoint policy of `cfg.remat_policy`: None saves nothing but the layer's
+  input; "dots" saves every matmul without batch dimensions (the projections; the
+  attention's batched score and mix products are recomputed, so no [T, T] block is kept)."""
+  return {"full": None,
+          "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}[cfg.remat_policy]
 
 
 class _ScanLayer(nn.Module):
@@ -249,15 +324,18 @@ class _ScanLayer(nn.Module):
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
-  def __call__(self, carry, positions, attention_mask, cache_start):
+  def __call__(self, carry, rope, attention_mask, cache_start):
     x, kv, i = carry
     layer = DecoderLayer
     if self.cfg.remat:
-      layer = nn.remat(DecoderLayer, prevent_cse=False)
+      layer = nn.remat(DecoderLayer, prevent_cse=False, policy=remat_policy(self.cfg))
     x, new_kv = layer(self.cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                      name="layer")(x, positions, attention_mask, kv, cache_start, i)
+                      self.fused, self.pallas_decode, name="layer")(
+        x, rope, attention_mask, kv, cache_start, i)
     return (x, new_kv, i + 1), None
 
 
@@ -270,13 +348,19 @@ class Decoder(nn.Module):
   time (`lax.map`), so one chunk's score tensor stays in the CPU's caches; 0 = all rows at once
   (what a sharded batch needs).  `cpu_kernel` (cached, per-layer float32 cache, XLA's CPU
   backend, unsharded): the attention runs in `ragjax.models.cpu_attention`'s kernel, which
-  reads each row's keys and values only up to its own slot.
+  reads each row's keys and values only up to its own slot.  `fused`: the params are in the
+  fused-projection layout of `ragjax.models.fused` (one qkv_proj and one gate_up_proj per
+  layer; what a sampler may run on), not transformers' layout.  `pallas_decode` (cached, one
+  token per row, per-layer cache of a power-of-two width): the attention runs in
+  `ragjax.models.pallas_decode`'s kernel, over each row's own length.
   """
   cfg: DecoderConfig
   head: str = "lm"
   attend_length: Optional[int] = None
   attention_rows: int = 0
   cpu_kernel: bool = False
+  fused: bool = False
+  pallas_decode: bool = False
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
@@ -294,6 +378,8 @@ class Decoder(nn.Module):
                      embedding_init=logical_init(_KERNEL_INIT, ("vocab", "embed")),
                      name="embed_tokens")
     x = embed(tokens)
+    rope = rope_tables(positions, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling),
+                       dt)
 
     new_cache = None
     if cfg.scan_layers:
@@ -304,12 +390,14 @@ class Decoder(nn.Module):
                      in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                      length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       kv = None if cache is None else (cache["k"], cache["v"])
-      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel, name="layers")(
-          (x, kv, jnp.int32(0)), positions, attention_mask, cache_start)
+      (x, new_kv, _), _ = scan(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
+                               self.fused, self.pallas_decode, name="layers")(
+          (x, kv, jnp.int32(0)), rope, attention_mask, cache_start)
       if cache is not None:
         new_cache = {"k": new_kv[0], "v": new_kv[1]}
     else:
-      layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
+      layer_cls = (nn.remat(DecoderLayer, policy=remat_policy(cfg)) if cfg.remat
+                   else DecoderLayer)
       stacked = cache is not None and is_stacked(cache["k"])
       new_k, new_v = [], []
       for i in range(cfg.num_layers):
@@ -320,7 +408,8 @@ class Decoder(nn.Module):
         else:
           kv = (cache["k"][i], cache["v"][i])
         x, kv = layer_cls(cfg, self.attend_length, self.attention_rows, self.cpu_kernel,
-                          name=f"layers_{i}")(x, positions, attention_mask, kv, cache_start, i)
+                          self.fused, self.pallas_decode, name=f"layers_{i}")(
+            x, rope, attention_mask, kv, cache_start, i)
         if kv is not None and not stacked:
           new_k.append(kv[0])
           new_v.append(kv[1])
@@ -362,14 +451,15 @@ def init_params(cfg: DecoderConfig, rng, head: str = "lm"):
   return nn.unbox(variables["params"])
 
 
-def param_logical_axes(cfg: DecoderConfig, head: str = "lm"):
-  """A tree of PartitionSpecs of logical axis names, shaped like the params."""
-  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head).init(jax.random.PRNGKey(0),
-                                                                   dummy_inputs()))
+def param_logical_axes(cfg: DecoderConfig, head: str = "lm", fused: bool = False):
+  """A tree of PartitionSpecs of logical axis names, shaped like the params (`fused`: the
+  fused-projection layout of ragjax.models.fused)."""
+  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head, fused=fused).init(
+      jax.random.PRNGKey(0), dummy_inputs()))
   return nn.get_partition_spec(abstract)["params"]
 
 
-def abstract_params(cfg: DecoderConfig, head: str = "lm"):
-  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head).init(jax.random.PRNGKey(0),
-                                                                   dummy_inputs()))
+def abstract_params(cfg: DecoderConfig, head: str = "lm", fused: bool = False):
+  abstract = jax.eval_shape(lambda: Decoder(cfg, head=head, fused=fused).init(
+      jax.random.PRNGKey(0), dummy_inputs()))
   return nn.unbox(abstract)["params"]

@@ -49,11 +49,19 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[RopeScaling]) -
   return jnp.where(medium, smoothed, scaled)
 
 
-def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: jnp.ndarray) -> jnp.ndarray:
-  """Rotates x [B, T, heads, D] by per-token positions [B, T] (half-split convention)."""
+def rope_tables(positions: jnp.ndarray, inv_freq: jnp.ndarray, dtype) -> tuple:
+  """(cos, sin) [B, T, 1, D] in `dtype` for per-token positions [B, T]: built once per
+  forward and handed to every layer (XLA may still recompute them inside each layer's rope
+  fusion, where they are cheap, rather than read them)."""
   freqs = positions.astype(jnp.float32)[..., None] * inv_freq          # [B, T, D/2]
   emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]        # [B, T, 1, D]
-  cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+  return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def rotate(x: jnp.ndarray, rope: tuple) -> jnp.ndarray:
+  """Rotates x [B, T, heads, D] by `rope_tables` (half-split convention)."""
+  cos, sin = rope
   half = x.shape[-1] // 2
   rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
   return x * cos + rotated * sin
+

@@ -12,9 +12,12 @@ from ragjax.models.decoder import Decoder, abstract_params, param_logical_axes
 from ragjax.parallel.shard import batch_sharding, param_shardings
 
 
-def decoder_shardings(cfg: DecoderConfig, mesh: Mesh, head: str = "lm") -> Any:
-  """Shardings for a decoder's params (what `hf_io.load_decoder(shardings=...)` takes)."""
-  return param_shardings(param_logical_axes(cfg, head), abstract_params(cfg, head), mesh)
+def decoder_shardings(cfg: DecoderConfig, mesh: Mesh, head: str = "lm",
+                      fused: bool = False) -> Any:
+  """Shardings for a decoder's params (what `hf_io.load_decoder(shardings=...)` takes);
+  `fused`: for the fused-projection layout a sampler may run on (ragjax.models.fused)."""
+  return param_shardings(param_logical_axes(cfg, head, fused),
+                         abstract_params(cfg, head, fused), mesh)
 
 
 def sharded_forward(cfg: DecoderConfig, mesh: Mesh, batch_size: int, head: str = "lm"

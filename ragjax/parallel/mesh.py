@@ -24,6 +24,8 @@ LOGICAL_RULES: tuple[tuple[str, object], ...] = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
+    ("qkv", None),           # a KV head's queries, key and value (the sampler's fused layout)
+    ("gate_up", None),       # the MLP's gate and up projections (the same)
     ("layers", None),
     ("norm", None),
     ("length", None),

@@ -243,7 +243,8 @@ def policy_config(c, tok) -> DecoderConfig:
   """A from-scratch shape (`model.hidden_size` ...), or a preset sized to the tokenizer."""
   m = c.model
   dtypes = dict(dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers,
-                remat=m.remat)
+                remat=m.remat, remat_policy=m.get("remat_policy", "full"),
+                attention_impl=m.get("attention_impl", ""))
   if m.preset:
     from ragjax.models.presets import get_preset
     return get_preset(m.preset).replace(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
@@ -269,7 +270,9 @@ def load_policy(c, tok=None, mesh=None):
     from ragjax.models.sharded import decoder_shardings
     cfg, params = load_decoder(
         m.checkpoint, dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers,
-        remat=m.remat, shardings=None if mesh is None else lambda cf: decoder_shardings(cf, mesh))
+        remat=m.remat, remat_policy=m.get("remat_policy", "full"),
+        attention_impl=m.get("attention_impl", ""),
+        shardings=None if mesh is None else lambda cf: decoder_shardings(cf, mesh))
     return cfg, params, load_tokenizer(m.checkpoint)
   if tok is None:
     raise ValueError("model.checkpoint is empty and the data brings no tokenizer; set "

@@ -79,7 +79,8 @@ def model_config(c, vocab_size: Optional[int] = None) -> DecoderConfig:
   the from-scratch shape (whose vocabulary comes from the tokenizer: pass `vocab_size`)."""
   from ragjax.models.presets import resolve_decoder_config
   m = c.model
-  dt = dict(dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers, remat=m.remat)
+  dt = dict(dtype=m.dtype, param_dtype=m.param_dtype, scan_layers=m.scan_layers, remat=m.remat,
+            remat_policy=m.get("remat_policy", "full"))
   if m.checkpoint or m.preset:
     return resolve_decoder_config(m.checkpoint or m.preset, **dt)
   return DecoderConfig(arch="qwen2", vocab_size=vocab_size or 2048, hidden_size=m.hidden_size,
@@ -120,9 +121,20 @@ def activation_bytes(cfg: DecoderConfig, rows: int, length: int, mesh: MeshShape
   b = rows_per_device(rows, mesh)
   act = np.dtype(as_dtype(cfg.dtype)).itemsize
   peak = layer_peak_bytes(cfg, b, length, mesh)
-  kept = cfg.num_layers * (b * length * cfg.hidden_size * act if cfg.remat else peak)
+  kept = cfg.num_layers * (b * length * remat_kept_per_token(cfg, mesh) * act if cfg.remat
+                           else peak)
   logits = 2 * b * length * min(logprob_chunk, cfg.vocab_size) * 4
   return float(kept + (peak if cfg.remat else 0) + logits)
+
+
+def remat_kept_per_token(cfg: DecoderConfig, mesh: MeshShape) -> float:
+  """Values a rematerialised layer keeps per token for its backward pass: its input, and with
+  remat_policy "dots" its projections' outputs too (heads and MLP split over `tensor`)."""
+  if cfg.remat_policy == "full":
+    return cfg.hidden_size
+  t = mesh.shape["tensor"]
+  qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+  return 3 * cfg.hidden_size + (qkv + 2 * cfg.intermediate_size) / t
 
 
 def lora_config(c) -> LoraConfig:

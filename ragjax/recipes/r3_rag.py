@@ -189,6 +189,8 @@ def start(c) -> parts.Start:
   cfg, params = load_decoder(
       p["cold_start"], dtype=c.model.dtype, param_dtype=c.model.param_dtype,
       scan_layers=c.model.scan_layers, remat=c.model.remat,
+      remat_policy=c.model.get("remat_policy", "full"),
+      attention_impl=c.model.get("attention_impl", ""),
       shardings=None if mesh is None else lambda cf: decoder_shardings(cf, mesh))
   return parts.Start(rl_setup(c, setup), cfg, params, load_tokenizer(p["cold_start"]), mesh)
 

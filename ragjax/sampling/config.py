@@ -57,6 +57,16 @@ class SamplerConfig:
   # row's keys and values only up to its length (`ragjax.models.cpu_attention`; built at first
   # use, XLA's attention when it cannot be).  False: XLA's attention everywhere.
   cpu_attention_kernel: bool = True
+  # The sampler runs on a fused copy of the weights (ragjax.models.fused: one matmul for the
+  # queries, keys and values, one for the MLP's gate and up), built whenever they are set.
+  # None: on accelerators (fewer, larger kernels per layer), off on CPU (no faster there;
+  # BENCHMARKS.md, "GPU speed levers"), and off under a mesh whose tensor axis would split
+  # the query heads but not the KV heads (the fused kernel is grouped by KV head).
+  fused_projections: Optional[bool] = None
+  # A decode step's attention: "xla" (XLA's products and softmax) or "pallas" (one Pallas
+  # kernel per row and KV head over the row's own length, ragjax.models.pallas_decode: Triton
+  # on GPUs, interpret mode on CPU; windows that are not a power of two >= 64 use XLA's).
+  decode_attention: str = "xla"
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -83,6 +93,9 @@ class SamplerConfig:
       raise ValueError(f"attend_buckets must be strictly increasing and within "
                        f"(0, max_cache_length={self.max_cache_length}], got "
                        f"{self.attend_buckets!r}")
+    if self.decode_attention not in ("xla", "pallas"):
+      raise ValueError(f"decode_attention must be 'xla' or 'pallas', got "
+                       f"{self.decode_attention!r}")
     if any(not s for s in self.stop_strings):
       raise ValueError(f"stop_strings may not contain an empty string: {self.stop_strings!r}")
 

@@ -30,7 +30,8 @@ from ragjax.sampling.stops import MATCH, OVERHANG
 def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, ...], params,
                 stop_table: Optional[jnp.ndarray], state: SamplerState, mesh=None,
                 window: Optional[int] = None, steps: Optional[int] = None,
-                cpu_kernel: bool = False, top_p=None, nucleus: bool = False):
+                cpu_kernel: bool = False, top_p=None, nucleus: bool = False,
+                fused: bool = False, pallas_decode: bool = False):
   """Returns (state, TurnOutput).  stop_table: [num_stops, max_len, V] int16 or None.
 
   `window`: cache slots to attend to; must hold every active row's length plus `steps`
@@ -99,7 +100,8 @@ def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, .
     history = st.tokens.at[rows, slot].set(tok, mode="drop")
     cache, logits = forward_into_cache(cfg, params, st.cache, tok[:, None], slot,
                                        jnp.zeros((b,), jnp.int32), window=window,
-                                       cpu_kernel=cpu_kernel)
+                                       cpu_kernel=cpu_kernel, fused=fused,
+                                       pallas_decode=pallas_decode)
     cache = constrain_cache(cache, mesh)
     lengths = st.lengths + active
     n_new = out.lengths + active

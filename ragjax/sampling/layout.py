@@ -56,6 +56,17 @@ def cpu_kernel(mesh: Optional[Mesh], wanted: bool = True) -> bool:
               and cpu_attention.available())
 
 
+def fused_projections(mesh: Optional[Mesh], num_kv_heads: int,
+                      wanted: Optional[bool] = None) -> bool:
+  """Whether the sampler runs on the fused-projection layout (see SamplerConfig): `wanted`,
+  or when None, on accelerators unless the mesh's tensor axis does not divide the KV heads
+  (the fused kernel, grouped by KV head, would then stay whole on every device)."""
+  if wanted is not None:
+    return bool(wanted)
+  tensor = 1 if mesh is None else mesh.shape.get("tensor", 1)
+  return jax.default_backend() != "cpu" and num_kv_heads % tensor == 0
+
+
 def constrain_rows(x, mesh: Optional[Mesh]):
   return x if mesh is None else jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.shape))
 

@@ -22,8 +22,8 @@ from ragjax.sampling.state import SamplerState
 
 def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, samples: int,
             cache_length: int, cache_dtype: str, num_stops: int, mesh=None,
-            first_row=0, row_ids=None, cache_width=None, cpu_kernel: bool = False
-            ) -> SamplerState:
+            first_row=0, row_ids=None, cache_width=None, cpu_kernel: bool = False,
+            fused: bool = False) -> SamplerState:
   """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major);
   `temperature` [P * samples] is each row's sampling temperature; row b's key is
   fold_in(PRNGKey(seed), row_ids[b]), by default row_ids[b] = first_row + b.  Histories hold
@@ -33,7 +33,8 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
   cache = constrain_cache(init_cache(cfg, p, cache_width or cache_length, cache_dtype), mesh)
   cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
                                      lengths - 1, window=t,
-                                     attention_rows=attention_rows(mesh), cpu_kernel=cpu_kernel)
+                                     attention_rows=attention_rows(mesh), cpu_kernel=cpu_kernel,
+                                     fused=fused)
   rep = lambda x: jnp.repeat(x, samples, axis=0)
   cache = repeat_rows(cache, samples)
   history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
@@ -51,7 +52,7 @@ def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, s
 
 
 def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
-           mesh=None, window=None, cpu_kernel: bool = False) -> SamplerState:
+           mesh=None, window=None, cpu_kernel: bool = False, fused: bool = False) -> SamplerState:
   """Appends tokens[b, :counts[b]] to every row with counts[b] > 0; reopens those rows.
 
   `window`: cache slots to attend to; must exceed every extended row's new last slot."""
@@ -62,7 +63,8 @@ def extend(cfg: DecoderConfig, params, state: SamplerState, tokens, counts,
   starts = jnp.where(chosen, state.lengths, s)
   cache, logits = forward_into_cache(cfg, params, state.cache, tokens, starts,
                                      jnp.maximum(counts - 1, 0), window=window,
-                                     attention_rows=attention_rows(mesh), cpu_kernel=cpu_kernel)
+                                     attention_rows=attention_rows(mesh), cpu_kernel=cpu_kernel,
+                                     fused=fused)
   cols = state.lengths[:, None] + jnp.arange(t)[None, :]
   cols = jnp.where(jnp.arange(t)[None, :] < counts[:, None], cols, s)     # pad: dropped
   history = state.tokens.at[jnp.arange(b)[:, None], cols].set(tokens, mode="drop")

@@ -40,7 +40,7 @@ def clone(state: SamplerState, source, mesh=None) -> SamplerState:
 
 
 def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chosen,
-             mesh=None, cpu_kernel: bool = False) -> SamplerState:
+             mesh=None, cpu_kernel: bool = False, fused: bool = False) -> SamplerState:
   """Moves chosen rows back to new_lengths (>= 1) and recomputes their next-token logits.
 
   The last kept token is run through the model again at its own slot (its K/V are rewritten
@@ -52,7 +52,8 @@ def truncate(cfg: DecoderConfig, params, state: SamplerState, new_lengths, chose
   last = jnp.take_along_axis(state.tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)
   starts = jnp.where(chosen, lengths - 1, s)
   cache, logits = forward_into_cache(cfg, params, state.cache, last, starts,
-                                     jnp.zeros((b,), jnp.int32), cpu_kernel=cpu_kernel)
+                                     jnp.zeros((b,), jnp.int32), cpu_kernel=cpu_kernel,
+                                     fused=fused)
   state = state.replace(
       cache=cache, lengths=lengths, logits=jnp.where(chosen[:, None], logits, state.logits),
       finished=state.finished & ~chosen,

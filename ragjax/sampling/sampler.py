@@ -46,7 +46,10 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
   from the same history samples anew (R3-RAG's format retry).
 * `truncate(state, rows, new_lengths)`: drops the end of rows' histories (REX-RAG's cut
   before the answer); recomputes their next-token logits with a one-token forward.
-* `set_params(params)`: weight sync from the trainer (same shapes, no recompile).
+* `set_params(params)`: weight sync from the trainer (same shapes, no recompile); with
+  `fused_projections` (on for accelerators) the calls run on a fused copy of each layer's
+  q/k/v and gate/up projections (`ragjax.models.fused`) built here, while `params` stay
+  in transformers' layout.
 * Runtime sampling values (a chat server's per-request settings): `prefill(...,
   temperature=T)` and `decode(..., top_p=P)` take new values without recompiling (top_p < 1
   and top_p = 1 are two programs); a sampler built with `stop_rows=N` swaps in up to N stop
@@ -66,6 +69,7 @@ from jax.sharding import Mesh
 
 from ragjax.models import kv_cache
 from ragjax.models.config import DecoderConfig
+from ragjax.models.fused import shared_fused_copy
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
@@ -92,9 +96,11 @@ class Sampler:
     self.tokenizer, self.stop_rows = tokenizer, int(stop_rows)
     if config.stop_strings or self.stop_rows:
       self._install_stops(config.stop_strings)
-    self._param_shardings = None
+    self.fused = layout.fused_projections(mesh, cfg.num_kv_heads, config.fused_projections)
+    self._param_shardings = self._run_shardings = None
     if mesh is not None:
       self._param_shardings = decoder_shardings(cfg, mesh)
+      self._run_shardings = decoder_shardings(cfg, mesh, fused=True) if self.fused else None
     self.set_params(params)
     # A per-layer cache is kept as wide as the window its rows need and grown through the
     # windows, so every call attends it whole: a window sliced out of a wider array is copied
@@ -132,7 +138,7 @@ class Sampler:
         self.cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
-        cache_width=cache_width, cpu_kernel=self.cpu_kernel)
+        cache_width=cache_width, cpu_kernel=self.cpu_kernel, fused=self.fused)
 
   def _grow_fn(self, cache, *, slots):
     return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
@@ -140,20 +146,22 @@ class Sampler:
   def _decode_fn(self, params, stop_table, state, top_p, *, window, steps, nucleus):
     return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
                                   state, mesh=self.mesh, window=window, steps=steps,
-                                  cpu_kernel=self.cpu_kernel, top_p=top_p, nucleus=nucleus)
+                                  cpu_kernel=self.cpu_kernel, top_p=top_p, nucleus=nucleus,
+                                  fused=self.fused,
+                                  pallas_decode=self.config.decode_attention == "pallas")
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
     return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
-                              window=window, cpu_kernel=self.cpu_kernel)
+                              window=window, cpu_kernel=self.cpu_kernel, fused=self.fused)
 
   def _extend_rows_fn(self, params, state, src, dst, tokens, counts, *, window):
     part = prefill_lib.extend(self.cfg, params, rows_lib.take(state, src), tokens, counts,
-                              window=window, cpu_kernel=self.cpu_kernel)
+                              window=window, cpu_kernel=self.cpu_kernel, fused=self.fused)
     return rows_lib.put(state, dst, part)
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
     return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh,
-                             cpu_kernel=self.cpu_kernel)
+                             cpu_kernel=self.cpu_kernel, fused=self.fused)
 
   def _place_fn(self, state, fresh, dst, src, batch_rows, seed, temperature):
     return rows_lib.place(state, fresh, dst, src, batch_rows, seed, temperature, mesh=self.mesh)
@@ -210,11 +218,25 @@ class Sampler:
     self.stops = StopTable(strings, table)
     self.stop_table = self._replicate(jnp.asarray(table))
 
+  @property
+  def run_params(self):
+    """The weights the compiled calls run on: `params`, or their fused copy."""
+    return self._run_params
+
   def set_params(self, params) -> None:
-    """Installs (and, under a mesh, shards) the weights the sampler decodes with."""
+    """Installs (and, under a mesh, shards) the weights the sampler decodes with.  `params`
+    (transformers' layout) stay readable as `self.params`; with fused projections the calls
+    run on a fused copy of the attention and MLP input projections (ragjax.models.fused),
+    one per weights, shared with other samplers over the same ones."""
     if self._param_shardings is not None:
       params = shard_params(params, self._param_shardings)
     self.params = params
+    self._run_params = params
+    if self.fused:
+      place = None
+      if self._run_shardings is not None:
+        place = functools.partial(shard_params, shardings=self._run_shardings)
+      self._run_params = shared_fused_copy(self.cfg, params, place, self.mesh)
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0,
@@ -253,8 +275,9 @@ class Sampler:
     if self.grow_cache:         # room for the prompts and a first turn; grown as rows need
       cache_width = min(cache_length, max(width, self.config.attend_window(
           width + self.config.max_new_tokens)))
-    return self._prefill(self.params, self._rows(tokens), self._rows(np.asarray(lens, np.int32)),
-                         jnp.uint32(seed), self._rows(temps), self._rows(row_ids),
+    return self._prefill(self._run_params, self._rows(tokens),
+                         self._rows(np.asarray(lens, np.int32)), jnp.uint32(seed),
+                         self._rows(temps), self._rows(row_ids),
                          samples=samples_per_prompt, cache_length=cache_length,
                          cache_width=cache_width)
 
@@ -274,6 +297,23 @@ class Sampler:
     """The live rows' next turn, or its next `steps` tokens (rows still mid-turn then come
     back PAUSED and the next call resumes them).  `top_p` replaces the config's (a runtime
     value: one program for every top_p below 1)."""
+    state, window, steps, top_p = self._decode_args(state, steps, top_p)
+    return self._decode(self._run_params, self.stop_table, state, np.float32(top_p),
+                        window=window, steps=steps,
+                        nucleus=top_p < 1.0 and not self.config.greedy)
+
+  def lower_decode(self, state: SamplerState, steps: Optional[int] = None) -> jax.stages.Lowered:
+    """The program `decode(state, steps)` runs, lowered and not run (the state is not
+    donated): `.compile().as_text()` is the optimised HLO, where the tests check that the KV
+    cache is updated in place and count the fusions of a decode step."""
+    state, window, steps, top_p = self._decode_args(state, steps, None)
+    return self._decode.lower(self._run_params, self.stop_table, state, np.float32(top_p),
+                              window=window, steps=steps,
+                              nucleus=top_p < 1.0 and not self.config.greedy)
+
+  def _decode_args(self, state, steps, top_p):
+    """(state fitted to the call's window, window, steps or None for the whole budget,
+    top_p)."""
     budget = self.config.max_new_tokens
     if steps is not None and steps < 1:
       raise ValueError(f"decode steps must be >= 1, got {steps}")
@@ -284,9 +324,7 @@ class Sampler:
     lens, done = np.asarray(state.lengths), np.asarray(state.finished)
     end = int(lens[~done].max()) + steps if (~done).any() else 1
     state, window = self._fit(state, end)
-    return self._decode(self.params, self.stop_table, state, np.float32(top_p), window=window,
-                        steps=None if steps == budget else steps,
-                        nucleus=top_p < 1.0 and not self.config.greedy)
+    return state, window, None if steps == budget else steps, top_p
 
   def extend(self, state: SamplerState, rows: Sequence[int],
              token_lists: Sequence[Sequence[int]]) -> SamplerState:
@@ -315,11 +353,11 @@ class Sampler:
       src = np.full((part,), rows[0], np.int32)
       dst = np.full((part,), state.batch_size, np.int32)       # padding rows: dropped
       src[:len(rows)] = dst[:len(rows)] = rows
-      return self._extend_rows(self.params, state, jnp.asarray(src), jnp.asarray(dst),
+      return self._extend_rows(self._run_params, state, jnp.asarray(src), jnp.asarray(dst),
                                jnp.asarray(tokens[src] * (dst < state.batch_size)[:, None]),
                                jnp.asarray(counts[src] * (dst < state.batch_size)),
                                window=window)
-    return self._extend(self.params, state, self._rows(tokens), self._rows(counts),
+    return self._extend(self._run_params, state, self._rows(tokens), self._rows(counts),
                         window=window)
 
   def extend_rows_run(self, batch_size: int, rows: int) -> int:
@@ -395,7 +433,7 @@ class Sampler:
         raise ValueError(f"truncate: row {r} has {lens[r]} tokens; new length {n} must be in "
                          f"[1, {lens[r]}]")
       target[r] = n
-    return self._truncate(self.params, state, self._rows(target),
+    return self._truncate(self._run_params, state, self._rows(target),
                           self._rows(self._mask(state, rows, "truncate")))
 
   # ---- helpers ----
