@@ -34,6 +34,9 @@ an error naming it):
 from ml_collections import ConfigDict, config_dict
 
 from ragjax.recipes.config_files import sibling
+from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
+from ragjax.rl.sft import SFTConfig
+from ragjax.typed_config import defaults
 
 suites = sibling(__file__, "suites")  # (configs/suites.py: the benchmark suites, as data)
 
@@ -109,33 +112,20 @@ def get_config() -> ConfigDict:
                               widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
   c.rollout.chat = config_dict.placeholder(bool)
 
-  c.sft = ConfigDict(dict(steps=0, batch_size=32, lr=5e-3, warmup_steps=40, min_lr_ratio=0.1,
-                          weight_decay=0.01, gather=True, context_weight=0.0, log_every=10,
-                          save_every=100))
-
-  c.rl = ConfigDict(dict(
-      advantage="grpo", group_size=5, adv_eps=1e-6, clip_low=0.2, clip_high=0.2, dual_clip=None,
-      clip_ratio=True,
-      loss_agg="token-mean", kl_coef=0.001, kl_estimator="k3", kl_in_reward=False,
-      entropy_coef=0.0, value_clip=0.2, gamma=1.0, lam=1.0, train_on=("policy",),
-      use_sampler_logprobs=False, gather=False, logprob_chunk=8192,
-      ppo_epochs=1, mini_batch_size=0, micro_batch_size=0, rewards={"search_r1_em": 1.0},
-      reward_kwargs={}, behaviour="", behaviour_kwargs={}, batch_filter="",
-      batch_filter_kwargs={}, metrics=()))
+  # The update's sections take their fields and defaults from the typed configs the code reads
+  # (ragjax.rl.config, ragjax.rl.sft: each field is documented there), so the defaults live in
+  # one place; recipes set deltas.
+  c.sft = ConfigDict(defaults(SFTConfig))
+  c.rl = ConfigDict(defaults(RLConfig))
   c.rl.dual_clip = config_dict.placeholder(float)
   # the temperature log-probs are scored at: None = sampler.temperature (a different value is
   # refused: the ratio would compare distributions the rollouts were not drawn from)
   c.rl.temperature = config_dict.placeholder(float)
-  # clock: what one schedule step is, "rl_step" (verl: once per RL step) or "update" (OpenRLHF,
-  # TRL: once per optimizer update); total_steps: 0 = the whole run in clock units (derived).
-  c.optim = ConfigDict(dict(lr=1e-6, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
-                            min_lr_ratio=0.0, clock="rl_step", total_steps=0, b1=0.9, b2=0.999,
-                            eps=1e-8, weight_decay=0.01, grad_clip=1.0))
+  # optim.clock: what one schedule step is, "rl_step" (verl: once per RL step) or "update"
+  # (OpenRLHF, TRL: once per optimizer update); total_steps 0: the whole run (derived).
+  c.optim = ConfigDict(defaults(OptimConfig))
   c.critic_optim = None
-  c.trainer = ConfigDict(dict(
-      num_steps=1000, batch_prompts=512, eval_every=50, eval_prompts=0, save_every=50,
-      max_to_keep=2, keep_best_metric="dev/em", keep_best=False, tensorboard=True,
-      step_retries=3))
+  c.trainer = ConfigDict(defaults(TrainerConfig))
   # The training-time judge rewards call (eval.judge is the evaluation's): see chat_service.
   c.judge = chat_service("", max_prompt_tokens=1024, max_new_tokens=32)
   # data_root: where suite files are looked up ("" = ../shared/data beside the repo);

@@ -54,6 +54,20 @@ def from_dict(cls, data: Mapping[str, Any], path: str = "", **overrides):
     raise type(e)(f"{path}: {e}") from None
 
 
+def defaults(cls) -> dict[str, Any]:
+  """A typed config's fields and their defaults, as a config section (`configs/common.py`
+  builds its rl / optim / trainer / sft sections from these: the defaults live in one place)."""
+  out = {}
+  for f in dataclasses.fields(cls):
+    if f.default is not dataclasses.MISSING:
+      out[f.name] = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+      out[f.name] = f.default_factory()
+    else:
+      raise TypeError(f"{cls.__name__}.{f.name} has no default")
+  return out
+
+
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   """{'rl': {'kl_coef': 0.1}} -> {'rl.kl_coef': 0.1}; used for logging and fingerprints."""
   if hasattr(data, "to_dict"):

@@ -148,11 +148,11 @@ class OptimConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
   """The loop around the update: how long, how often to evaluate / save / log."""
-  num_steps: int = 1005               # RL steps (one rollout batch each)
+  num_steps: int = 1000               # RL steps (one rollout batch each)
   batch_prompts: int = 512            # unique prompts per step (x group_size trajectories)
-  eval_every: int = 0                 # 0 = never during training
+  eval_every: int = 50                # 0 = never during training
   eval_prompts: int = 0               # dev prompts per evaluation; 0 = all
-  save_every: int = 1
+  save_every: int = 50
   max_to_keep: int = 2
   keep_best_metric: str = "dev/em"    # chosen on dev, never test
   keep_best: bool = False             # the run's final policy is the best dev checkpoint
