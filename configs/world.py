@@ -31,7 +31,7 @@ def get_config(arg: str = "default"):
   c.cpu_isa = "AVX2"
 
   # Many small training worlds: a policy trained from scratch memorises the names of a few
-  # worlds instead of learning to copy them (see BENCHMARKS.md); short passages keep the
+  # worlds instead of learning to copy them (docs/benchmarks_history.md); short passages keep the
   # MiniLM index and the traces cheap.  name_lexicon: every world (test included) has new
   # entities, facts and full names built from one stock of name words, one token each, which
   # a small policy can copy; with all-new words (0) it would need an induction head it does
