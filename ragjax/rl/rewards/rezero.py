@@ -166,14 +166,27 @@ def rezero_format(ctx: RewardContext) -> float:
 
 
 # --- 3. retry ---------------------------------------------------------------------------------
+RETRY_COUNTING = ("all_searches", "after_first")
+
+
+def check_retry_counting(retry_counting: str) -> None:
+  if retry_counting not in RETRY_COUNTING:
+    raise ValueError(f"retry_counting must be one of {RETRY_COUNTING}, got {retry_counting!r}")
+
+
 def retry_value(msgs: Sequence[Mapping], retry_counting: str = "all_searches") -> float:
-  if retry_counting not in ("all_searches", "after_first"):
-    raise ValueError(f"retry_counting must be 'all_searches' or 'after_first', got "
-                     f"{retry_counting!r}")
+  check_retry_counting(retry_counting)
   last = last_assistant(msgs)
   if last is None or not ANSWER.search(last):
     return 0.0
-  counts = [len(SEARCH.findall(t)) for t in assistant_texts(msgs)]
+  return retry_score([len(SEARCH.findall(t)) for t in assistant_texts(msgs)], retry_counting)
+
+
+def retry_score(counts: Sequence[int], retry_counting: str = "all_searches") -> float:
+  """ReZero's retry value of an answered trajectory whose messages (turns) held `counts`
+  searches: min(1, 0.2 + 0.15 min(n, 5)) for n searches (n - 1 with "after_first", 0 when
+  n <= 0), halved when one message holds several."""
+  check_retry_counting(retry_counting)
   n = sum(counts) - (1 if retry_counting == "after_first" else 0)
   if n <= 0:
     return 0.0
@@ -188,6 +201,16 @@ def rezero_retry(ctx: RewardContext, retry_counting: str = "all_searches") -> fl
   """min(1, 0.2 + 0.15 min(n, 5)) for n searches (n - 1 with "after_first"), halved if one
   message holds several searches, 0 unless the last assistant message has an answer."""
   return retry_value(messages(ctx), retry_counting)
+
+
+@register_reward("search_retry")
+def search_retry(ctx: RewardContext, retry_counting: str = "after_first") -> float:
+  """ReZero's retry reward on any tag protocol: its value for the row's searches (one per turn),
+  0 unless the row answered; for combining ReZero with other methods' protocols."""
+  check_retry_counting(retry_counting)
+  if ctx.answer is None:
+    return 0.0
+  return retry_score([1] * int(ctx.row.num_searches), retry_counting)
 
 
 # --- 4. em_chunk ------------------------------------------------------------------------------

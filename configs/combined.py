@@ -1,0 +1,45 @@
+"""Methods combined on one recipe: AutoRefine's refine step and reward, ReZero's retry reward
+and REX-RAG's probes, which no single paper's code can run together.
+
+  --config=configs/combined.py:tiny     the world's toy sizes with a cold start (CPU smoke run)
+  --config=configs/combined.py:world    the embedded default's scale, for `python -m ragjax.ablate`
+                                        against each method alone
+
+What each part contributes (each is one field away from off):
+  protocol "autorefine"            `<documents>` then a `<refine>` block after every search
+                                   (cold-start traces write it: `traces.refine`)
+  rl.rewards.autorefine            AutoRefine's Eq. 3: the answer's F1, else 0.1 when a refine
+                                   block holds the answer (`...autorefine.refine_score=0`: off)
+  rl.rewards.search_retry          ReZero's retry reward on this protocol, for each search after
+                                   the first of an answered row (`rl.rewards.search_retry=0`: off)
+  rollout.hooks.rex_rag_clone,     REX-RAG's probe clones of wrong answers, the trajectory filter
+  rl.batch_filter, rl.behaviour    and the mixture ratio pi / mu (`--config.rex_rag.p=0`: off)
+Metrics: AutoRefine's search / refine success and REX-RAG's clone counts, every step.
+"""
+
+from ragjax.recipes.config_files import sibling
+
+common = sibling(__file__, "common")
+rex_rag = sibling(__file__, "rex_rag")
+
+ARGS = ("tiny", "world")
+RETRY_WEIGHT = 0.1      # ReZero weighs retry 1 against correctness 4: the same share of Eq. 3's 1
+
+
+def get_config(arg: str = "tiny"):
+  arg = common.config_arg(arg, ARGS)
+  c = rex_rag.small_config(arg)          # the world, its cold start and REX-RAG's parts
+  c.workdir = f"runs/combined_{arg}"
+  tiny = arg == "tiny"
+  c.protocol = common.ConfigDict(dict(
+      name="autorefine", template="Question: {question}\n", refine=True,
+      top_k=c.protocol.top_k, max_turns=c.protocol.max_turns,
+      obs_max_tokens=c.protocol.obs_max_tokens if tiny else 160))
+  c.sampler.max_new_tokens = max(c.sampler.max_new_tokens, 48)   # a refine block and a search
+  c.traces.refine = True
+  c.traces.quote = False                 # the refine block is the reading step
+  c.rl.rewards = {"autorefine": 1.0, "search_retry": RETRY_WEIGHT}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1},
+                        "search_retry": {"retry_counting": "after_first"}}
+  c.rl.metrics = ("autorefine", "rex_rag")
+  return c
