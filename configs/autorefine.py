@@ -75,7 +75,7 @@ def get_config(arg: str = "tiny"):
     return world_config()
   tiny = arg == "tiny"
   c = common.get_config()
-  c.recipe = "search_r1"           # the generic RL recipe: AutoRefine is config + plug-ins
+  c.recipe = "rl"           # the generic RL recipe: AutoRefine is config + plug-ins
   c.workdir = f"runs/autorefine_{arg}"
   # AutoRefine trained on 8 A100-80GB (§2.7; the later 7B checkpoint's hardware is not stated)
   c.hardware = "" if tiny else "a100x8"

@@ -1,7 +1,7 @@
 """The config schema every recipe shares; each `configs/<recipe>.py` starts here and sets deltas.
 
     c = common.get_config()      # every section, with defaults
-    c.recipe = "search_r1"
+    c.recipe = "rl"
     c.rl.kl_coef = 0.001         # deltas only
 
 Sections (all overridable on the command line, `--config.rl.kl_coef=0.01`; an unknown field is
@@ -43,7 +43,7 @@ suites = sibling(__file__, "suites")  # (configs/suites.py: the benchmark suites
 
 def get_config() -> ConfigDict:
   c = ConfigDict()
-  c.recipe = "search_r1"
+  c.recipe = "rl"
   c.seed = 0
   c.workdir = "runs/default"
   c.progress = True

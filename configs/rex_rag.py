@@ -109,7 +109,7 @@ def small_config(arg: str):
   add_rex_rag(c)
   if arg == "world":
     return c
-  c.recipe = "search_r1"             # GRPO only; the cold start runs because sft.steps > 0
+  c.recipe = "rl"             # GRPO only; the cold start runs because sft.steps > 0
   c.retriever.backend = "bm25"
   # A cold start long enough that the tiny policy answers in tags (wrong, mostly), so clones
   # happen: about half of the rows answer before the final turn after 80 steps.
@@ -131,7 +131,7 @@ def get_config(arg: str = "tiny"):
   dapo = arg.startswith("dapo")
   size = "qwen2.5-3b" if dapo else arg
   c = common.get_config()
-  c.recipe = "search_r1"
+  c.recipe = "rl"
   c.seed = 20020717
   c.workdir = f"runs/rex_rag_{arg}"
   c.hardware = "a800x8"          # "a cluster of 8 NVIDIA A800 80GB GPUs" (Appendix C)

@@ -122,7 +122,7 @@ def get_config(arg: str = "tiny"):
   tiny = arg == "tiny"
   paper = arg.endswith("-paper")
   c = common.get_config()
-  c.recipe = "search_r1"           # the generic RL recipe: ReZero is config + plug-ins
+  c.recipe = "rl"           # the generic RL recipe: ReZero is config + plug-ins
   c.workdir = f"runs/rezero_{arg}"
   c.hardware = "" if tiny else "h200x1"      # ReZero trained on one H200 (§B4)
   c.model.update(dict(preset=SIZES[arg], checkpoint="", dtype="float32" if tiny else "bfloat16",

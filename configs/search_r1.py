@@ -37,7 +37,7 @@ def get_config(arg: str = "tiny"):
     raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
   tiny = size == "tiny"
   c = common.get_config()
-  c.recipe = "search_r1"
+  c.recipe = "rl"
   c.workdir = f"runs/search_r1_{arg}"
   c.hardware = "" if tiny else "h100x8"      # Search-R1 trained on 8 H100s
   c.model.update(dict(preset=size, checkpoint="", dtype="float32" if tiny else "bfloat16",

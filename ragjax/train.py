@@ -37,7 +37,8 @@ def recipe_module(config):
       raise
     from ragjax import recipes
     known = sorted(m[:-3] for m in os.listdir(os.path.dirname(recipes.__file__))
-                   if m.endswith(".py") and m not in ("__init__.py", "components.py"))
+                   if m.endswith(".py") and "\ndef run(" in open(
+                       os.path.join(os.path.dirname(recipes.__file__), m)).read())
     raise ValueError(f"config recipe {name!r} has no module ragjax/recipes/{name}.py; "
                      f"known: {known}") from None
 

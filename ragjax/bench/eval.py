@@ -42,9 +42,8 @@ def main(argv=None):
   ap.add_argument("--repeats", type=int, default=2)
   ap.add_argument("--data_root", default=DEFAULT_DATA_ROOT)
   args = ap.parse_args(argv)
-  import sys
-  sys.path.insert(0, os.path.join(REPO, "configs"))
-  import search_r1
+  from ragjax.recipes.config_files import sibling
+  search_r1 = sibling(os.path.join(REPO, "configs", "search_r1.py"), "search_r1")
   from ragjax.bench.services import make_checkpoint
   from ragjax.data.prepare import prepare_suite
   from ragjax.eval.harness import dataset_config, run_suite

@@ -1,4 +1,5 @@
-"""The Search-R1 recipe and the methods built on it: RL (GRPO, PPO, ...) over the real engine.
+"""The generic RL recipe (`c.recipe = "rl"`): RL (GRPO, PPO, ...) over the real engine for
+every method that is a config plus plug-ins (Search-R1, AutoRefine, ReZero, REX-RAG, combined).
 
     python -m ragjax.train --config=configs/search_r1.py:tiny
 
