@@ -195,9 +195,8 @@ class RolloutEngine:
     """The wave's rows as host dicts and records (originals first, then clones) and its step
     samples as (row, dict) pairs, indexed in the whole batch (`prompt_offset`: the wave's
     first prompt; `row_offset`: rows before it)."""
-    rows = wave.rows.rows
-    order = sorted(r for r in rows if rows[r].clone_of is None)
-    order += sorted(r for r in rows if rows[r].clone_of is not None)
+    rows = wave.rows
+    order = rows.batch_order()
     index = {r: row_offset + i for i, r in enumerate(order)}
     dicts, metas, samples = [], [], []
     for r in order:

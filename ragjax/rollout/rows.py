@@ -111,8 +111,16 @@ class RowStore:
   def __getitem__(self, r: int) -> Row:
     return self.rows[r]
 
+  def add(self, r: int, row: Row) -> None:
+    self.rows[r] = row
+
   def ids(self) -> list[int]:
     return sorted(self.rows)
+
+  def batch_order(self) -> list[int]:
+    """The rows in batch order: originals, then clones (by creation)."""
+    return (sorted(r for r in self.rows if self.rows[r].clone_of is None)
+            + sorted(r for r in self.rows if self.rows[r].clone_of is not None))
 
   def live(self) -> list[int]:
     return [r for r in sorted(self.rows) if not self.rows[r].done]
@@ -148,8 +156,10 @@ class RowStore:
     self.state = self.policy.truncate(self.state, self.slots(rows), lengths)
 
   def reseed(self, row: Row, salt: int) -> None:
-    """A new sampling stream for the row (`Policy.reseed`), so a regenerated turn differs."""
-    self.state = self.policy.reseed(self.state, [row.slot], [salt])
+    """A new sampling stream for the row (`Policy.reseed`, when the policy has it), so a
+    regenerated turn differs."""
+    if hasattr(self.policy, "reseed"):
+      self.state = self.policy.reseed(self.state, [row.slot], [salt])
 
   def refill(self, slots, prompts, **kw) -> None:
     self.state = self.policy.refill(self.state, slots, prompts, **kw)

@@ -21,16 +21,17 @@ When no row decodes, the searches still out are waited for; at the barrier the e
 the held rows.  A row sees the turns, documents and sampling keys of whole turns.  Hooks (they
 see a turn's rows together) and restart contexts run whole turns.
 
-The two also order three things differently, kept so that each gives the sampler exactly the
-calls it gave before they shared this loop (an extend's shape and the cache window it attends
-depend on the rows it carries, so a merged or dropped extend could move a log-prob's last bits):
+The two also differ in three places, kept so that each gives the sampler exactly the calls it
+gave before they shared this loop (an extend's shape and the cache window it attends depend on
+the rows it carries, so merging or dropping one could move a log-prob's last bits):
   * the final turn's forced prefix: its own extend at the start of the final turn (whole
     turns), or joined to the row's last observation in one extend (chunks);
   * a row that ran out of turns: its last observation is extended, then the row set done
     (whole turns), or it is set done without that extend (chunks);
-  * set done: after the barrier's extend (whole turns), or before it, for every row stopped
-    since the last call (chunks); either only while a row may still decode, but for the rows
-    a whole turn ended, which are set done at once.
+  * set done: whole turns set the rows a turn ended done after the barrier's extend, and the
+    rows out of turns after them; chunks set every row stopped since the last call done before
+    the extend (which reopens the held ones).  Rows out of turns (chunks: any row) are set done
+    only while a row may still decode.
 """
 
 from __future__ import annotations

@@ -153,8 +153,7 @@ class Turns:
     row.cut(row.turn_start)
     row.recorded = True                   # back to the turn's prompt: nothing new to record
     row.action, row.pending, row.regenerate = None, [], True
-    if hasattr(rows.policy, "reseed"):
-      rows.reseed(row, 1000 * (row.turn + 1) + row.format_retries)
+    rows.reseed(row, 1000 * (row.turn + 1) + row.format_retries)
     return True
 
   def add_final_prefix(self, row: Row, rows: RowStore) -> bool:

@@ -41,8 +41,8 @@ class Wave:
     """Rows of prompt p's G samples (batch rows p * G + g), decoding in sampler rows `slots`."""
     g = self.group_size
     for j, slot in enumerate(slots):
-      self.rows.rows[p * g + j] = Row.for_prompt(
-          self.prompt_ids[p], slot, group_id=self.uids[p], prompt_index=p, sample_index=j)
+      self.rows.add(p * g + j, Row.for_prompt(
+          self.prompt_ids[p], slot, group_id=self.uids[p], prompt_index=p, sample_index=j))
 
   def row_ids(self, prompts) -> list[int]:
     """The sampling key index of each row of `prompts` (wave positions): key_ids[p] + sample."""
