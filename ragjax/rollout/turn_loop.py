@@ -93,23 +93,22 @@ class TurnLoop:
   def _settle(self) -> None:
     """The sampler learns which rows stopped; at the barrier it takes every pending
     observation in one extend (see the module docstring for the two orders)."""
-    if self.chunk:
-      if self.stopped and self._more():
-        self.rows.set_done(self.stopped)
-      self.stopped = []
+    if self.chunk:                       # held rows too: the barrier's extend reopens them
+      self._set_done(self.stopped)
     if self.ready and not self._decoding() and not self.inflight:
-      self.rows.extend_pending(self.ready)   # (after set done: the extend reopens its rows)
+      self.rows.extend_pending(self.ready)
       self.ready = []
     if not self.chunk:
       if self.ended:
         self.rows.set_done(self.ended)
-      if self.stopped and self._more():
-        self.rows.set_done(self.stopped)
-      self.ended, self.stopped = [], []
+      self.ended = []
+      self._set_done(self.stopped)
 
-  def _more(self) -> bool:
-    """Whether a row may still decode (a live row, or a queued prompt)."""
-    return bool(self.wave.queue) or self.rows.any_live()
+  def _set_done(self, rows: list[int]) -> None:
+    """Sets `rows` done (the list is emptied) unless no row may decode any more."""
+    if rows and (self.wave.queue or self.rows.any_live()):
+      self.rows.set_done(rows)
+    rows.clear()
 
   def _enter(self, r: int) -> None:
     """Chunks: row r starts a turn; the final one's forced prefix joins its pending
