@@ -27,8 +27,7 @@ import numpy as np
 
 from ragjax import registry
 from ragjax.metrics import exact_match
-from ragjax.rollout.engine import RowEditor
-from ragjax.rollout.hooks import TurnView
+from ragjax.rollout.hooks import RowEditor, TurnView
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Kind, first_tag_action
 from ragjax.rollout.segments import Segment
