@@ -31,6 +31,8 @@ an error naming it):
               published row to compare with
 """
 
+import copy
+
 from ml_collections import ConfigDict, config_dict
 
 from ragjax.recipes.config_files import sibling
@@ -137,7 +139,9 @@ def get_config() -> ConfigDict:
       batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
       judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
                             max_prompt_tokens=4096)),
-      suites=ConfigDict(suites.SUITES)))
+      # a fresh copy per config: the suites hold placeholders (FieldReferences), which a
+      # shared copy would let one config's override set for every later one
+      suites=ConfigDict(copy.deepcopy(suites.SUITES))))
   return c
 
 

@@ -135,3 +135,12 @@ def test_scoring_temperature_follows_the_sampler_and_a_mismatch_is_refused():
     parse_run_config(c)
   c.rl.temperature = 0.9
   assert parse_run_config(c).rl.temperature == 0.9
+
+
+def test_an_override_of_one_config_leaves_the_next_config_alone():
+  """Suites hold placeholders (FieldReferences): each config gets its own copy, so setting one
+  config's suite field does not set it for configs built later in the same process."""
+  a = load_config(os.path.join(ROOT, "configs", "r3_rag.py") + ":tiny")
+  a.eval.suites.r3_rag.sampler.max_new_tokens = 24
+  b = load_config(os.path.join(ROOT, "configs", "r3_rag.py") + ":qwen2.5-7b")
+  assert b.eval.suites.r3_rag.sampler.max_new_tokens is None
