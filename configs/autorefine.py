@@ -34,7 +34,7 @@ Ablations, one field each (Table 2, Fig. 6):
                                                           the released data's, the default)
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
@@ -64,9 +64,9 @@ def world_config():
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol of `--suite
+  """Derived quantities beyond ragjax.planning.plan's: the evaluation protocol of `--suite
   autorefine`."""
-  from ragjax.recipes.plan import eval_plan
+  from ragjax.planning.plan import eval_plan
   return eval_plan(c, "autorefine")
 
 def get_config(arg: str = "tiny"):

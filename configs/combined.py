@@ -17,7 +17,7 @@ What each part contributes (each is one field away from off):
 Metrics: AutoRefine's search / refine success and REX-RAG's clone counts, every step.
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")
 rex_rag = sibling(__file__, "rex_rag")

@@ -35,7 +35,7 @@ import copy
 
 from ml_collections import ConfigDict, config_dict
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
 from ragjax.rl.sft import SFTConfig
 from ragjax.typed_config import defaults

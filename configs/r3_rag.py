@@ -36,7 +36,7 @@ default and the code one field away (docs/methods/r3_rag.md):
 Ablation (Table 2): --config.rl.reward_kwargs.r3_rag.process=False (outcome reward only).
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
@@ -44,11 +44,11 @@ ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config 
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's.  Every step is its own sample, so a step
+  """Derived quantities beyond ragjax.planning.plan's.  Every step is its own sample, so a step
   trains 1 to max_turns samples per trajectory, in mini-batches of rl.mini_batch_size: the
   generic per-trajectory counts are replaced by ranges.  Then the rewards' readings, the
   judges, the data and SFT, and the evaluation protocol (`--suite r3_rag`)."""
-  from ragjax.recipes.plan import eval_plan
+  from ragjax.planning.plan import eval_plan
   out = eval_plan(c, "r3_rag")
   rows = c.trainer.batch_prompts * c.rl.group_size
   turns, mb = int(c.protocol.max_turns), int(c.rl.mini_batch_size or rows)

@@ -46,7 +46,7 @@ trajectories, lr 1e-6 with warmup ratio 0.285, KL 0.001 low_var_kl as a loss, cl
 500 tokens per turn and per observation, top-3, 1005 steps, seed 20020717).
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 world_config = sibling(__file__, "world")  # (configs/world.py: the embedded default)
@@ -55,9 +55,9 @@ ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol (`--suite
+  """Derived quantities beyond ragjax.planning.plan's: the evaluation protocol (`--suite
   rex_rag`: 5 turns, as trained) and the clone / filter settings."""
-  from ragjax.recipes.plan import eval_plan
+  from ragjax.planning.plan import eval_plan
   out = eval_plan(c, "rex_rag")
   r = c.get("rex_rag")
   if r is not None:

@@ -55,7 +55,7 @@ adds ~3 LLM paraphrases per chunk to the index instead: `python -m ragjax.retrie
 --corpus C --out C_noisy.jsonl --paraphrases 3`, then index that corpus.
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
@@ -73,7 +73,7 @@ PROMPT_DATE = "04 Apr 2025"      # the paper's runs (250404-...); see the docstr
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's: the whole-chat token cap, the reward set
+  """Derived quantities beyond ragjax.planning.plan's: the whole-chat token cap, the reward set
   and weights, the retry counting, the noise, the judge, LoRA, the evaluation cadence."""
   caps = [x for x in (c.rollout.max_response_tokens, c.protocol.get("max_response_tokens")) if x]
   weights = {k: float(w) for k, w in c.rl.rewards.items() if w}

@@ -14,7 +14,7 @@ token-mean, clip 0.2, temperature 1, 4 turns, 500 tokens per turn and per observ
 retrieval, 1005 steps.  The schema and its other defaults are in configs/common.py.
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
@@ -24,9 +24,9 @@ ARGS = tuple(s + v for s in SIZES for v in ("", "-ppo"))     # every valid confi
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's: the evaluation protocol of `--suite
+  """Derived quantities beyond ragjax.planning.plan's: the evaluation protocol of `--suite
   search_r1`."""
-  from ragjax.recipes.plan import eval_plan
+  from ragjax.planning.plan import eval_plan
   return eval_plan(c, "search_r1")
 
 def get_config(arg: str = "tiny"):

@@ -55,7 +55,7 @@ UR2_RL/train/reward_server_*.py), the text one field away (docs/methods/ur2.md):
 paper's 8 x A100 80GB (`hardware`).
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
@@ -88,10 +88,10 @@ MATH_JUDGE = "gpt-4.1-mini-2025-04-14"
 
 
 def plan(c):
-  """Derived quantities beyond ragjax.recipes.plan's: per-task turn budgets, the two stages,
+  """Derived quantities beyond ragjax.planning.plan's: per-task turn budgets, the two stages,
   the advantage / clip / answer-reward readings, the services, the data mix, the LR span, the
   KV cache a trajectory lives in, and the evaluation protocol (`--suite ur2`)."""
-  from ragjax.recipes.plan import eval_plan
+  from ragjax.planning.plan import eval_plan
   out = eval_plan(c, "ur2")
   cap = int(c.sampler.max_new_tokens)
   budgets = dict(c.protocol.get("turn_tokens") or {})

@@ -9,7 +9,7 @@ BENCHMARKS.md); every knob is here, none is hidden in code.  The schema and its 
 defaults are in configs/common.py.
 """
 
-from ragjax.recipes.config_files import sibling
+from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 

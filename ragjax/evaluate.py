@@ -106,7 +106,7 @@ def main(argv):
           datasets=tuple(f.datasets), add_datasets=tuple(f.add_dataset),
           overrides=tuple(config_flags.get_override_values(f["config"])))))
     return
-  from ragjax.recipes.components import EvalOptions, evaluate_checkpoint
+  from ragjax.wiring.components import EvalOptions, evaluate_checkpoint
   qtypes = groups = None
   if f.config.data.source == "world" and not f.data:
     from ragjax.data.world import ENTITY_QTYPES, QTYPES

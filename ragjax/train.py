@@ -77,8 +77,8 @@ def dry_run(config, target: str = None, config_file: str = "") -> int:
   """The derived plan against the paper's, then the memory plan on `target` (default: the
   config's `hardware`; none: the memory plan is skipped)."""
   from ragjax.parallel.memory import parse_target
-  from ragjax.recipes.dry_run import memory_plan
-  from ragjax.recipes.plan import paper_values, plan_rows, plan_table, split_config_arg
+  from ragjax.planning.dry_run import memory_plan
+  from ragjax.planning.plan import paper_values, plan_rows, plan_table, split_config_arg
   path, arg = split_config_arg(config_file or DEFAULT_CONFIG)
   plans, _ = paper_values(path, arg)
   print(plan_table(plan_rows(config, path, arg),

@@ -2,7 +2,7 @@
 
   python tests/resume_probe.py --workdir D --steps 6 [--pause_after 3] [--override k=v ...]
 
-Builds the real Trainer with `ragjax.recipes.components.make_trainer` from the
+Builds the real Trainer with `ragjax.wiring.components.make_trainer` from the
 `configs/search_r1.py:tiny` config (GRPO by default; `--override rl.advantage=gae` for PPO):
 the JAX Sampler on the tiny preset, the Search-R1 protocol, the multi-turn engine and a real
 BM25 index over the test passages, and writes `final.npz` (params) at the end.  With
@@ -30,8 +30,8 @@ jax.config.update("jax_default_matmul_precision", "highest")
 import _rollout_helpers as h  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.presets import get_preset  # noqa: E402
-from ragjax.recipes import components  # noqa: E402
-from ragjax.recipes.config_files import apply_overrides, load_config  # noqa: E402
+from ragjax.wiring import components  # noqa: E402
+from ragjax.wiring.config_files import apply_overrides, load_config  # noqa: E402
 from ragjax.rl.rewards import register_reward  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ragjax.parallel.memory import MeshShape, Target, parse_target
-from ragjax.recipes.dry_run import memory_plan
+from ragjax.planning.dry_run import memory_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -166,7 +166,7 @@ def test_remat_keeps_by_policy_by_hand():
   input, o_proj and down_proj outputs (3 E) and its q/k/v and gate/up outputs split over
   tensor ((4 + 2 x 2) x 16 + 2 x 128 = 384, halved)."""
   from ragjax.models.presets import get_preset
-  from ragjax.recipes.dry_run import remat_kept_per_token
+  from ragjax.planning.dry_run import remat_kept_per_token
   mesh = MeshShape.resolve({"data": 1, "fsdp": -1, "tensor": 2}, 8)
   cfg = get_preset("tiny").replace(remat=True)
   assert remat_kept_per_token(cfg, mesh) == 64

@@ -1,5 +1,5 @@
 """Paper-size configs against their papers: every quantity of `configs/paper_plans/*.json` is
-derived from the config (`ragjax.recipes.plan`) and equals the paper's value, or the plan
+derived from the config (`ragjax.planning.plan`) and equals the paper's value, or the plan
 names why it deviates and the field that switches it; the RL learning rate follows verl's
 clock (once per RL step, whatever the updates in it)."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-from ragjax.recipes.config_files import load_config
-from ragjax.recipes.plan import config_module, derived, plan_rows
+from ragjax.wiring.config_files import load_config
+from ragjax.planning.plan import config_module, derived, plan_rows
 from ragjax.rl.config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
                               updates_per_step)
 from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate

@@ -12,9 +12,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
-from ragjax.recipes import components as parts  # noqa: E402
+from ragjax.wiring import components as parts  # noqa: E402
 from ragjax.recipes import r3_rag as recipe  # noqa: E402
-from ragjax.recipes.config_files import load_config  # noqa: E402
+from ragjax.wiring.config_files import load_config  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 

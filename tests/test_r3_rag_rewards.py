@@ -160,7 +160,7 @@ def test_the_judges_ask_within_the_configured_judge_budget():
   import importlib.util
   from test_services_fixtures import local_model
   from ragjax.recipes import r3_rag
-  from ragjax.recipes.chat_services import make_chat
+  from ragjax.wiring.chat_services import make_chat
   from ragjax.services.chat_model import ReplyBudget
   from ragjax.services.serve import ServerThread, make_app
   spec = importlib.util.spec_from_file_location(

@@ -111,7 +111,7 @@ def _config(spec, **overrides):
                                   "configs/autorefine.py:qwen2.5-7b-base",
                                   "configs/rezero.py:llama-3.2-3b-instruct"])
 def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
-  from ragjax.recipes.components import validate
+  from ragjax.wiring.components import validate
   from ragjax.rollout.factory import protocol_from_config
   c = _config(spec, **{"data.train_files": ("train.jsonl",)})
   run = validate(c)
@@ -148,7 +148,7 @@ def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
     ("configs/rezero.py:tiny", "retriever.noise.kind", "shuffle"),
 ])
 def test_each_ablation_is_one_field(spec, field, value):
-  from ragjax.recipes.components import validate
+  from ragjax.wiring.components import validate
   from ragjax.rollout.factory import protocol_from_config
   over = {field: value}
   if field == "retriever.noise.kind":
@@ -169,7 +169,7 @@ def test_each_ablation_is_one_field(spec, field, value):
 def test_real_sizes_fit_their_papers_hardware_in_the_dry_run(spec):
   """Built abstractly (no weights): AutoRefine on 8 A100s, ReZero on 1 H200."""
   from ragjax.parallel.memory import parse_target
-  from ragjax.recipes.dry_run import memory_plan
+  from ragjax.planning.dry_run import memory_plan
   c = _config(spec)
   plan = memory_plan(c, parse_target(c.hardware))
   assert plan.fits, plan.table()
@@ -189,7 +189,7 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
   """`:world` (for `python -m ragjax.ablate`): the world's cold start teaches `<refine>` after
   documents for AutoRefine; ReZero's prompt is the world's short one, observations inline."""
   from ragjax.data.world_traces import TraceShares, make_scripts, with_refine
-  from ragjax.recipes.components import validate
+  from ragjax.wiring.components import validate
   from ragjax.rollout.factory import protocol_from_config
   from ragjax.rollout.protocols.base import PromptInput
   ar, rz = _config("configs/autorefine.py:world"), _config("configs/rezero.py:world")
@@ -223,7 +223,7 @@ def test_world_scale_configs_refine_traces_and_compact_prompts():
 
 
 def test_a_bad_judge_is_refused_before_any_work():
-  from ragjax.recipes.components import validate
+  from ragjax.wiring.components import validate
   with pytest.raises(ValueError, match="judge.kind='bsae'"):
     validate(_config("configs/rezero.py:tiny", **{"judge.kind": "bsae"}))
   with pytest.raises(ValueError, match="judge.kind='url' needs judge.url"):

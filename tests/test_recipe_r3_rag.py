@@ -133,7 +133,7 @@ def test_real_sizes_fit_the_papers_hardware(arg):
   one rollout wave's cache, activations."""
   import importlib.util
   from ragjax.parallel.memory import parse_target
-  from ragjax.recipes.dry_run import memory_plan
+  from ragjax.planning.dry_run import memory_plan
   spec = importlib.util.spec_from_file_location("r3_config", os.path.join(ROOT, "configs",
                                                                            "r3_rag.py"))
   mod = importlib.util.module_from_spec(spec)

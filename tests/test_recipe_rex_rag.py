@@ -51,7 +51,7 @@ def test_each_ablation_is_one_switch(switch, field, want):
   """One field of the `rex_rag` section reaches every plug-in that reads it, on the command
   line (config_flags) and through `python -m ragjax.ablate` arms (apply_overrides)."""
   from ragjax.recipes.ablation import apply_overrides
-  from ragjax.recipes.components import validate
+  from ragjax.wiring.components import validate
   from ragjax.rollout.factory import make_hooks
   c = apply_overrides(load_config("tiny"), [switch])
   run, hook = validate(c), make_hooks(c)[0]

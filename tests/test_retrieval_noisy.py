@@ -122,7 +122,7 @@ def test_paraphrase_distractors_in_a_world_index(tmp_path):
   """`retriever.noise.kind='paraphrase'` through the recipe: the corpus gets distractors before
   the (real BM25) index is built, and they outrank or follow their source passage."""
   from ml_collections import ConfigDict
-  from ragjax.recipes.components import open_retriever
+  from ragjax.wiring.components import open_retriever
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs"))
   import common  # configs/common.py
   corpus = tmp_path / "corpus.jsonl"

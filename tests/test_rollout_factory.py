@@ -10,7 +10,7 @@ import pytest
 
 import _rollout_helpers as h
 from ragjax.models.decoder import init_params
-from ragjax.recipes.components import policy_config
+from ragjax.wiring.components import policy_config
 from ragjax.rollout.factory import make_engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import ur2 as ur2_config  # noqa: E402
 
 from ragjax.parallel.memory import parse_target  # noqa: E402
 from ragjax.recipes import ur2 as recipe  # noqa: E402
-from ragjax.recipes.dry_run import memory_plan  # noqa: E402
+from ragjax.planning.dry_run import memory_plan  # noqa: E402
 from ragjax.rl.config import parse_run_config  # noqa: E402
 
 REAL = [a for a in ur2_config.ARGS if a not in ("tiny", "world")]
@@ -150,7 +150,7 @@ def test_knowledge_access_from_config(tmp_path):
   from ragjax.retrieval.index import build_index
   from ragjax.retrieval.routing import RoutedRetriever
   from ragjax.retrieval.serve import make_app
-  from ragjax.recipes import components as parts
+  from ragjax.wiring import components as parts
   from ragjax.services.proxy import SummarisingRetriever
   from ragjax.services.serve import ServerThread
   corpus = write_jsonl(str(tmp_path / "c.jsonl"),

@@ -144,7 +144,7 @@ def test_data_stages_from_config():
   import sys
   sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "configs"))
   import common
-  from ragjax.recipes.components import apply_data_stages, validate
+  from ragjax.wiring.components import apply_data_stages, validate
   c = common.get_config()
   recs = pool("qa", easy=5, medium=5, hard=20)
   assert apply_data_stages(c, recs) == recs                       # no stage: the records

@@ -42,7 +42,7 @@ def main(argv=None):
   ap.add_argument("--repeats", type=int, default=2)
   ap.add_argument("--data_root", default=DEFAULT_DATA_ROOT)
   args = ap.parse_args(argv)
-  from ragjax.recipes.config_files import sibling
+  from ragjax.wiring.config_files import sibling
   search_r1 = sibling(os.path.join(REPO, "configs", "search_r1.py"), "search_r1")
   from ragjax.bench.services import make_checkpoint
   from ragjax.data.prepare import prepare_suite

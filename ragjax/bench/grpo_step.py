@@ -7,7 +7,7 @@ update's fraction of the matmul peak measured in the same run (the next speed-up
         --set model.checkpoint=runs/world/cold_start_policy     # a trained policy's rollouts
 
 Everything is built from the config the way `python -m ragjax.train` builds it
-(`ragjax.recipes.components`: data and retriever, mesh, policy, `make_trainer` with the
+(`ragjax.wiring.components`: data and retriever, mesh, policy, `make_trainer` with the
 engine from `ragjax.rollout.factory`); then `--steps` RL steps run through
 `Trainer.train_step` (no evaluation, no checkpoint).  A step whose batch shape (rows x padded
 width) is new compiles the scoring and update programs; the JSON line reports the median of
@@ -35,8 +35,8 @@ import jax
 import jax.numpy as jnp
 
 from ragjax.bench.train_step import measured_matmul_peak, model_flops_per_token
-from ragjax.recipes import components as parts
-from ragjax.recipes.config_files import apply_overrides, load_config
+from ragjax.wiring import components as parts
+from ragjax.wiring.config_files import apply_overrides, load_config
 
 DEFAULT_CONFIGS = ("configs/world.py", "configs/search_r1.py:tiny")
 

@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from ragjax.recipes import components as parts
-from ragjax.recipes.config_files import apply_overrides, load_config
+from ragjax.wiring import components as parts
+from ragjax.wiring.config_files import apply_overrides, load_config
 
 
 class CountingPolicy:

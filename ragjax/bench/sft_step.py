@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragjax.bench.train_step import measured_matmul_peak, model_flops_per_token
-from ragjax.recipes import components as parts
+from ragjax.wiring import components as parts
 from ragjax.recipes import world as world_recipe
-from ragjax.recipes.config_files import apply_overrides, load_config
+from ragjax.wiring.config_files import apply_overrides, load_config
 from ragjax.rl.config import OptimConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.sft import SFTConfig, make_sft_batch, sft_loss_fn

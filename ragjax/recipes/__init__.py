@@ -1,5 +1,8 @@
-"""ragjax.recipes: one module per recipe (`run(config)`), each only wiring the packages;
-`components` builds the shared parts from a config."""
+"""ragjax.recipes: one module per recipe (`run(config)`), each only wiring the packages — `rl`
+(the generic RL recipe every config-plus-plug-ins method runs), `world` (the embedded default),
+`r3_rag`, `ur2` — and the runners of `python -m ragjax.evaluate --suite` (`eval_suite`) and
+`python -m ragjax.ablate` (`ablation`).  The parts they build come from `ragjax.wiring`; what a
+config will do, from `ragjax.planning`."""
 
 import os
 

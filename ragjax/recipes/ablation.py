@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ragjax.eval.paired import mcnemar
-from ragjax.recipes import components as parts
+from ragjax.wiring import components as parts
 from ragjax.report.bootstrap import bootstrap_diff, bootstrap_mean
 from ragjax.typed_config import flatten, json_safe, write_json_atomic
 

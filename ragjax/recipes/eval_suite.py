@@ -19,8 +19,8 @@ import os
 import re
 from typing import Optional
 
-from ragjax.recipes.chat_services import eval_chat
-from ragjax.recipes.components import log, open_retriever
+from ragjax.wiring.chat_services import eval_chat
+from ragjax.wiring.components import log, open_retriever
 
 
 @dataclasses.dataclass(frozen=True)

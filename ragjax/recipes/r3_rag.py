@@ -15,7 +15,7 @@ Stages (each reuses what an earlier run of the same workdir left; see configs/r3
         `eval.judge` (the paper's: Qwen2.5-72B-Instruct) and is reported as not computed
         without one; `r3.acc_judge="training"` asks the training judge (the small configs).
 Model services (`teacher`, `judge`, `eval.judge`) come from their config sections
-(`ragjax.recipes.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
+(`ragjax.wiring.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
 policy in this process ("base"), the gold-passage rule judge, or the synthetic world's scripted
 teacher.  This module only wires.
 """
@@ -29,8 +29,8 @@ import math
 import os
 import shutil
 
-from ragjax.recipes import components as parts
-from ragjax.recipes.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
+from ragjax.wiring import components as parts
+from ragjax.wiring.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
 from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_trajectories,
                                      sft_step_samples)
 from ragjax.rl.sft import SFTConfig, run_sft

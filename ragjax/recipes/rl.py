@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ragjax.recipes import components as parts
+from ragjax.wiring import components as parts
 
 
 def start(c) -> parts.Start:

@@ -27,7 +27,7 @@ import shutil
 import time
 
 from ragjax.data.readers import READERS, as_record, read_examples
-from ragjax.recipes import components as parts
+from ragjax.wiring import components as parts
 from ragjax.rl.config import parse_run_config
 from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
 

@@ -28,7 +28,7 @@ import jax
 from ragjax.data.world import ENTITY_QTYPES, QTYPES
 from ragjax.data.world_traces import AnswerSwapRetriever, TraceShares, make_scripts, swap_answers
 from ragjax.eval.systems import SystemResult, results_table, write_viewer
-from ragjax.recipes import components as parts
+from ragjax.wiring import components as parts
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine

@@ -183,9 +183,9 @@ class Method:
   """One method config's pipeline on its tiny world (see the module docstring)."""
 
   def __init__(self, spec: str, setup_spec: Optional[str], workdir: str, setups: dict):
-    from ragjax.recipes import components as parts
-    from ragjax.recipes.chat_services import make_services
-    from ragjax.recipes.config_files import load_config
+    from ragjax.wiring import components as parts
+    from ragjax.wiring.chat_services import make_services
+    from ragjax.wiring.config_files import load_config
     from ragjax.rl.rewards import get_reward
     from ragjax.rollout.factory import engine_config, make_hooks, protocol_from_config
     from ragjax import registry

@@ -22,7 +22,7 @@ from ragjax.models.hf_io import check_decoder_dir
 from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
-from ragjax.recipes.chat_services import check_chat, make_services
+from ragjax.wiring.chat_services import check_chat, make_services
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
