@@ -254,20 +254,11 @@ def evaluate_policies(c, s: parts.Start, systems, splits=("dev", "test")) -> lis
 
 def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
   from ragjax.eval.r3_rag import evaluate_r3
-  from ragjax.retrieval.types import NullRetriever
   judge = acc_judge(c, s)
-  ec = eval_config(c)
-  out, sampler = [], None
-  for split in splits:
-    recs = s.setup.splits[split][:c.eval.max_questions or None]
-    for name, params, with_retrieval in systems:
-      ret = s.setup.retriever if with_retrieval else NullRetriever()
-      engine = make_engine(ec, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[],
-                           sampler=sampler)
-      sampler = engine.policy
-      out.append(evaluate_r3(name, engine, recs, split, judge=judge,
-                             batch_size=c.eval.batch_size, seed=c.seed))
-  return out
+  return [evaluate_r3(name, engine, recs, split, judge=judge, batch_size=c.eval.batch_size,
+                      seed=c.seed)
+          for name, engine, recs, split in parts.system_engines(c, s, systems, splits,
+                                                                engine_config=eval_config(c))]
 
 
 def acc_judge(c, s: parts.Start):

@@ -191,21 +191,28 @@ class Start:
   mesh: object = None
 
 
-def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
-  """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
-  from ragjax.eval.systems import evaluate_system
+def system_engines(c, s: Start, systems, splits, engine_config=None, **engine_kw):
+  """(name, greedy engine, records, split) for each split and each (name, params,
+  with_retrieval) system; every engine shares one sampler, compiled once.  `engine_config`:
+  the config the engines are built from (default `c`)."""
   from ragjax.retrieval.types import NullRetriever
-  results, sampler = [], None
+  sampler = None
   for split in splits:
     recs = s.setup.splits[split][:c.eval.max_questions or None]
     for name, params, with_retrieval in systems:
       ret = s.setup.retriever if with_retrieval else NullRetriever()
-      engine = make_engine(c, s.cfg, params, s.tokenizer, ret, greedy=True, hooks=[],
-                           evaluation=True, sampler=sampler)
-      sampler = engine.policy              # one sampler, compiled once, for every system
-      results.append(evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size,
-                                     seed=c.seed))
-  return results
+      engine = make_engine(engine_config or c, s.cfg, params, s.tokenizer, ret, greedy=True,
+                           hooks=[], sampler=sampler, **engine_kw)
+      sampler = engine.policy
+      yield name, engine, recs, split
+
+
+def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
+  """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
+  from ragjax.eval.systems import evaluate_system
+  return [evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size, seed=c.seed)
+          for name, engine, recs, split in system_engines(c, s, systems, splits,
+                                                          evaluation=True)]
 
 
 def apply_data_stages(c, records: Sequence[dict]) -> list[dict]:
