@@ -87,7 +87,7 @@ def plan(c):
           "eval_every": c.trainer.eval_every, "eval_questions": c.trainer.eval_prompts}
 
 
-def world_config():
+def world_config(toy: bool = False):
   """configs/world.py's world and cold start, then ReZero's RL: its protocol (with a short
   prompt a from-scratch policy can use; observations inline, the world has no chat format),
   the six reward terms and ReZero's GRPO with LoRA, under a noisy retriever (each gold passage
@@ -97,7 +97,7 @@ def world_config():
   world's cold-start traces end there, without an end-of-turn token).  For
   `python -m ragjax.ablate`."""
   world = sibling(__file__, "world")
-  c = world.get_config("default")
+  c = world.get_config("toy" if toy else "default")
   c.workdir = "runs/rezero_world"
   c.protocol = common.ConfigDict(dict(
       name="rezero", prompt="Question: {question}\n", top_k=2, max_turns=4,

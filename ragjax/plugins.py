@@ -12,5 +12,6 @@ from ragjax.data import curriculum  # noqa: F401  data_stage: ur2_curriculum
 from ragjax.rl import advantages  # noqa: F401  advantage: grpo, drgrpo, rloo, reinforce_pp_*
 from ragjax.rl import rewards  # noqa: F401  reward, metric: em, f1, ..., autorefine, r3_rag, ur2_*
 from ragjax.rl import rex_rag  # noqa: F401  batch_filter, behaviour, metric: rex_rag
+from ragjax.rl import signatures  # noqa: F401  signature: two_hop_em, step_relevance, ...
 from ragjax.rollout import protocols  # noqa: F401  protocol: search_r1, autorefine, ...
 from ragjax.rollout import rex_rag as rex_rag_hook  # noqa: F401  rollout_hook: rex_rag_clone

@@ -21,6 +21,9 @@ Categories:
   metric        fn(rows, examples) -> {name: float} logged every step; a metric with a `ctx`
                 parameter is called fn(rows, examples, ctx=StepContext) and also sees the
                 step's arrays, behaviour log-probs and method state
+  signature     fn(row, example) -> (num, den): the quantity a method's paper claim is about
+                (ragjax.rl.signatures); `rl.signatures` logs it every step and
+                `python -m ragjax.ablate` compares two arms on it
   data_stage    fn(records, *, seed, **kwargs) -> records: the training list the trainer's
                 data cursor walks (UR²'s difficulty curriculum and task mixing); deterministic
                 in (records, seed, kwargs), so the cursor position resumes it exactly
@@ -50,7 +53,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import gin
 
 CATEGORIES = ("reward", "advantage", "rollout_hook", "batch_filter", "behaviour",
-              "metric", "data_stage", "protocol")
+              "metric", "signature", "data_stage", "protocol")
 BUILTINS = "ragjax.plugins"       # the module that imports (so registers) every built-in
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}

@@ -46,9 +46,11 @@ def judge_accuracy(judge, records: Sequence[dict], answers: Sequence[Optional[st
 
 
 def evaluate_r3(name: str, engine, records: Sequence[dict], split: str, *, judge,
-                batch_size: int, seed: int = 0) -> R3Result:
-  """Rollouts of every record with `engine`, scored with ACC, EM and F1."""
-  system = evaluate_system(name, engine, records, split, batch_size=batch_size, seed=seed)
+                batch_size: int, seed: int = 0, signatures: Sequence[str] = ()) -> R3Result:
+  """Rollouts of every record with `engine`, scored with ACC, EM and F1 (and the named
+  signature metrics, `ragjax.rl.signatures`)."""
+  system = evaluate_system(name, engine, records, split, batch_size=batch_size, seed=seed,
+                           signatures=signatures)
   answers = [row.answer for b in system.batch for row in b.rows][:len(records)]
   acc, stats = judge_accuracy(judge, records, answers) if judge is not None else (None, {})
   f1 = [answer_metrics(a, r["golden_answers"])["f1"] for a, r in zip(answers, records)]

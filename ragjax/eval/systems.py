@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ragjax.metrics import answer_metrics
+from ragjax.rl.signatures import pairs
 
 
 @dataclasses.dataclass
@@ -27,6 +28,8 @@ class SystemResult:
   searches: list[int]
   batch: list          # RolloutBatch per chunk (for the viewer)
   responses: list[str]
+  # signature name -> (num, den) per question (ragjax.rl.signatures; `rl.signatures`)
+  signatures: dict = dataclasses.field(default_factory=dict)
 
 
 def qtype_of(record) -> str:
@@ -41,10 +44,12 @@ def _chunks(records: Sequence[dict], size: int):
 
 
 def evaluate_system(name: str, engine, records: Sequence[dict], split: str, *,
-                    batch_size: int, seed: int = 0, score=None) -> SystemResult:
+                    batch_size: int, seed: int = 0, score=None,
+                    signatures: Sequence[str] = ()) -> SystemResult:
   """Greedy rollouts of every record (the engine decides greedy / sampled); `score(answer,
-  record)` replaces EM (e.g. UR²'s metric per task, `ragjax.metrics.by_task`)."""
-  em, qtypes, searches, batches, responses = [], [], [], [], []
+  record)` replaces EM (e.g. UR²'s metric per task, `ragjax.metrics.by_task`); `signatures`:
+  the registered signature metrics to compute per question."""
+  em, qtypes, searches, batches, responses, rows = [], [], [], [], [], []
   for _, chunk, padded in _chunks(records, batch_size):
     batch = engine.run(padded, samples_per_prompt=1, seed=seed)
     batches.append(batch)
@@ -54,7 +59,9 @@ def evaluate_system(name: str, engine, records: Sequence[dict], split: str, *,
       qtypes.append(qtype_of(rec))
       searches.append(row.num_searches)
       responses.append(row.response_text)
-  return SystemResult(name, split, em, qtypes, searches, batches, responses)
+      rows.append(row)
+  sigs = {s: tuple(a.tolist() for a in pairs(s, rows, records)) for s in signatures}
+  return SystemResult(name, split, em, qtypes, searches, batches, responses, sigs)
 
 
 def sample_system(name: str, engine, records: Sequence[dict], split: str, *, samples: int,

@@ -9,6 +9,9 @@ earlier `python -m ragjax.train` reuses its world, index and cold start (same co
 config); each arm trains in `<workdir>/ablation/<arm>/` (and resumes on its own).  The result
 is a table of EM per arm and the paired difference B - A with a bootstrap interval, overall and
 by question type, plus both arms' full evaluation tables, in `<workdir>/ablation/`.
+
+An arm whose overrides are the single word `start` (`{"cold_start": ["start"]}`) trains
+nothing: it is the shared start itself, evaluated as the other arm is (GRPO vs its cold start).
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ import numpy as np
 
 from ragjax.eval.paired import mcnemar
 from ragjax.wiring import components as parts
-from ragjax.report.bootstrap import bootstrap_diff, bootstrap_mean
+from ragjax.report.bootstrap import (bootstrap_diff, bootstrap_mean, bootstrap_ratio,
+                                     bootstrap_ratio_diff)
 from ragjax.typed_config import flatten, json_safe, write_json_atomic
+
+
+START_ARM = "start"     # an arm's only override: the shared start, untrained
 
 
 def apply_overrides(c, overrides: Sequence[str]):
@@ -70,6 +77,32 @@ def paired_rows(a, b, qtypes: Sequence[str]) -> list[dict]:
   return rows
 
 
+def signature_rows(a, b, names: Sequence[str]) -> list[dict]:
+  """Each signature metric (`rl.signatures`) of arm A and B on the same questions and the
+  paired difference B - A (a ratio bootstrap: the questions a rate applies to may differ
+  between arms); McNemar's p where both arms' rate covers the same questions with 0/1 values."""
+  rows = []
+  for name in names:
+    (na, da), (nb, db) = (np.asarray(r.signatures[name], np.float64) for r in (a, b))
+    same = np.array_equal(da > 0, db > 0) and set(np.unique(np.r_[na, nb])) <= {0.0, 1.0}
+    on = da > 0
+    rows.append({"signature": name, "a": bootstrap_ratio(na, da), "b": bootstrap_ratio(nb, db),
+                 "diff": bootstrap_ratio_diff(nb, db, na, da),
+                 "p": mcnemar(na[on], nb[on])["p"] if same and on.any() else None})
+  return rows
+
+
+def signature_table(rows: Sequence[Mapping], name_a: str, name_b: str) -> str:
+  head = ["signature", f"{name_a} (n)", f"{name_b} (n)", f"{name_b} - {name_a} (paired)",
+          "McNemar p"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    p = "—" if r["p"] is None else f"{r['p']:.3g}"
+    lines.append(f"| {r['signature']} | {r['a']} ({r['a'].n}) | {r['b']} ({r['b'].n}) | "
+                 f"{r['diff']} | {p} |")
+  return "\n".join(lines)
+
+
 def paired_table(rows: Sequence[Mapping], name_a: str, name_b: str) -> str:
   head = ["questions", "n", f"EM {name_a}", f"EM {name_b}", f"{name_b} - {name_a} (paired)",
           "McNemar p"]
@@ -90,7 +123,11 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
   recipe = importlib.import_module(f"ragjax.recipes.{c.recipe}")
   if not hasattr(recipe, "start"):
     raise ValueError(f"recipe {c.recipe!r} has no shared start (ragjax.recipes.{c.recipe}.start)")
-  configs = {name: apply_overrides(c, ov) for name, ov in ((name_a, ov_a), (name_b, ov_b))}
+  untrained = {name for name, ov in arms.items() if list(ov) == [START_ARM]}
+  if len(untrained) == 2:
+    raise ValueError(f"both arms are {START_ARM!r}: one of them has to train")
+  configs = {name: apply_overrides(c, [] if name in untrained else ov)
+             for name, ov in ((name_a, ov_a), (name_b, ov_b))}
   for name, cfg in configs.items():
     cfg.workdir = workdir
     parts.validate(cfg)
@@ -109,10 +146,13 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
   for name, cfg in configs.items():
     cfg.workdir = os.path.join(out, name)
     run = parts.validate(cfg)
-    trainer = make_trainer(cfg, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
-    trainer.train()
-    params = trainer.final_params()
-    trainer.ckpt.close()
+    if name in untrained:
+      params = s.params
+    else:
+      trainer = make_trainer(cfg, run, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+      trainer.train()
+      params = trainer.final_params()
+      trainer.ckpt.close()
     results[name] = evaluate_policies(cfg, s, ((name, params, True),), splits=(split,))[0]
   a, b = results[name_a], results[name_b]
   if a.qtypes != b.qtypes:
@@ -120,12 +160,20 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
   qtypes = list(dict.fromkeys(a.qtypes))
   rows = paired_rows(a, b, qtypes)
   table = paired_table(rows, name_a, name_b)
+  sig_rows = signature_rows(a, b, list(a.signatures))
+  if sig_rows:
+    table += "\n\n" + signature_table(sig_rows, name_a, name_b)
   full, _ = results_table([a, b], qtypes)
   report = {"table": table, "full_table": full, "workdir": out, "split": split,
             "arms": {name_a: list(ov_a), name_b: list(ov_b)},
             "rows": [{"type": r["type"], "n": r["n"], "a": str(r["a"]), "b": str(r["b"]),
                       "diff": str(r["diff"]), "mcnemar_p": r["p"], "diff_mean": r["diff"].mean,
                       "diff_low": r["diff"].low, "diff_high": r["diff"].high} for r in rows],
+            "signatures": [{"name": r["signature"], "a": str(r["a"]), "b": str(r["b"]),
+                            "n_a": r["a"].n, "n_b": r["b"].n, "diff": str(r["diff"]),
+                            "diff_mean": r["diff"].mean, "diff_low": r["diff"].low,
+                            "diff_high": r["diff"].high, "mcnemar_p": r["p"]}
+                           for r in sig_rows],
             "em": {name_a: json_safe(np.asarray(a.em).tolist()),
                    name_b: json_safe(np.asarray(b.em).tolist())},
             "qtypes": a.qtypes}

@@ -256,7 +256,7 @@ def evaluate_r3_policies(c, s: parts.Start, systems, splits) -> list:
   from ragjax.eval.r3_rag import evaluate_r3
   judge = acc_judge(c, s)
   return [evaluate_r3(name, engine, recs, split, judge=judge, batch_size=c.eval.batch_size,
-                      seed=c.seed)
+                      seed=c.seed, signatures=tuple(c.rl.get("signatures", ())))
           for name, engine, recs, split in parts.system_engines(c, s, systems, splits,
                                                                 engine_config=eval_config(c))]
 

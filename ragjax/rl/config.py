@@ -52,6 +52,9 @@ class RLConfig:
   batch_filter: str = ""              # registered row filter before advantages ("" = keep all)
   batch_filter_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   metrics: tuple = ()                 # registered per-step metrics (e.g. AutoRefine's)
+  # registered signature metrics (ragjax.rl.signatures): logged every step as signature/<name>
+  # and compared question by question by `python -m ragjax.ablate`
+  signatures: tuple = ()
   # Every policy turn is its own sample (R3-RAG; `ragjax.rollout.step_samples`): its turn's
   # reward on its last token, GAE within the turn.  Needs the critic (advantage "gae").
   step_samples: bool = False
@@ -73,6 +76,7 @@ class RLConfig:
     if self.batch_filter:
       registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
+    registry.check("signature", self.signatures, "rl.signatures")
     if self.loss_agg not in AGG_MODES:
       raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
     if self.kl_estimator not in KL_ESTIMATORS:
@@ -175,7 +179,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "trainer.step_retries", "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
-                  "probe.",
+                  "probe.", "rl.signatures",   # logged and evaluated, never trained on
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
                   "judge.max_retries", "judge.timeout")

@@ -1,5 +1,6 @@
 """The metrics of one RL step's batch: rewards, answers, lengths, token counts, the engine's
-counters, each reward component and the registered metric plug-ins (`rl.metrics`)."""
+counters, each reward component, the registered metric plug-ins (`rl.metrics`) and the
+signature metrics (`rl.signatures`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import numpy as np
 
 from ragjax.metrics import answer_metrics
 from ragjax.rl.step_batch import StepBatch
+from ragjax.rl.signatures import signature_metrics
 from ragjax.rl.step_context import StepContext
 from ragjax.rollout.labels import Source
 
 
 def step_metrics(sb: StepBatch, ctx: StepContext, *, reward_names: Sequence[str],
                  metric_fns: Mapping[str, Callable], wants_ctx: Collection[str] = (),
+                 signatures: Sequence[str] = (),
                  score_s: float = 0.0, generated: Optional[int] = None) -> dict:
   """The step's metrics on the batch's (kept) rows.  `wants_ctx`: the plug-ins called with
   `ctx=`; `score_s`: the scoring forwards' time; `generated`: the rows before a batch filter
@@ -39,4 +42,5 @@ def step_metrics(sb: StepBatch, ctx: StepContext, *, reward_names: Sequence[str]
   for name, fn in metric_fns.items():
     out = fn(rows, examples, ctx=ctx) if name in wants_ctx else fn(rows, examples)
     stats.update({f"{name}/{k}": float(v) for k, v in out.items()})
+  stats.update(signature_metrics(signatures, rows, examples))
   return stats

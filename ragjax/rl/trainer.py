@@ -265,7 +265,8 @@ class Trainer:
     train_batch = to_train_batch(sb, advantages, self.rl, behaviour=behaviour, returns=returns)
     stats = step_metrics(sb, self._context(step, sb, prompts, behaviour),
                          reward_names=list(self.rl.rewards), metric_fns=self.metric_fns,
-                         wants_ctx=self._metric_ctx, score_s=score_s,
+                         wants_ctx=self._metric_ctx, signatures=self.rl.signatures,
+                         score_s=score_s,
                          generated=generated if self.batch_filter is not None else None)
     stats.update(self._service_calls_since_last_step())
     return train_batch, stats

@@ -210,7 +210,8 @@ def system_engines(c, s: Start, systems, splits, engine_config=None, **engine_kw
 def evaluate_policies(c, s: Start, systems, splits=("dev", "test")) -> list:
   """Greedy EM of each (name, params, with_retrieval) system on each split's questions."""
   from ragjax.eval.systems import evaluate_system
-  return [evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size, seed=c.seed)
+  return [evaluate_system(name, engine, recs, split, batch_size=c.eval.batch_size, seed=c.seed,
+                          signatures=tuple(c.rl.get("signatures", ())))
           for name, engine, recs, split in system_engines(c, s, systems, splits,
                                                           evaluation=True)]
 

@@ -1,0 +1,94 @@
+"""Signature worlds: one world per method in which the failure its paper targets is what
+decides success, and the A/B run that shows its mechanism at work (issue 42; results in
+BENCHMARKS.md, "Method signatures").
+
+  python -m ragjax.ablate --config=configs/signatures.py:search_r1 --a "cold_start:start" --b "grpo:"
+  python -m ragjax.ablate --config=configs/signatures.py:search_r1-toy ...   # a seconds-long smoke run
+
+Every variant is configs/world.py (or a method's `world` config) with the deltas that make its
+failure dominant, documented where they are set; `rl.signatures` names the metric the paper's
+claim is about (`ragjax.eval.signatures`), logged every RL step and compared question by
+question by `python -m ragjax.ablate`.  `COMMANDS` holds each variant's A/B arms.
+"""
+
+from ragjax.wiring.config_files import sibling
+
+common = sibling(__file__, "common")
+
+METHODS = ("search_r1", "rezero", "autorefine")
+ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
+
+# method -> (arm A, arm B) of its `python -m ragjax.ablate` command
+COMMANDS = {
+    "search_r1": ("cold_start:start", "grpo:"),
+    "rezero": ("three_rewards:rl.rewards.rezero_retry=0.0", "four_rewards:"),
+    "autorefine": ("no_retrieval_reward:rl.reward_kwargs.autorefine.refine_score=0.0",
+                   "retrieval_reward:"),
+}
+
+
+def search_r1(toy: bool):
+  """Multi-hop made dominant: 70% of the questions are 2-hop, and the cold start stops after
+  the first hop in 60% of its traces, so its greedy policy answers a 2-hop question from the
+  bridge passage (2-hop EM 0) while sampling searches the second hop 40% of the time.  It
+  searches first in 70% of its traces (the default: 40%), so the decision left to learn is
+  the second search.  Signature: 2-hop EM, GRPO vs its own cold start."""
+  c = sibling(__file__, "world").get_config("toy" if toy else "default")
+  c.workdir = "runs/signature_search_r1" + ("_toy" if toy else "")
+  c.world.qtype_weights = (("1hop", 0.3), ("2hop", 0.7))
+  c.traces.no_search_rate = 0.3
+  c.trainer.num_steps = 2 if toy else 120
+  c.rl.signatures = ("two_hop_em",)
+  return c
+
+
+def rezero(toy: bool):
+  """The first search fails by construction: 60% of the questions are the world's 'retry'
+  questions (the person shares the full name with namesakes, so the obvious query finds a
+  namesake's passage and only a query with the occupation finds theirs), and the cold start
+  gives up after that failed search in 60% of its traces (answering with the namesake's
+  value).  ReZero's RL (configs/rezero.py:world) with the paper's four rewards (§3.3:
+  correctness, format, retry counted after the first search, EM in the chunk; the judge's
+  correctness is EM here) against its baseline's three.  Full fine-tuning at the world's
+  learning rate instead of ReZero's LoRA: LoRA rank 8 left the 0.9M policy's predictions
+  unchanged in 30 steps (BENCHMARKS.md, the 2026-11-24 ablation).  Signatures: the share of
+  failed first searches followed by another search; EM on those questions."""
+  c = sibling(__file__, "rezero").world_config(toy)
+  c.workdir = "runs/signature_rezero" + ("_toy" if toy else "")
+  c.world.qtype_weights = (("1hop", 0.4), ("retry", 0.6))
+  c.world.retry_groups = 12 if toy else 24   # namesake groups enough for 60% retry questions
+  c.traces.no_search_rate = 0.3
+  c.retriever.noise.update(dict(kind="", p=0.0))    # the namesakes are the failure
+  c.model.lora.rank = 0
+  c.rl.rewards = {"em": 4.0, "rezero_format": 2.0, "rezero_retry": 1.0, "rezero_em_chunk": 1.0}
+  c.rl.reward_kwargs = {"rezero_retry": {"retry_counting": "after_first"}}
+  c.optim.update(dict(lr=3e-4, schedule="constant", warmup_ratio=0.0, weight_decay=0.0,
+                      grad_clip=1.0))
+  c.trainer.num_steps = 2 if toy else 80
+  c.rl.signatures = ("retry_after_failed_search", "em_after_failed_search")
+  return c
+
+
+def autorefine(toy: bool):
+  """Documents full of same-name decoys: every person, group and work has a near-name twin
+  (the default: 30%), passages mention other entities in passing twice as often, and three
+  documents come back per search, so the documents hold the answer among look-alike values
+  and the `<refine>` block has to pick it.  AutoRefine's world config (its protocol, refining
+  cold start, Eq. 3 reward) with and without the retrieval reward's 0.1.  Signature: the share
+  of `<refine>` blocks that contain a gold answer."""
+  c = sibling(__file__, "autorefine").world_config(toy)
+  c.workdir = "runs/signature_autorefine" + ("_toy" if toy else "")
+  c.world.update(dict(distractor_rate=1.0, mention_rate=0.6))
+  c.world.qtype_weights = (("1hop", 0.5), ("2hop", 0.5))
+  c.protocol.top_k = 3
+  c.trainer.num_steps = 2 if toy else 80
+  c.rl.signatures = ("refine_has_answer",)
+  return c
+
+
+BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine}
+
+
+def get_config(arg: str = "search_r1-toy"):
+  arg = common.config_arg(arg, ARGS, default="search_r1-toy")
+  return BUILDERS[arg.removesuffix("-toy")](arg.endswith("-toy"))

@@ -1,0 +1,51 @@
+"""Each signature world's tiny variant (`configs/signatures.py:<method>-toy`) through
+`python -m ragjax.ablate` with its own A/B arms, as BENCHMARKS.md's commands run the full
+size: the real world, index, cold start, engine and trainer, both arms evaluated on the same
+questions, the signature metric logged every RL step and compared in the report."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _recipe_helpers import ROOT, train_env
+
+sys.path.insert(0, os.path.join(ROOT, "configs"))
+import signatures  # noqa: E402  (configs/signatures.py)
+
+
+@pytest.mark.parametrize("method", signatures.METHODS)
+def test_signature_world_ablation_runs(method, tmp_path):
+  a, b = signatures.COMMANDS[method]
+  c = signatures.get_config(f"{method}-toy")
+  proc = subprocess.run(
+      [sys.executable, "-m", "ragjax.ablate", f"--config=configs/signatures.py:{method}-toy",
+       f"--config.workdir={tmp_path}", "--config.progress=False", "--a", a, "--b", b],
+      cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  report = json.load(open(tmp_path / "ablation" / "ablation.json"))
+  names = [s["name"] for s in report["signatures"]]
+  assert names == list(c.rl.signatures) and names
+  assert "| signature |" in proc.stdout
+  arms = [arm.split(":")[0] for arm in (a, b)]
+  assert len(report["em"][arms[0]]) == len(report["em"][arms[1]]) == c.world.num_test
+  for arm, spec in zip(arms, (a, b)):
+    rl_dir = tmp_path / "ablation" / arm / "rl"
+    if spec.endswith(":start"):              # the shared start, evaluated untrained
+      assert not rl_dir.exists()
+      continue
+    logs = [json.loads(l) for l in open(rl_dir / "metrics.jsonl") if l.strip()]
+    assert len(logs) == c.trainer.num_steps
+    for name in c.rl.signatures:             # logged every step (the rate only where it applies)
+      assert all(f"signature/{name}_n" in m for m in logs)
+
+
+def test_ablation_refuses_two_untrained_arms(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "ragjax.ablate", "--config=configs/signatures.py:search_r1-toy",
+       f"--config.workdir={tmp_path}", "--a", "x:start", "--b", "y:start"],
+      cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and "both arms are 'start'" in proc.stderr
+  assert "Traceback" not in proc.stderr
