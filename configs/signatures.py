@@ -15,7 +15,7 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")
 
-METHODS = ("search_r1", "rezero", "autorefine")
+METHODS = ("search_r1", "rezero", "autorefine", "r3_rag")
 ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
 
 # method -> (arm A, arm B) of its `python -m ragjax.ablate` command
@@ -24,7 +24,11 @@ COMMANDS = {
     "rezero": ("three_rewards:rl.rewards.rezero_retry=0.0", "four_rewards:"),
     "autorefine": ("no_retrieval_reward:rl.reward_kwargs.autorefine.refine_score=0.0",
                    "retrieval_reward:"),
+    "r3_rag": ("outcome_only:rl.reward_kwargs.r3_rag.process=False", "step_level:"),
 }
+# method -> the `python -m ragjax.train --config.stage=...` runs before its ablation (R3-RAG's
+# cold start is a recipe stage of its own: teacher trajectories, then SFT)
+PREPARE = {"r3_rag": ("data", "sft")}
 
 
 def search_r1(toy: bool):
@@ -86,7 +90,26 @@ def autorefine(toy: bool):
   return c
 
 
-BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine}
+def r3_rag(toy: bool):
+  """Long chains where only some steps retrieve the right document: every entity question is
+  a bridge question of 2 or 3 hops (configs/r3_rag.py:world: at most 2), so a trajectory has
+  several search steps and an outcome reward cannot tell which of them found its passage.
+  R3-RAG's world config (cold start from the world's scripted teacher, SFT, step-level PPO
+  with the gold-passage judge) with and without the process (relevance) reward.  Signature:
+  the mean relevance of a search step (the share of the question's gold passages it
+  retrieved)."""
+  c = sibling(__file__, "r3_rag").get_config("tiny" if toy else "world")
+  c.workdir = "runs/signature_r3_rag" + ("_toy" if toy else "")
+  if not toy:
+    c.world.max_hops = 3
+    c.world.qtype_weights = (("1hop", 0.2), ("2hop", 0.8))
+    c.trainer.num_steps = 30
+  c.rl.signatures = ("step_relevance",)
+  return c
+
+
+BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine,
+            "r3_rag": r3_rag}
 
 
 def get_config(arg: str = "search_r1-toy"):

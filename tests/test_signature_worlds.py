@@ -20,6 +20,12 @@ import signatures  # noqa: E402  (configs/signatures.py)
 def test_signature_world_ablation_runs(method, tmp_path):
   a, b = signatures.COMMANDS[method]
   c = signatures.get_config(f"{method}-toy")
+  for stage in signatures.PREPARE.get(method, ()):
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragjax.train", f"--config=configs/signatures.py:{method}-toy",
+         f"--config.workdir={tmp_path}", "--config.progress=False", f"--config.stage={stage}"],
+        cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
   proc = subprocess.run(
       [sys.executable, "-m", "ragjax.ablate", f"--config=configs/signatures.py:{method}-toy",
        f"--config.workdir={tmp_path}", "--config.progress=False", "--a", a, "--b", b],
@@ -30,7 +36,8 @@ def test_signature_world_ablation_runs(method, tmp_path):
   assert names == list(c.rl.signatures) and names
   assert "| signature |" in proc.stdout
   arms = [arm.split(":")[0] for arm in (a, b)]
-  assert len(report["em"][arms[0]]) == len(report["em"][arms[1]]) == c.world.num_test
+  n_test = min(c.world.num_test, c.eval.max_questions or c.world.num_test)
+  assert len(report["em"][arms[0]]) == len(report["em"][arms[1]]) == n_test
   for arm, spec in zip(arms, (a, b)):
     rl_dir = tmp_path / "ablation" / arm / "rl"
     if spec.endswith(":start"):              # the shared start, evaluated untrained
