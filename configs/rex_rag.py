@@ -70,7 +70,7 @@ def rex_rag_section(keep_ratio: float = 0.08):
   """The method's switches; the plug-in kwargs below refer to them (one place to change)."""
   return common.ConfigDict(dict(
       p=20 / 101,                 # random.randint(0, 100) < 20 in the authors' code
-      pool="all",                 # "all" (30 prompts) | "five" (Table 5)
+      pool="all",                 # "all" (30 prompts) | "five" (Table 5) | "search" (world)
       keep_ratio=keep_ratio,      # the keep-ratio history's first value
       ewm_alpha=0.1,
       adaptive_keep=True,         # the code's EWM keep ratio; False: a fixed share (Table 4)

@@ -15,7 +15,7 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")
 
-METHODS = ("search_r1", "rezero", "autorefine", "r3_rag")
+METHODS = ("search_r1", "rezero", "autorefine", "r3_rag", "rex_rag")
 ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
 
 # method -> (arm A, arm B) of its `python -m ragjax.ablate` command
@@ -25,6 +25,7 @@ COMMANDS = {
     "autorefine": ("no_retrieval_reward:rl.reward_kwargs.autorefine.refine_score=0.0",
                    "retrieval_reward:"),
     "r3_rag": ("outcome_only:rl.reward_kwargs.r3_rag.process=False", "step_level:"),
+    "rex_rag": ("probes_off:rex_rag.p=0.0", "probes_on:"),
 }
 # method -> the `python -m ragjax.train --config.stage=...` runs before its ablation (R3-RAG's
 # cold start is a recipe stage of its own: teacher trajectories, then SFT)
@@ -32,16 +33,18 @@ PREPARE = {"r3_rag": ("data", "sft")}
 
 
 def search_r1(toy: bool):
-  """Multi-hop made dominant: 70% of the questions are 2-hop, and the cold start stops after
-  the first hop in 60% of its traces, so its greedy policy answers a 2-hop question from the
-  bridge passage (2-hop EM 0) while sampling searches the second hop 40% of the time.  It
-  searches first in 70% of its traces (the default: 40%), so the decision left to learn is
-  the second search.  Signature: 2-hop EM, GRPO vs its own cold start."""
+  """Multi-hop made dominant: 70% of the questions are 2-hop, the cold start always searches
+  first and stops after the first hop in half of its 2-hop traces, so whether the second hop
+  is searched is the decision that decides a 2-hop question.  (First design, 2026-11-27:
+  stopping in 60% and answering without a search in 30% of the traces: the cold start then
+  sampled a second search in 2 of 240 rollouts of 2-hop questions, and 120 GRPO steps left
+  2-hop EM at 0 in both arms; BENCHMARKS.md.)  Signature: 2-hop EM, GRPO vs its own cold
+  start."""
   c = sibling(__file__, "world").get_config("toy" if toy else "default")
   c.workdir = "runs/signature_search_r1" + ("_toy" if toy else "")
   c.world.qtype_weights = (("1hop", 0.3), ("2hop", 0.7))
-  c.traces.no_search_rate = 0.3
-  c.trainer.num_steps = 2 if toy else 120
+  c.traces.update(dict(no_search_rate=0.0, first_hop_stop_rate=0.5))
+  c.trainer.num_steps = 2 if toy else 300
   c.rl.signatures = ("two_hop_em",)
   return c
 
@@ -108,8 +111,31 @@ def r3_rag(toy: bool):
   return c
 
 
+def rex_rag(toy: bool):
+  """A dead end: as in the ReZero world, 60% of the questions are 'retry' questions whose
+  obvious first query finds a namesake, and the cold start answers with the namesake's value
+  in 60% of its traces, so whole groups of samples end wrong.  REX-RAG (configs/rex_rag.py:
+  the clone hook at p = 20/101, the trajectory filter, the mu-corrected ratio) with the probe
+  `<search>` in place of Table 8's English prompts, which this policy cannot read (on the
+  embedded world they were right less often than fresh samples, BENCHMARKS.md): a wrong
+  answer's clone re-opens the search.  Probes on vs off (p = 0: no clones, so the filter and
+  the correction have nothing to act on; everything else identical).  Signatures: of the
+  failed first searches, the share searched again (test); `rex_rag/rescued`, the share of
+  all-wrong groups a probe rescued (logged every step)."""
+  c = sibling(__file__, "world").get_config("toy" if toy else "default")
+  sibling(__file__, "rex_rag").add_rex_rag(c)
+  c.workdir = "runs/signature_rex_rag" + ("_toy" if toy else "")
+  c.rex_rag.pool = "search"
+  c.world.qtype_weights = (("1hop", 0.4), ("retry", 0.6))
+  c.world.retry_groups = 12 if toy else 24
+  c.traces.no_search_rate = 0.3
+  c.trainer.num_steps = 2 if toy else 80
+  c.rl.signatures = ("retry_after_failed_search", "em_after_failed_search")
+  return c
+
+
 BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine,
-            "r3_rag": r3_rag}
+            "r3_rag": r3_rag, "rex_rag": rex_rag}
 
 
 def get_config(arg: str = "search_r1-toy"):

@@ -66,7 +66,9 @@ EXPLORATION_PROMPTS: tuple[str, ...] = (
     "<think> Recognizing possible gaps or missteps I didn't previously notice.",
 )
 ABLATION_FIVE = (1, 11, 12, 14, 24)   # the 5-prompt pool of REX-RAG Table 5
-POOLS = {"all": None, "five": ABLATION_FIVE}   # config names of the pools (None: all 30)
+# For a policy that reads no English (the synthetic world's, trained from scratch): the probe
+# re-opens a search, the exploration Table 8's prompts ask for in words.
+SEARCH_PROBE = "<search>"
 
 # The code draws random.randint(0, 100) < 20, i.e. 20/101.
 DEFAULT_P = 20 / 101
@@ -133,11 +135,16 @@ def pool(indices: Optional[Sequence[int]] = None) -> tuple[str, ...]:
   return EXPLORATION_PROMPTS if indices is None else tuple(EXPLORATION_PROMPTS[i] for i in indices)
 
 
+# config names of the pools: Table 8's 30 prompts, Table 5's five, the world's search probe
+POOLS = {"all": pool(), "five": pool(ABLATION_FIVE), "search": (SEARCH_PROBE,)}
+
+
 def named_pool(name: str) -> tuple[str, ...]:
-  """The pool a config names: "all" (the 30 prompts of Table 8) or "five" (Table 5's)."""
+  """The pool a config names: "all" (the 30 prompts of Table 8), "five" (Table 5's) or
+  "search" (`SEARCH_PROBE`, for a policy without English)."""
   if name not in POOLS:
     raise ValueError(f"unknown REX-RAG prompt pool {name!r}; known: {sorted(POOLS)}")
-  return pool(POOLS[name])
+  return POOLS[name]
 
 
 @registry.register("rollout_hook", "rex_rag_clone")
