@@ -112,3 +112,19 @@ def test_ablation_signature_table():
   (r2,) = signature_rows(a, b2, ["two_hop_em"])
   assert r2["p"] is None and r2["b"].mean == pytest.approx(2 / 3)
   assert "| — |" in signature_table([r2], "cold", "grpo")
+
+
+def test_rex_rag_rescued_groups_by_hand():
+  from ragjax.rl.rex_rag.metrics import rescued_groups
+  gold = ex("Amber Hill")
+
+  def r(group, answer, clone_of=None):
+    m = row(answer)
+    m.group_id, m.clone_of = group, clone_of
+    return m
+  rows = [r(0, "x"), r(0, "y"), r(0, "Amber Hill", clone_of=0),   # dead end, a probe right
+          r(1, "x"), r(1, "x"), r(1, "z", clone_of=3),            # dead end, the probe wrong
+          r(2, "Amber Hill"), r(2, "x"),                          # not a dead end
+          r(3, "x"), r(3, "y")]                                   # dead end, no probe kept
+  assert rescued_groups(rows, [gold] * len(rows)) == pytest.approx(1 / 3)
+  assert rescued_groups(rows[6:8], [gold] * 2) is None
