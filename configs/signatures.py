@@ -15,7 +15,7 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")
 
-METHODS = ("search_r1", "rezero", "autorefine", "r3_rag", "rex_rag")
+METHODS = ("search_r1", "rezero", "autorefine", "r3_rag", "rex_rag", "ur2")
 ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
 
 # method -> (arm A, arm B) of its `python -m ragjax.ablate` command
@@ -26,6 +26,7 @@ COMMANDS = {
                    "retrieval_reward:"),
     "r3_rag": ("outcome_only:rl.reward_kwargs.r3_rag.process=False", "step_level:"),
     "rex_rag": ("probes_off:rex_rag.p=0.0", "probes_on:"),
+    "ur2": ("uniform:data.stages.ur2_curriculum.mode='uniform'", "curriculum:"),
 }
 # method -> the `python -m ragjax.train --config.stage=...` runs before its ablation (R3-RAG's
 # cold start is a recipe stage of its own: teacher trajectories, then SFT)
@@ -134,8 +135,27 @@ def rex_rag(toy: bool):
   return c
 
 
+def ur2(toy: bool):
+  """A hard tail: on UR²'s world config (the world's QA, multiple-choice and arithmetic tasks,
+  a cold start, difficulty from 4 samples of the start policy) most training questions are
+  ones the start policy almost never solves (very hard: 730 of 1,200 on 2026-11-24).  UR²'s
+  curriculum (hard 7 : medium 2 : easy 1 for QA, very hard left out) against uniform draws
+  over the same questions, for twice the steps of configs/ur2.py:world.  The test questions
+  are scored by the same start policy, so test EM splits by difficulty too.  Signature: EM on
+  the medium and hard questions (logged every step on the training draws; on test, by the
+  start policy's difficulty)."""
+  c = sibling(__file__, "ur2").get_config("tiny" if toy else "world")
+  c.workdir = "runs/signature_ur2" + ("_toy" if toy else "")
+  c.ur2.difficulty.splits = ("train", "test")
+  if not toy:
+    c.trainer.num_steps = 60
+    c.optim.total_steps = 60
+  c.rl.signatures = ("em_medium_hard",)
+  return c
+
+
 BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine,
-            "r3_rag": r3_rag, "rex_rag": rex_rag}
+            "r3_rag": r3_rag, "rex_rag": rex_rag, "ur2": ur2}
 
 
 def get_config(arg: str = "search_r1-toy"):

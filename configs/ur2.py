@@ -226,7 +226,8 @@ def get_config(arg: str = "tiny"):
       # difficulty: score files of `python -m ragjax.eval.difficulty` (jsonl, by record id),
       # or `rollouts` > 0: N CoT rollouts per training question of the start policy, here
       # (retrieval_tasks: scored with the retrieval prompt instead of CoT)
-      difficulty=common.ConfigDict(dict(files=(), rollouts=0, chunk=16, retrieval_tasks=())),
+      difficulty=common.ConfigDict(dict(files=(), rollouts=0, chunk=16, retrieval_tasks=(),
+                                        splits=("train",))),   # splits scored (train needed)
       # Stage 1: "full" (a separate run of num_steps, the Stage-2 run starts from its
       # weights) or "off" (MCQ and the weak ablation: no stage)
       stage1=common.ConfigDict(dict(

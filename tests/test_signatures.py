@@ -128,3 +128,16 @@ def test_rex_rag_rescued_groups_by_hand():
           r(3, "x"), r(3, "y")]                                   # dead end, no probe kept
   assert rescued_groups(rows, [gold] * len(rows)) == pytest.approx(1 / 3)
   assert rescued_groups(rows[6:8], [gold] * 2) is None
+
+
+def test_em_medium_hard_by_difficulty_label_or_score():
+  right, wrong, gold = row("Amber Hill"), row("Sokrus Ford"), ex("Amber Hill")
+  rows = [right, wrong, right, right, right, right]
+  exs = [dict(gold, difficulty_score=0.4),         # hard (0.2 <= s < 0.5): right
+         dict(gold, difficulty="hard"),            # hard: wrong
+         dict(gold, difficulty_score=0.6),         # medium (0.5 <= s < 0.8): right
+         dict(gold, difficulty_score=0.9),         # easy: not counted
+         dict(gold, difficulty="very_hard"),       # very hard: not counted
+         gold]                                     # unscored: not counted
+  num, den = pairs("em_medium_hard", rows, exs)
+  assert num.tolist() == [1, 0, 1, 0, 0, 0] and den.tolist() == [1, 1, 1, 0, 0, 0]

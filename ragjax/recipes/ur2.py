@@ -221,10 +221,16 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
 
 # --- 4. difficulty ------------------------------------------------------------------------------
 def difficulty(c, workdir, setup, cfg, params, tok) -> None:
-  """Puts `difficulty_score` on every training record: from the score files, or from N CoT
-  rollouts of the start policy (resumable, under `<workdir>/difficulty`)."""
+  """Puts `difficulty_score` on every record of `ur2.difficulty.splits` (the training one, and
+  e.g. the test split for EM by difficulty): from the score files, or from N CoT rollouts of
+  the start policy (resumable, under `<workdir>/difficulty`)."""
   from ragjax.eval.difficulty import attach_scores, read_scores, score_with_engine
   d = c.ur2.difficulty
+  splits = tuple(d.get("splits", ("train",)))
+  unknown = sorted(set(splits) - set(setup.splits))
+  if unknown or "train" not in splits:
+    raise ValueError(f"ur2.difficulty.splits={list(splits)}: needs 'train' and only splits the "
+                     f"data has ({sorted(setup.splits)})")
   scores: dict = {}
   for path in d.files:
     scores.update(read_scores(path))
@@ -233,17 +239,19 @@ def difficulty(c, workdir, setup, cfg, params, tok) -> None:
     from ragjax.rollout.factory import make_engine
     retriever = setup.retriever if d.retrieval_tasks else NullRetriever()
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False, hooks=[])
-    scores.update(score_with_engine(engine, setup.splits["train"],
-                                    os.path.join(workdir, "difficulty", "train.jsonl"),
-                                    n=d.rollouts, chunk=d.chunk, seed=c.seed,
-                                    task=c.protocol.task,
-                                    retrieval_tasks=tuple(d.retrieval_tasks)))
+    for split in splits:
+      scores.update(score_with_engine(engine, setup.splits[split],
+                                      os.path.join(workdir, "difficulty", f"{split}.jsonl"),
+                                      n=d.rollouts, chunk=d.chunk, seed=c.seed,
+                                      task=c.protocol.task,
+                                      retrieval_tasks=tuple(d.retrieval_tasks)))
   if scores:
-    setup.splits["train"] = attach_scores(setup.splits["train"], scores)
-    labels: dict = {}
-    for line in (scores[str(r["id"])] for r in setup.splits["train"]):
-      labels[line["label"]] = labels.get(line["label"], 0) + 1
-    parts.log(f"difficulty: {labels}")
+    for split in splits:
+      setup.splits[split] = attach_scores(setup.splits[split], scores)
+      labels: dict = {}
+      for line in (scores[str(r["id"])] for r in setup.splits[split]):
+        labels[line["label"]] = labels.get(line["label"], 0) + 1
+      parts.log(f"difficulty ({split}): {labels}")
 
 
 # --- 5. Stage 1 ---------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ the ones a run logs: the trainer logs `signature/<name>` every step (its sampled
   em_after_failed_search      ReZero      EM / first search found no gold answer
   refine_has_answer           AutoRefine  <refine> blocks containing a gold answer / blocks
   step_relevance              R3-RAG      share of the gold passages retrieved / search step
+  em_medium_hard              UR²         EM / question of medium or hard difficulty (as the
+                                          start policy's samples scored it)
 
 "Found no gold answer": no gold answer string in the step's documents (cover match, SQuAD
 normalisation).  R3-RAG's relevance is the gold judge's (`ragjax.services.gold_judge`) computed
@@ -27,6 +29,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ragjax import registry
+from ragjax.data import curriculum
+from ragjax.data.schema import record_field
 from ragjax.metrics import answer_metrics, cover_exact_match
 from ragjax.rl.rewards.autorefine import refine_texts
 
@@ -89,6 +93,19 @@ def step_relevance(row, example: Mapping) -> Pair:
   if not gold or not steps:
     return 0.0, 0.0
   return float(sum(len(gold & set(ids)) / len(gold) for ids in steps)), float(len(steps))
+
+
+@signature("em_medium_hard")
+def em_medium_hard(row, example: Mapping) -> Pair:
+  """UR²: exact match on the questions of medium or hard difficulty (the records'
+  `difficulty_score` or label, `ragjax.data.curriculum.difficulty`); unscored questions do not
+  count."""
+  if record_field(example, "difficulty_score") is None and \
+      record_field(example, "difficulty") is None:
+    return 0.0, 0.0
+  if curriculum.difficulty(example)[0] not in ("medium", "hard"):
+    return 0.0, 0.0
+  return em(row, example), 1.0
 
 
 def pairs(name: str, rows: Sequence, examples: Sequence[Mapping]) -> tuple[np.ndarray, np.ndarray]:
