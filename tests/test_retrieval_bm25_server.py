@@ -13,7 +13,7 @@ import requests
 
 from _retrieval_helpers import free_port, server, small_corpus, start_server, stop_server, write_jsonl
 from ragjax.retrieval.bm25 import BM25Index
-from ragjax.retrieval.cache import CachedRetriever
+from ragjax.retrieval.query_cache import CachedRetriever
 from ragjax.retrieval.client import RetrievalError, SearchClient
 from ragjax.retrieval.index import build_index, open_index
 from ragjax.retrieval.types import Hit, Retriever

@@ -11,8 +11,8 @@ restarting server is waited out), other 4xx are not (the request itself is wrong
 stops after `max_retries` retries or when the call's overall `deadline` (seconds, shared by all
 requests of one `complete`) has passed, whichever comes first.  Every failure is one
 `ChatServiceError` naming the URL, the attempts and the cause; the replies that did arrive are
-on it (`partial`) and, with `cache_path`, already on disk (see `ragjax.services.cache`), so a
-rerun pays only for what is missing.
+on it (`partial`) and, with `cache_path`, already on disk (see `ragjax.services.reply_cache`),
+so a rerun pays only for what is missing.
 
 Counters a trainer can log (`stats()`): `requests_sent` (HTTP attempts), `retry_count`,
 `cache_hits`, `cache_misses`, `failures`.
@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 import requests
 
-from ragjax.services.cache import ChatCache, request_key, request_record
+from ragjax.services.reply_cache import ChatCache, request_key, request_record
 from ragjax.services.chat_model import (ChatServiceError, ChatServiceUnavailable, Completion,
                                         check_messages_list, check_sampling, check_stop)
 

@@ -44,7 +44,7 @@ import argparse
 import threading
 from typing import Mapping, Optional, Sequence, Union
 
-from ragjax.retrieval.cache import LRUCache
+from ragjax.retrieval.query_cache import LRUCache
 from ragjax.retrieval.types import Hit, Retriever, check_search_args
 from ragjax.services.chat_model import ChatModel, ChatServiceError
 from ragjax.services.templates import (UR2_FALLBACK, UR2_SUMMARY_FAILED, parse_ur2_summary,
@@ -256,7 +256,7 @@ def _make_proxy(ap, args) -> SummarisingRetriever:
     model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
                                            max_prompt_tokens=args.chat_max_prompt_tokens)
     if args.chat_cache:
-      from ragjax.services.cache import CachedChatModel
+      from ragjax.services.reply_cache import CachedChatModel
       model = CachedChatModel(model, args.chat_cache, model.name)
   return SummarisingRetriever(inner, model, task=args.task, mode=args.mode,
                               max_tokens=args.max_tokens, temperature=args.temperature,
