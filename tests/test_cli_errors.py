@@ -33,11 +33,11 @@ def cases(tmp):
         "--backend", "bm25"], f"{missing}.jsonl"),
       (["ragjax.retrieval.build", "--corpus", junk, "--out", f"{tmp}/i2", "--backend", "bm25"],
        "no usable passages"),
-      (["ragjax.retrieval.serve", "--index", missing], missing),
+      (["ragjax.retrieval.server", "--index", missing], missing),
       (["ragjax.retrieval.evaluate", "--index", missing, "--questions", f"{missing}.jsonl"],
        f"{missing}.jsonl"),
-      (["ragjax.services.serve", "--checkpoint", missing], missing),
-      (["ragjax.services.serve", "--checkpoint", empty], "config.json"),
+      (["ragjax.services.chat_server", "--checkpoint", missing], missing),
+      (["ragjax.services.chat_server", "--checkpoint", empty], "config.json"),
       # issue 46, item 10: a misspelt field, with or without --config=, at every entry point:
       # the field and ml-collections' suggestion, on one line without escapes.
       (["ragjax.train", "--config.sft.stepz=3"], ("'sft.stepz'", '"steps"')),
@@ -61,7 +61,7 @@ def cases(tmp):
        "rl.kl_coef", f"{tmp}/w19a"),
       (["ragjax.retrieval.evaluate", "--url", "http://127.0.0.1:9", "--questions", questions,
         "--deadline", "1"], "127.0.0.1:9"),
-      (["ragjax.services.serve", "--checkpoint", missing, "--max-wait-ms", "-5"],
+      (["ragjax.services.chat_server", "--checkpoint", missing, "--max-wait-ms", "-5"],
        "--max-wait-ms"),
       (["ragjax.data.prepare", "convert", questions, "--out", f"{tmp}/o.jsonl", "--limit", "-3"],
        "--limit", f"{tmp}/o.jsonl"),
@@ -72,7 +72,7 @@ def cases(tmp):
       (["ragjax.train", f"--config={tmp}/empty.py"], (f"{tmp}/empty.py", "get_config")),
       (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/bad_json"],
        f"{tmp}/bad_json/config.json"),
-      (["ragjax.services.serve", "--checkpoint", f"{tmp}/bad_json"],
+      (["ragjax.services.chat_server", "--checkpoint", f"{tmp}/bad_json"],
        f"{tmp}/bad_json/config.json"),
       (["ragjax.rollout.viewer", f"{tmp}/binary.jsonl"], f"{tmp}/binary.jsonl"),
       (["ragjax.rollout.viewer", f"{tmp}/empty.jsonl"], f"{tmp}/empty.jsonl", f"{tmp}/empty.html"),
@@ -83,14 +83,14 @@ def cases(tmp):
       # items 14-16: a damaged checkpoint is one line naming the file, before any work
       (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/corrupt"],
        f"{tmp}/corrupt/model.safetensors"),
-      (["ragjax.services.serve", "--checkpoint", f"{tmp}/corrupt"],
+      (["ragjax.services.chat_server", "--checkpoint", f"{tmp}/corrupt"],
        f"{tmp}/corrupt/model.safetensors"),
       (["ragjax.train", TINY, f"--config.model.checkpoint={tmp}/corrupt",
         f"--config.workdir={tmp}/w14"], f"{tmp}/corrupt/model.safetensors", f"{tmp}/w14"),
       (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/no_vocab"],
        (f"{tmp}/no_vocab/config.json", "vocab_size")),
-      # ... and --port 0 (any free port) is taken by every server, as retrieval.serve took it
-      (["ragjax.services.serve", "--checkpoint", missing, "--port", "0"], missing),
+      # ... and --port 0 (any free port) is taken by every server, as retrieval.server took it
+      (["ragjax.services.chat_server", "--checkpoint", missing, "--port", "0"], missing),
       (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
         "--chat-model", "m", "--port", "0"], missing),
   ]

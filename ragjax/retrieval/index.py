@@ -1,4 +1,4 @@
-"""The index directory: one layout that `serve`, `evaluate` and the rollout open with one call.
+"""The index directory: one layout that `server`, `evaluate` and the rollout open with one call.
 
 ```
 DIR/index.json        backend, encoder settings, sizes, ScaNN config, ingest summary, and the

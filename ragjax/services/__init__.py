@@ -5,8 +5,8 @@
 * `OpenAIChatClient` (http_client.py): any OpenAI-compatible endpoint, with retries, a deadline,
   concurrency and a disk cache (`ChatCache`, reply_cache.py; `CachedChatModel` wraps any model).
 * `LocalChatModel` (local.py): a ragjax decoder in this process, batched on the `Sampler`.
-* `python -m ragjax.services.serve` (serve.py, batcher.py): an OpenAI-compatible server on a
-  `LocalChatModel` that batches concurrent requests into one decode.
+* `python -m ragjax.services.chat_server` (chat_server.py, batcher.py): an OpenAI-compatible
+  server on a `LocalChatModel` that batches concurrent requests into one decode.
 * Templates (templates.py): the ReZero, R3-RAG and UR² judge / summariser / teacher prompts
   with their parsers; `TemplateJudge` (judge.py) runs one over a `ChatModel`.
 * `SummarisingRetriever` (proxy.py): UR²'s LLM-summarised retrieval, a `Retriever`, servable

@@ -3,7 +3,7 @@
     chat = OpenAIChatClient("http://127.0.0.1:8001/v1", "judge", cache_path="runs/judge.jsonl")
     replies = chat.complete([[{"role": "user", "content": "2 + 2?"}]], max_tokens=8)
 
-vLLM, SGLang, hosted APIs and `python -m ragjax.services.serve` all speak it.  One POST per
+vLLM, SGLang, hosted APIs and `python -m ragjax.services.chat_server` all speak it.  One POST per
 conversation, up to `max_concurrency` in flight (a thread pool; a batching server such as
 ragjax's or vLLM's merges them into one decode).  Each request has a connect/read `timeout`;
 connection errors, timeouts, 429 and 5xx are retried with jittered exponential backoff (a

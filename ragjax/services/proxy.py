@@ -227,7 +227,7 @@ def main(argv=None):
   with exit_on_user_error("ragjax.services.proxy"):    # a wrong index, route or checkpoint
     proxy = _make_proxy(ap, args)
   from ragjax.http_server import serve
-  from ragjax.retrieval.serve import make_app
+  from ragjax.retrieval.server import make_app
   info = {"summariser": args.chat_url or args.chat_checkpoint, "task": args.task,
           "mode": args.mode, "source": args.index or args.url,
           "routes": sorted(s.partition("=")[0] for s in args.route)}
