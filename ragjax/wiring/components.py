@@ -305,7 +305,7 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
   greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=sampler_mesh,
                        hooks=[], evaluation=True)
   if jax.process_count() > 1:      # each process rolls out its share of every step
-    from ragjax.rollout.distributed import ProcessShardedEngine
+    from ragjax.rollout.process_sharded import ProcessShardedEngine
     engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
