@@ -88,20 +88,20 @@ def fit_prompt(ids: list, inp, limit: Optional[int], stats: collections.Counter)
   return list(ids[:head]) + list(ids[len(ids) - (limit - head):])
 
 
-def start_wave(policy, records, inputs, uids, prompt_ids, group_size: int, seed, first_row: int,
+def start_wave(sampler, records, inputs, uids, prompt_ids, group_size: int, seed, first_row: int,
                spare: int, held: int, key_ids: Optional[list], make_rows) -> Wave:
   """Prefills the first `held` prompts' groups and the spare rows (copies of the first prompt,
   set done and free); the other prompts are queued.  `make_rows(state, free)` is the wave's
   `RowStore`."""
   g = group_size
-  extra = spare_prompts(held, g, spare, getattr(policy, "row_multiple", 1))
+  extra = spare_prompts(held, g, spare, getattr(sampler, "row_multiple", 1))
   keyed = {} if key_ids is None else {
       "row_ids": row_ids(key_ids, list(range(held)) + [0] * extra, g)}
-  state = policy.prefill(list(prompt_ids[:held]) + [prompt_ids[0]] * extra,
-                         samples_per_prompt=g, seed=seed, first_row=first_row, **keyed)
+  state = sampler.prefill(list(prompt_ids[:held]) + [prompt_ids[0]] * extra,
+                          samples_per_prompt=g, seed=seed, first_row=first_row, **keyed)
   free = list(range(held * g, (held + extra) * g))
   if free:
-    state = policy.set_done(state, free)
+    state = sampler.set_done(state, free)
   wave = Wave(records=list(records), inputs=list(inputs), uids=list(uids),
               prompt_ids=list(prompt_ids), group_size=g, seed=int(seed), first_row=first_row,
               key_ids=key_ids, rows=make_rows(state, free), queue=list(range(held, len(inputs))))
