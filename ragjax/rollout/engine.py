@@ -112,10 +112,10 @@ class RolloutEngine:
     hold one wave, not the batch.  With `EngineConfig.refill` (the default) the waves are not
     fixed: when G sampler rows are free, the next prompt's group is prefilled into them while
     the other rows go on, so short rows do not wait for the wave's longest.  Row b of the whole
-    batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or slot, so waves change
-    memory and speed, not trajectories.  `key_ids` (one int per prompt, with a sampler whose
-    `prefill` / `refill` take `row_ids`) replaces the batch position: sample g of prompt p
-    draws with fold_in(PRNGKey(seed), key_ids[p] + g), so a prompt samples the same text in
+    batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or sampler row, so waves
+    change memory and speed, not trajectories.  `key_ids` (one int per prompt, with a sampler
+    whose `prefill` / `refill` take `row_ids`) replaces the batch position: sample g of prompt
+    p draws with fold_in(PRNGKey(seed), key_ids[p] + g), so a prompt samples the same text in
     any batch (evaluation keys each question by its id and text)."""
     t_start = time.perf_counter()
     dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids,
@@ -207,7 +207,8 @@ class RolloutEngine:
       samples += [(index[r], d) for d in self.context.samples(row)]
       meta = RowMeta(
           row=index[r], group_id=row.group_id, prompt_index=prompt_offset + row.prompt_index,
-          sample_index=row.sample_index, sampler_row=row.slot, cloned_at_turn=row.cloned_at_turn,
+          sample_index=row.sample_index, sampler_row=row.sampler_row,
+          cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
           response_text=self.context.response(row), turns=row.records)

@@ -37,12 +37,12 @@ class Wave:
   rows: RowStore
   queue: list
 
-  def add_group(self, p: int, slots) -> None:
-    """Rows of prompt p's G samples (batch rows p * G + g), decoding in sampler rows `slots`."""
+  def add_group(self, p: int, sampler_rows) -> None:
+    """Rows of prompt p's G samples (batch rows p * G + g), decoding in `sampler_rows`."""
     g = self.group_size
-    for j, slot in enumerate(slots):
+    for j, sampler_row in enumerate(sampler_rows):
       self.rows.add(p * g + j, Row.for_prompt(
-          self.prompt_ids[p], slot, group_id=self.uids[p], prompt_index=p, sample_index=j))
+          self.prompt_ids[p], sampler_row, group_id=self.uids[p], prompt_index=p, sample_index=j))
 
   def row_ids(self, prompts) -> list[int]:
     """The sampling key index of each row of `prompts` (wave positions): key_ids[p] + sample."""
@@ -60,12 +60,12 @@ class Wave:
       return []
     rows.free.sort()
     prompts, self.queue = self.queue[:k], self.queue[k:]
-    slots, rows.free = rows.free[:k * g], rows.free[k * g:]
+    sampler_rows, rows.free = rows.free[:k * g], rows.free[k * g:]
     keyed = {} if self.key_ids is None else {"row_ids": self.row_ids(prompts)}
-    rows.refill(slots, [self.prompt_ids[p] for p in prompts], samples_per_prompt=g,
+    rows.refill(sampler_rows, [self.prompt_ids[p] for p in prompts], samples_per_prompt=g,
                 seed=self.seed, first_row=self.first_row + prompts[0] * g, **keyed)
     for i, p in enumerate(prompts):
-      self.add_group(p, slots[i * g:(i + 1) * g])
+      self.add_group(p, sampler_rows[i * g:(i + 1) * g])
     rows.stats["refilled_groups"] += k
     return [p * g + j for p in prompts for j in range(g)]
 
