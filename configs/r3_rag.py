@@ -15,7 +15,7 @@ Real sizes need `model.checkpoint` (the instruct model), `data.train_files` (RL 
 `r3.cold_start_files` for the cold-start questions), `data.dev_files`, `retriever.index` or
 `retriever.url`, a teacher (`teacher.url`, e.g. https://api.deepseek.com with
 teacher.api_key_env) and a judge (`judge.url`: Qwen2.5-14B-Instruct behind any OpenAI-compatible
-server, e.g. `python -m ragjax.services.serve`).  Hyperparameters: §3.4 / §3.5 tables
+server, e.g. `python -m ragjax.services.chat_server`).  Hyperparameters: §3.4 / §3.5 tables
 (actor lr 5e-7, critic 9e-6, KL 0.01 in the reward, 64 prompts x 4 samples at temperatures
 0.1/0.4/0.7/1.0, mini-batch 64, micro 4, GAE gamma = lambda = 1, clip 0.2, warmup 0.03; SFT lr
 7e-6 Qwen / 1e-5 Llama, batch 16 / 8, 3 epochs (LLaMA-Factory's default in the released

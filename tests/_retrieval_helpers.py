@@ -74,7 +74,7 @@ def run_module(*args) -> subprocess.CompletedProcess:
 def start_server(index_dir: str, port: int, *extra: str) -> subprocess.Popen:
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = xla_flags()
-  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.serve", "--index", index_dir,
+  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.server", "--index", index_dir,
                            "--port", str(port), *extra], cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.time() + 90

@@ -50,8 +50,8 @@ def test_entry_points_refuse_a_cpu_only_jax_when_an_accelerator_is_expected(tmp_
        env(RAGJAX_EXPECT_BACKEND="tpu"), "ragjax.evaluate", "tpu"),
       (["ragjax.ablate", TINY, work, "--b", "b:"], env(RAGJAX_EXPECT_BACKEND="gpu"),
        "ragjax.ablate", "gpu"),
-      (["ragjax.services.serve", "--checkpoint", str(tmp_path)], env(RAGJAX_EXPECT_BACKEND="gpu"),
-       "ragjax.services.serve", "gpu"),
+      (["ragjax.services.chat_server", "--checkpoint", str(tmp_path)],
+       env(RAGJAX_EXPECT_BACKEND="gpu"), "ragjax.services.chat_server", "gpu"),
       # a train run's --target, and a paper config's `hardware`, expect their accelerator
       (["ragjax.train", TINY, work, "--target=v5p-32"], env(), "ragjax.train", "tpu"),
       (["ragjax.train", "--config=configs/search_r1.py:qwen2.5-3b", work], env(),

@@ -154,7 +154,7 @@ def test_judge_failures_fall_back_and_unparsed_replies_score_zero():
 
 def test_the_judges_ask_within_the_configured_judge_budget():
   """The judges' templates ask for 512 tokens (§3.3); a judge served with a smaller cap
-  (`serve --max-new-tokens 64`, `--config.judge.max_new_tokens=64`) refused every such request
+  (`chat_server --max-new-tokens 64`, `--config.judge.max_new_tokens=64`) refused every such request
   (400: every relevance score the heuristic, every Acc_model False), and an in-process judge
   with max_new_tokens=64 raised.  The recipe's judge asks within `judge.max_new_tokens`."""
   import importlib.util
@@ -162,7 +162,7 @@ def test_the_judges_ask_within_the_configured_judge_budget():
   from ragjax.recipes import r3_rag
   from ragjax.wiring.chat_services import make_chat
   from ragjax.services.chat_model import ReplyBudget
-  from ragjax.services.serve import ServerThread, make_app
+  from ragjax.services.chat_server import ServerThread, make_app
   spec = importlib.util.spec_from_file_location(
       "r3_config", os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "r3_rag.py"))
   mod = importlib.util.module_from_spec(spec)

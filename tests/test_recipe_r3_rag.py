@@ -3,7 +3,7 @@ the synthetic world with a real BM25 index and the real engine: the cold-start d
 scripted teacher), SFT on its step samples exported as HF safetensors, then step-level PPO with
 a critic; every judge call (rejection sampling's Acc_model, the step rewards' relevance and
 Acc_model, evaluation ACC) goes to a random Qwen2 checkpoint served by
-`python -m ragjax.services.serve` on 127.0.0.1 (its replies do not parse: relevance 0,
+`python -m ragjax.services.chat_server` on 127.0.0.1 (its replies do not parse: relevance 0,
 Acc_model False, the spec's defaults).  The RL stage then resumes from its step-1 checkpoint
 (the state a kill during step 2 leaves: the step-2 checkpoint and outputs removed) and gives
 the same metrics, policy and evaluation as the uninterrupted run.  One run of each, shared by

@@ -13,7 +13,7 @@ import requests
 
 from _retrieval_helpers import free_port, server, small_corpus, start_server, stop_server, write_jsonl
 from ragjax.retrieval.bm25 import BM25Index
-from ragjax.retrieval.cache import CachedRetriever
+from ragjax.retrieval.query_cache import CachedRetriever
 from ragjax.retrieval.client import RetrievalError, SearchClient
 from ragjax.retrieval.index import build_index, open_index
 from ragjax.retrieval.types import Hit, Retriever
@@ -242,14 +242,14 @@ def test_server_refuses_oversized_and_malformed_requests_with_4xx(bm25_dir):
 
 
 def test_server_on_port_0_prints_its_address_and_serves_no_docs_pages(bm25_dir):
-  """`--port 0` takes any free port and prints the address (issue 46: services.serve and the
+  """`--port 0` takes any free port and prints the address (issue 46: services.chat_server and the
   proxy refused 0, this one took it and said nothing); FastAPI's /docs pages are not served."""
   import queue
   import subprocess
   import sys
   from _retrieval_helpers import REPO
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.serve", "--index", bm25_dir,
+  proc = subprocess.Popen([sys.executable, "-m", "ragjax.retrieval.server", "--index", bm25_dir,
                            "--port", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   lines: queue.Queue = queue.Queue()

@@ -86,13 +86,13 @@ def _usage_error(main, argv, capsys):
 
 
 @pytest.mark.parametrize("module,argv,flag,says", [
-    ("serve", ["--port", "70000"], "--port", "1..65535"),
-    ("serve", ["--port", "-1"], "--port", "1..65535"),
-    ("serve", ["--topk", "0"], "--topk", ">= 1"),
-    ("serve", ["--cache-size", "-5"], "--cache-size", ">= 0"),
-    ("serve", ["--max-queries", "0"], "--max-queries", ">= 1"),
-    ("serve", ["--max-query-chars", "-1"], "--max-query-chars", ">= 1"),
-    ("serve", ["--topk", "10", "--max-topk", "5"], "--topk", "<= --max-topk (5)"),
+    ("server", ["--port", "70000"], "--port", "1..65535"),
+    ("server", ["--port", "-1"], "--port", "1..65535"),
+    ("server", ["--topk", "0"], "--topk", ">= 1"),
+    ("server", ["--cache-size", "-5"], "--cache-size", ">= 0"),
+    ("server", ["--max-queries", "0"], "--max-queries", ">= 1"),
+    ("server", ["--max-query-chars", "-1"], "--max-query-chars", ">= 1"),
+    ("server", ["--topk", "10", "--max-topk", "5"], "--topk", "<= --max-topk (5)"),
     ("evaluate", ["--batch", "0"], "--batch", ">= 1"),
     ("evaluate", ["--limit", "-3"], "--limit", ">= 1"),
     ("evaluate", ["--k", "0"], "--k", ">= 1"),
@@ -103,7 +103,7 @@ def _usage_error(main, argv, capsys):
 def test_out_of_range_numbers_are_usage_errors_naming_the_flag(tmp_path, capsys, module, argv, flag, says):
   import importlib
   main = importlib.import_module(f"ragjax.retrieval.{module}").main
-  required = {"serve": ["--index", str(tmp_path)],
+  required = {"server": ["--index", str(tmp_path)],
               "evaluate": ["--index", str(tmp_path), "--questions", str(tmp_path / "q.json")],
               "build": ["--corpus", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "o")]}[module]
   line = _usage_error(main, required + argv, capsys)
@@ -121,7 +121,7 @@ def test_build_checks_scann_overrides(tmp_path, capsys):
 
 
 def test_serve_port_out_of_range_exits_2_without_listening(tmp_path):
-  r = run_module("ragjax.retrieval.serve", "--index", str(tmp_path), "--port", "70000")
+  r = run_module("ragjax.retrieval.server", "--index", str(tmp_path), "--port", "70000")
   assert r.returncode == 2 and "argument --port: must be a TCP port in 1..65535" in r.stderr
   assert "Traceback" not in r.stderr
 

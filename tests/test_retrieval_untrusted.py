@@ -56,7 +56,7 @@ def test_command_lines_refuse_an_index_with_a_pickle(tmp_path):
   questions = tmp_path / "q.jsonl"
   write_jsonl(questions, [{"id": "q", "question": "Qessa astronomy", "golden_answers": ["x"]}])
   for cli in (("ragjax.retrieval.evaluate", "--questions", str(questions)),
-              ("ragjax.retrieval.serve", "--port", "0")):
+              ("ragjax.retrieval.server", "--port", "0")):
     r = run_module(*cli, "--index", str(index_dir))
     assert r.returncode == 2, (cli, r.stderr)
     assert planted in r.stderr and "--allow-pickle" in r.stderr and "Traceback" not in r.stderr

@@ -35,7 +35,7 @@ def test_only_adapters_train_and_are_checkpointed_reference_is_the_base(tmp_path
   # the sampler decodes with base + adapters merged
   merged = merge(t.frozen, t.state.params, LoraConfig(rank=4, alpha=8.0))
   t._rollout(t.eval_engine, t.dev_data[:1], [0], 1, jax.random.PRNGKey(0))
-  for a, b in zip(leaves(merged), leaves(t.eval_engine.policy.params)):
+  for a, b in zip(leaves(merged), leaves(t.eval_engine.sampler.params)):
     np.testing.assert_allclose(a, b, atol=1e-6)
   for a, b in zip(leaves(merged), leaves(t.final_params())):
     np.testing.assert_allclose(a, b, atol=1e-6)

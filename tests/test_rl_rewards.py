@@ -99,7 +99,7 @@ def test_record_fields_and_per_step_rewards_combine():
            TurnRecord(1, "search", "<search> p </search>", doc_texts=('"Paris"\nParis.',)),
            TurnRecord(2, "answer", "<answer> The Paris! </answer>")]
   c = RewardContext(row(turns=turns, refine_texts=["it is Paris"]), {"golden_answers": ["Paris"]})
-  assert c.row.num_steps == 3
+  assert c.row.num_turns == 3
   res = combine_rewards({"test_step_relevance": 1.0, "em": 2.0, "refine_cover_em": 0.1}, c,
                         record="nq-17")
   assert res.per_step == pytest.approx([-0.1, 0.6, -0.1 + 2.0 + 0.1])

@@ -84,7 +84,7 @@ class FlakyEngine:
 
   def __init__(self, engine, failures):
     self.engine, self.failures, self.calls = engine, failures, 0
-    self.policy = engine.policy
+    self.sampler = engine.sampler
 
   def run(self, *args, **kwargs):
     from ragjax.retrieval.client import RetrievalUnavailable

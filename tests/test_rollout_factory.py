@@ -35,15 +35,15 @@ def test_a_reused_sampler_compiles_once_and_rolls_out_as_a_fresh_one():
   first, second = (init_params(cfg, jax.random.PRNGKey(s)) for s in (0, 1))
   a = make_engine(c, cfg, first, tok, ret, greedy=True, hooks=[], evaluation=True)
   a.run(PROMPTS, samples_per_prompt=1, seed=0)
-  traced = dict(a.policy.trace_counts)
+  traced = dict(a.sampler.trace_counts)
   b = make_engine(c, cfg, second, tok, ret, greedy=True, hooks=[], evaluation=True,
-                  sampler=a.policy)
+                  sampler=a.sampler)
   shared = b.run(PROMPTS, samples_per_prompt=1, seed=0)
-  assert b.policy is a.policy and dict(b.policy.trace_counts) == traced   # nothing retraced
+  assert b.sampler is a.sampler and dict(b.sampler.trace_counts) == traced   # nothing retraced
   fresh = make_engine(c, cfg, second, tok, ret, greedy=True, hooks=[], evaluation=True)
   assert _tokens(shared) == _tokens(fresh.run(PROMPTS, samples_per_prompt=1, seed=0))
   with pytest.raises(ValueError, match="another model, sampler config or mesh"):
-    make_engine(c, cfg, second, tok, ret, greedy=False, hooks=[], sampler=a.policy)
+    make_engine(c, cfg, second, tok, ret, greedy=False, hooks=[], sampler=a.sampler)
 
 
 def test_the_cpu_attention_kernel_is_a_config_field_a_resume_may_change():
@@ -61,8 +61,8 @@ def test_the_cpu_attention_kernel_is_a_config_field_a_resume_may_change():
   off.sampler.cpu_attention_kernel = False
   for conf, want in ((c, cpu_attention.available()), (off, False)):
     engine = make_engine(conf, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True)
-    assert engine.policy.config.cpu_attention_kernel is conf.sampler.cpu_attention_kernel
-    assert engine.policy.cpu_kernel is want
+    assert engine.sampler.config.cpu_attention_kernel is conf.sampler.cpu_attention_kernel
+    assert engine.sampler.cpu_kernel is want
   assert config_fingerprint(c.to_dict()) == config_fingerprint(off.to_dict())
   off.sampler.temperature = 0.5               # a field that does change the run
   assert config_fingerprint(c.to_dict()) != config_fingerprint(off.to_dict())

@@ -54,12 +54,12 @@ def conversations(n: int, offset: int = 0) -> list[list[dict]]:
 
 
 def start_chat_server(port: int, *extra: str) -> subprocess.Popen:
-  """`python -m ragjax.services.serve` on 127.0.0.1:port, returned once /health answers."""
+  """`python -m ragjax.services.chat_server` on 127.0.0.1:port, returned once /health answers."""
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.Popen(
-      [sys.executable, "-m", "ragjax.services.serve", "--checkpoint", checkpoint_dir(), "--port",
-       str(port), "--model-name", "judge", "--max-batch", "8", "--max-prompt-tokens",
+      [sys.executable, "-m", "ragjax.services.chat_server", "--checkpoint", checkpoint_dir(),
+       "--port", str(port), "--model-name", "judge", "--max-batch", "8", "--max-prompt-tokens",
        str(MAX_PROMPT), "--max-new-tokens", "64", *extra],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   deadline = time.time() + 120

@@ -14,10 +14,10 @@ import pytest
 
 from _retrieval_helpers import free_port, stop_server
 from test_services_fixtures import conversations, local_model, start_chat_server
-from ragjax.services.cache import CachedChatModel, ChatCache
+from ragjax.services.reply_cache import CachedChatModel, ChatCache
 from ragjax.services.chat_model import ChatServiceError
 from ragjax.services.http_client import OpenAIChatClient, chat_completions_url
-from ragjax.services.serve import ServerThread, make_app
+from ragjax.services.chat_server import ServerThread, make_app
 
 
 def test_killed_server_is_retried_then_fails_clearly_and_a_restart_within_the_deadline_succeeds(

@@ -13,7 +13,7 @@ from ragjax.rollout.chat import render_chat
 from ragjax.services.chat_model import ChatModel, ChatServiceError
 from ragjax.services.http_client import OpenAIChatClient
 from ragjax.services.local import PromptTooLong
-from ragjax.services.serve import ServerThread, main as serve_main, make_app
+from ragjax.services.chat_server import ServerThread, main as serve_main, make_app
 
 
 def _hf(chat=True):
@@ -279,7 +279,7 @@ def test_server_answers_bad_requests_with_4xx_naming_the_field():
 
 
 def test_serve_cli_validates_the_port(capsys):
-  for bad in ("-1", "70000", "http"):     # 0 is any free port, as for ragjax.retrieval.serve
+  for bad in ("-1", "70000", "http"):     # 0 is any free port, as for ragjax.retrieval.server
     with pytest.raises(SystemExit):
       serve_main(["--checkpoint", checkpoint_dir(), "--port", bad])
     assert "argument --port" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from ragjax.retrieval.types import Hit, Retriever
 from ragjax.rollout.protocols import ur2 as ur2_protocol
 from ragjax.services.chat_model import ChatServiceError
 from ragjax.services.proxy import SummarisingRetriever, main as proxy_main
-from ragjax.services.serve import ServerThread, make_app
+from ragjax.services.chat_server import ServerThread, make_app
 from ragjax.services.templates import UR2_FALLBACK, UR2_NO_FINAL_INFORMATION, UR2_SUMMARY_FAILED
 from _xla_helpers import xla_flags
 
@@ -123,7 +123,7 @@ def test_proxy_routes_by_task_and_handles_model_failures():
 
 
 def test_proxy_cli_validates_the_port(capsys):
-  for bad in ("-1", "65536"):             # 0 is any free port, as for ragjax.retrieval.serve
+  for bad in ("-1", "65536"):             # 0 is any free port, as for ragjax.retrieval.server
     with pytest.raises(SystemExit):
       proxy_main(["--index", "unused", "--chat-url", "http://127.0.0.1:1", "--port", bad])
     assert "argument --port: must be a TCP port in 1..65535" in capsys.readouterr().err
@@ -179,7 +179,7 @@ def test_proxy_routes_corpora_by_task_and_takes_contexts_over_http():
   """QA queries search the 'qa' route's corpus, the rest the default one; a served proxy gets
   each query's task and reasoning so far as `contexts` (what the UR² rollout sends)."""
   from ragjax.retrieval.routing import RoutedRetriever
-  from ragjax.retrieval.serve import make_app as retrieval_app
+  from ragjax.retrieval.server import make_app as retrieval_app
   from _rollout_helpers import StaticRetriever
   abstracts = CountingRetriever(StaticRetriever(['"Abstract"\nAn abstract about Quillport.']))
   full = CountingRetriever(bm25_retriever())

@@ -149,10 +149,10 @@ def test_knowledge_access_from_config(tmp_path):
   from _rollout_helpers import PASSAGES
   from ragjax.retrieval.index import build_index
   from ragjax.retrieval.routing import RoutedRetriever
-  from ragjax.retrieval.serve import make_app
+  from ragjax.retrieval.server import make_app
   from ragjax.wiring import components as parts
   from ragjax.services.proxy import SummarisingRetriever
-  from ragjax.services.serve import ServerThread
+  from ragjax.services.chat_server import ServerThread
   corpus = write_jsonl(str(tmp_path / "c.jsonl"),
                        [{"id": i, "contents": f'"{t}"\n{x}'} for i, t, x in PASSAGES])
   for name in ("full", "abstracts"):

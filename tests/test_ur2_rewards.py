@@ -88,7 +88,7 @@ def test_math_judge_scores_partial_answers_over_http():
   """After a failed rule check the paper's judge prompt decides (Correct 2, Partially correct
   1, Incorrect 0), here through an OpenAI-compatible server on 127.0.0.1 (`judge_url`)."""
   from fastapi import FastAPI
-  from ragjax.services.serve import ServerThread
+  from ragjax.services.chat_server import ServerThread
   seen = []
   app = FastAPI()
 

@@ -29,19 +29,19 @@ from ragjax.wiring.config_files import apply_overrides, load_config
 
 
 class CountingPolicy:
-  """The engine's policy, counting decode calls and the rows each one had live."""
+  """The engine's sampler, counting decode calls and the rows each one had live."""
 
-  def __init__(self, policy):
-    self.policy, self.decodes, self.live = policy, 0, []
+  def __init__(self, sampler):
+    self.sampler, self.decodes, self.live = sampler, 0, []
 
   def decode(self, state):
     done = np.asarray(state.finished)
     self.decodes += 1
     self.live.append(float((~done).mean()))
-    return self.policy.decode(state)
+    return self.sampler.decode(state)
 
   def __getattr__(self, name):
-    return getattr(self.policy, name)
+    return getattr(self.sampler, name)
 
 
 def rollout(c, cfg, params, tok, retriever, questions, samples: int, wave: int, refill: bool):
@@ -50,8 +50,8 @@ def rollout(c, cfg, params, tok, retriever, questions, samples: int, wave: int, 
   c.rollout.wave_rows, c.rollout.refill = wave, refill
   engine = make_engine(c, cfg, params, tok, retriever, greedy=True, hooks=[], evaluation=True)
   engine.run(questions, samples_per_prompt=samples, seed=c.seed)       # warm-up (compiles)
-  counting = CountingPolicy(engine.policy)
-  engine.policy = counting
+  counting = CountingPolicy(engine.sampler)
+  engine.sampler = counting
   t0 = time.perf_counter()
   batch = engine.run(questions, samples_per_prompt=samples, seed=c.seed)
   seconds = time.perf_counter() - t0

@@ -4,7 +4,7 @@
 
 1. Encode throughput: MiniLM passages/s on passages of the served corpus, the build's encoder
    (batch 64, bucketed widths), timed after a warm-up pass compiled its buckets.
-2. Server: `python -m ragjax.retrieval.serve` on the tuned MiniLM ScaNN index (--index, e.g. the
+2. Server: `python -m ragjax.retrieval.server` on the tuned MiniLM ScaNN index (--index, e.g. the
    31k corpus from part 3), requests of 64 distinct questions; queries/s and the mean time split
    from each reply's "timing", with 1 client and with 4 concurrent clients, beside the same
    batches searched in process (no HTTP), rounds alternating (best of --repeats).  The server
@@ -88,7 +88,7 @@ def server_throughput(index_dir: str, repeats: int, batch: int = 64, batches: in
   texts = list(dict.fromkeys(read_queries(QUESTIONS)))[:batch * batches]
   groups = [texts[i:i + batch] for i in range(0, len(texts), batch)]
   in_proc = open_index(index_dir)
-  proc, url = serving.start("ragjax.retrieval.serve", "--index", index_dir, "--cache-size", "0")
+  proc, url = serving.start("ragjax.retrieval.server", "--index", index_dir, "--cache-size", "0")
   try:
     runs: dict = {}
 
@@ -113,7 +113,7 @@ def server_throughput(index_dir: str, repeats: int, batch: int = 64, batches: in
   for r in runs.values():
     r["qps"] = round(len(texts) / r["seconds"], 1)
     r["seconds"] = round(r["seconds"], 2)
-  proc, url = serving.start("ragjax.retrieval.serve", "--index", index_dir)  # cache by query text
+  proc, url = serving.start("ragjax.retrieval.server", "--index", index_dir)  # cache by query text
   try:
     first, t_first = _serve_pass(url, groups, 1)
     second, t_second = _serve_pass(url, groups, 1)

@@ -7,7 +7,7 @@ Writes a random Qwen2-shaped checkpoint with a BPE tokenizer trained here (chat 
 included) to a temporary directory, then, greedy and on the same prompts:
 
 1. in process: `LocalChatModel.complete(prompts)` (one call, chunked to `--max-batch` rows);
-2. server: `python -m ragjax.services.serve` in its own process on 127.0.0.1, called by
+2. server: `python -m ragjax.services.chat_server` in its own process on 127.0.0.1, called by
    `OpenAIChatClient` with every prompt in flight at once (one request per prompt; the server
    batches them), and again with one request at a time (what batching saves).
 
@@ -80,7 +80,7 @@ def main(argv=None):
     kw = dict(max_tokens=args.max_tokens, temperature=0.0)
     ref = model.generate(prompts, **kw)                                     # warm-up
     proc, url = serving.start(
-        "ragjax.services.serve", "--checkpoint", ckpt, "--model-name", "bench", "--max-batch",
+        "ragjax.services.chat_server", "--checkpoint", ckpt, "--model-name", "bench", "--max-batch",
         str(args.max_batch), "--max-new-tokens", str(args.max_tokens), "--max-prompt-tokens",
         "256", "--max-wait-ms", str(args.max_wait_ms))
     try:

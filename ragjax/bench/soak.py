@@ -2,8 +2,8 @@
 
     python -m ragjax.bench.soak [--retrieve-requests 2000] [--chat-requests 200] [--clients 16]
 
-1. `python -m ragjax.retrieval.serve` over a BM25 index of the synthetic world's corpus;
-2. `python -m ragjax.services.serve` over a small random Qwen2-shaped checkpoint
+1. `python -m ragjax.retrieval.server` over a BM25 index of the synthetic world's corpus;
+2. `python -m ragjax.services.chat_server` over a small random Qwen2-shaped checkpoint
    (`bench.services.make_checkpoint`).
 
 Each server runs in its own process on 127.0.0.1 and gets a fixed number of requests from
@@ -145,8 +145,8 @@ def main(argv=None) -> int:
         n = 1 + i % 8
         return {"queries": [questions[j] for j in rng.integers(0, len(questions), n)],
                 "topk": 1 + i % 10}
-      results.append({"server": "ragjax.retrieval.serve (BM25, world corpus)", **run_server(
-          "ragjax.retrieval.serve", ["--index", index], "/retrieve", good_retrieve,
+      results.append({"server": "ragjax.retrieval.server (BM25, world corpus)", **run_server(
+          "ragjax.retrieval.server", ["--index", index], "/retrieve", good_retrieve,
           hostile_retrieve, a.retrieve_requests, a)})
     if a.chat_requests:
       from ragjax.bench.services import make_checkpoint
@@ -156,8 +156,8 @@ def main(argv=None) -> int:
       def good_chat(i):
         return {"model": "bench", "max_tokens": a.chat_max_tokens, "temperature": 0.0,
                 "messages": [{"role": "user", "content": f"Who founded the observatory? {i}"}]}
-      results.append({"server": "ragjax.services.serve (random 2-layer Qwen2)", **run_server(
-          "ragjax.services.serve", ["--checkpoint", ckpt, "--model-name", "bench",
+      results.append({"server": "ragjax.services.chat_server (random 2-layer Qwen2)", **run_server(
+          "ragjax.services.chat_server", ["--checkpoint", ckpt, "--model-name", "bench",
                                     "--max-batch", "16", "--max-new-tokens", "64",
                                     "--max-prompt-tokens", "256"],
           "/v1/chat/completions", good_chat, hostile_chat, a.chat_requests, a)})

@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from ragjax.retrieval.cache import LRUCache
+from ragjax.retrieval.query_cache import LRUCache
 from ragjax.retrieval.types import Hit
 
 

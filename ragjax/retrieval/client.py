@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import requests
 
 from ragjax.errors import ServiceUnavailable
-from ragjax.retrieval.cache import LRUCache, cached_search
+from ragjax.retrieval.query_cache import LRUCache, cached_search
 from ragjax.retrieval.types import Hit, check_search_args
 
 

@@ -1,4 +1,4 @@
-"""The index directory: one layout that `serve`, `evaluate` and the rollout open with one call.
+"""The index directory: one layout that `server`, `evaluate` and the rollout open with one call.
 
 ```
 DIR/index.json        backend, encoder settings, sizes, ScaNN config, ingest summary, and the
@@ -206,6 +206,6 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
   else:
     raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
   if cache_size:
-    from ragjax.retrieval.cache import CachedRetriever
+    from ragjax.retrieval.query_cache import CachedRetriever
     retriever = CachedRetriever(retriever, cache_size)
   return retriever

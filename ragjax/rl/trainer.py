@@ -231,7 +231,7 @@ class Trainer:
 
   def _rollout(self, engine, prompts: Sequence[Mapping], uids: Sequence[int], group_size: int,
                rng) -> RolloutBatch:
-    engine.policy.set_params(self.policy_params())
+    engine.sampler.set_params(self.policy_params())
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 

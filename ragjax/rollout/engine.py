@@ -10,7 +10,7 @@ hooks make through `hooks.RowEditor`; the retrieval request, call, hits and timi
 from a new prompt each turn -- is `contexts`.  The engine keeps no state between runs; each
 wave's is a `Wave`.
 
-`policy` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
+`sampler` implements `ragjax.rollout.policy.Policy` (the JAX Sampler, the teacher, test doubles);
 `retriever` is anything with `search(queries, k) -> hits` (or `search_with_context`, see
 `retrieval_step`).  Prompts are dataset records (dicts with a `question`, as the data package
 writes them), `PromptInput`s or strings; hooks see the record of their row's prompt, so a
@@ -50,20 +50,20 @@ class EngineConfig:
   clone rows (REX-RAG); they are prefilled with copies of the first prompt and kept idle.
   spare_rows=-1 sizes them per run from the hooks: the sum of `hook.spare_rows(rows)` over
   hooks that define it (a hook that clones with probability p asks for about rows x p).  They
-  come in whole groups, as many as keep the sampler's rows a multiple of the policy's
+  come in whole groups, as many as keep the sampler's rows a multiple of its
   `row_multiple` (its mesh's batch devices), see `spare_prompts`.
   `widths`: the batch is right-padded to the smallest of these holding its longest row (a few
   shapes, so the jitted train step compiles a few times); None pads to a multiple of 8.
   `wave_rows`: at most this many sampler rows at once (0: the whole batch; see `run`); the
   spare rows are shared among the waves in proportion to their prompts.
   `refill`: with `wave_rows`, rows that finish free their sampler rows for the next prompts'
-  groups (continuous batching; needs a policy with `refill` and no hooks, else fixed waves).
+  groups (continuous batching; needs a sampler with `refill` and no hooks, else fixed waves).
   `decode_chunk`: > 0 overlaps retrieval with decoding: the sampler decodes at most this many
   steps per call, and a row whose turn ended is read at once and its search sent to a
   background thread while the other rows keep decoding; when every row's turn has ended the
   documents are extended, one extend per turn as with whole turns.  (Letting each row start
   its next turn as soon as its documents arrive was measured slower: a decode call costs the
-  whole batch however few rows it advances; BENCHMARKS.md.)  Needs a policy with
+  whole batch however few rows it advances; BENCHMARKS.md.)  Needs a sampler with
   `chunked_decode`, no hooks (they see a turn's rows together) and a protocol that keeps its
   context (not "restart"); else whole turns.  0: one `decode` call per turn, retrieval after.
   """
@@ -79,20 +79,21 @@ class EngineConfig:
 
 
 class RolloutEngine:
-  def __init__(self, protocol: Protocol, policy, retriever, tokenizer,
+  def __init__(self, protocol: Protocol, sampler, retriever, tokenizer,
                config: EngineConfig = EngineConfig(), hooks: Sequence[Hook] = ()):
-    self.protocol, self.policy, self.retriever, self.tokenizer = protocol, policy, retriever, tokenizer
+    self.protocol, self.sampler, self.retriever = protocol, sampler, retriever
+    self.tokenizer = tokenizer
     self.config = config
     self.hooks = list(hooks)
     self.renderer = Renderer(protocol, tokenizer, chat=config.chat)
     self.context = context_for(protocol, self.renderer)
     self.restart = self.context.restarts
-    self.turns = Turns(protocol, self.renderer, self.context, policy.eos_ids)
+    self.turns = Turns(protocol, self.renderer, self.context, sampler.eos_ids)
     self.retrieval_calls = 0
     caps = [c for c in (config.max_response_tokens, protocol.max_response_tokens) if c]
     self.response_budget = min(caps) if caps else None
-    self.max_extend = policy.max_extend
-    stops = policy.stop_strings
+    self.max_extend = sampler.max_extend
+    stops = sampler.stop_strings
     missing = [s for s in protocol.stop_sequences if s not in stops]
     if missing:
       warnings.warn(f"the sampler does not stop on {missing} ({protocol.name}); turns run to the "
@@ -111,10 +112,10 @@ class RolloutEngine:
     hold one wave, not the batch.  With `EngineConfig.refill` (the default) the waves are not
     fixed: when G sampler rows are free, the next prompt's group is prefilled into them while
     the other rows go on, so short rows do not wait for the wave's longest.  Row b of the whole
-    batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or slot, so waves change
-    memory and speed, not trajectories.  `key_ids` (one int per prompt, with a policy whose
-    `prefill` / `refill` take `row_ids`) replaces the batch position: sample g of prompt p
-    draws with fold_in(PRNGKey(seed), key_ids[p] + g), so a prompt samples the same text in
+    batch samples with key fold_in(PRNGKey(seed), b) whatever its wave or sampler row, so waves
+    change memory and speed, not trajectories.  `key_ids` (one int per prompt, with a sampler
+    whose `prefill` / `refill` take `row_ids`) replaces the batch position: sample g of prompt
+    p draws with fold_in(PRNGKey(seed), key_ids[p] + g), so a prompt samples the same text in
     any batch (evaluation keys each question by its id and text)."""
     t_start = time.perf_counter()
     dicts, metas, timings, samples = self.run_rows(prompts, samples_per_prompt, seed, uids,
@@ -167,14 +168,14 @@ class RolloutEngine:
     return dicts, metas, {**retrieval.timings(), "stats": dict(stats)}, samples
 
   def refills(self) -> bool:
-    """Whether waves refill freed rows (`EngineConfig.refill`, a policy with `refill`, no
+    """Whether waves refill freed rows (`EngineConfig.refill`, a sampler with `refill`, no
     hooks: REX-RAG's clones take the wave's spare rows, so its waves stay fixed)."""
-    return bool(self.config.refill and hasattr(self.policy, "refill") and not self.hooks)
+    return bool(self.config.refill and hasattr(self.sampler, "refill") and not self.hooks)
 
   def streams(self) -> bool:
-    """Whether turns stream (`EngineConfig.decode_chunk`, a policy with `chunked_decode`, no
+    """Whether turns stream (`EngineConfig.decode_chunk`, a sampler with `chunked_decode`, no
     hooks, a protocol that keeps its context and retries no turn)."""
-    return bool(self.config.decode_chunk > 0 and getattr(self.policy, "chunked_decode", False)
+    return bool(self.config.decode_chunk > 0 and getattr(self.sampler, "chunked_decode", False)
                 and not self.hooks and not self.restart and not self.turns.format_retries)
 
   def spare_rows(self, rows: int) -> int:
@@ -183,11 +184,11 @@ class RolloutEngine:
 
   def _start_wave(self, records, inputs, uids, g, seed, first_row, spare, held, key_ids,
                   stats) -> Wave:
-    limit = getattr(self.policy, "max_prompt_len", None)
+    limit = getattr(self.sampler, "max_prompt_len", None)
     prompt_ids = [fit_prompt(self.context.prompt_ids(x), x, limit, stats) for x in inputs]
-    return start_wave(self.policy, records, inputs, uids, prompt_ids, g, seed, first_row,
+    return start_wave(self.sampler, records, inputs, uids, prompt_ids, g, seed, first_row,
                       spare, held, key_ids,
-                      lambda state, free: RowStore(self.policy, state, free, self.renderer,
+                      lambda state, free: RowStore(self.sampler, state, free, self.renderer,
                                                    self.response_budget, self.max_extend, stats))
 
   def _records(self, wave: Wave, prompt_offset: int = 0, row_offset: int = 0
@@ -206,7 +207,8 @@ class RolloutEngine:
       samples += [(index[r], d) for d in self.context.samples(row)]
       meta = RowMeta(
           row=index[r], group_id=row.group_id, prompt_index=prompt_offset + row.prompt_index,
-          sample_index=row.sample_index, sampler_row=row.slot, cloned_at_turn=row.cloned_at_turn,
+          sample_index=row.sample_index, sampler_row=row.sampler_row,
+          cloned_at_turn=row.cloned_at_turn,
           clone_of=None if row.clone_of is None else index[row.clone_of],
           answer=row.answer, stop_reason=row.stop_reason,
           response_text=self.context.response(row), turns=row.records)

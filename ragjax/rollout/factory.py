@@ -93,7 +93,7 @@ def make_engine(c, model_cfg, params, tokenizer, retriever, *, greedy: bool,
   """A `RolloutEngine` over a fresh JAX `Sampler` of `params`; `hooks` default to the
   config's (`rollout.hooks`); evaluation engines pass `hooks=[]` and `evaluation=True`.
 
-  `sampler`: reuse this one (an earlier engine's `policy`, made from the same config, greedy
+  `sampler`: reuse this one (an earlier engine's `sampler`, made from the same config, greedy
   flag and temperature) with `params` installed, so its compiled programs serve the new engine
   too: evaluating several policies or retrievers one after the other compiles once."""
   protocol = protocol_from_config(c, evaluation)

@@ -3,7 +3,7 @@
 `Row` is one trajectory being built on the host: its tokens, labels, log-probs and turn index
 per token, its turn records, and this turn's parse.  `RowStore` holds a wave's rows (batch row
 -> `Row`), the sampler state and the free sampler rows, and is the one place that calls the
-policy on rows: decode, extend (in `max_extend` chunks), truncate a row back to its kept tokens,
+sampler on rows: decode, extend (in `max_extend` chunks), truncate a row back to its kept tokens,
 set rows done, refill, reseed, and the edits hooks make through `ragjax.rollout.hooks.RowEditor`
 (clone a row into a spare sampler row, delete a span that ends its last turn, insert labelled
 text, let it continue without retrieval).
@@ -34,9 +34,9 @@ class Row:
   prompt_index: int
   sample_index: int
   sampler_len: int                       # the sampler's length for this row
-  slot: int                              # the sampler row it decodes in
+  sampler_row: int                       # the sampler row it decodes in
   turn: int = 0                          # the row's own turn (rows refilled later lag behind)
-  released: bool = False                 # its finished slot went back to the free list
+  released: bool = False                 # its finished sampler row went back to the free list
   clone_of: Optional[int] = None
   cloned_at_turn: Optional[int] = None
   done: bool = False
@@ -61,11 +61,11 @@ class Row:
   pending: list = dataclasses.field(default_factory=list)   # ids to extend with this turn
 
   @classmethod
-  def for_prompt(cls, ids: Sequence[int], slot: int, **fields) -> "Row":
-    """A row that holds only its prompt `ids`, decoding in sampler row `slot`."""
+  def for_prompt(cls, ids: Sequence[int], sampler_row: int, **fields) -> "Row":
+    """A row that holds only its prompt `ids`, decoding in that sampler row."""
     return cls(tokens=list(ids), labels=[int(Source.PROMPT)] * len(ids),
                logprobs=[0.0] * len(ids), turns=[-1] * len(ids), prompt_len=len(ids),
-               sampler_len=len(ids), slot=int(slot), **fields)
+               sampler_len=len(ids), sampler_row=int(sampler_row), **fields)
 
   def append(self, ids, label, turn, logprobs=None):
     self.tokens.extend(int(i) for i in ids)
@@ -92,17 +92,17 @@ class Row:
 
 
 class RowStore:
-  """A wave's rows (batch row -> `Row`), the policy's state and its free sampler rows.
+  """A wave's rows (batch row -> `Row`), the sampler's state and its free rows.
 
   `capacity` is the most tokens a sampler row holds (the state's `cache_length`);
   `response_budget` the most tokens after the prompt (None: no cap); `max_extend` the most
   tokens one `extend` call takes (None: no limit); `stats` the run's counters
   (`RolloutBatch.stats`)."""
 
-  def __init__(self, policy, state, free: list, renderer: Renderer,
+  def __init__(self, sampler, state, free: list, renderer: Renderer,
                response_budget: Optional[int], max_extend: Optional[int],
                stats: collections.Counter):
-    self.policy, self.state, self.free = policy, state, list(free)
+    self.sampler, self.state, self.free = sampler, state, list(free)
     self.renderer, self.response_budget, self.stats = renderer, response_budget, stats
     self.max_extend = max_extend
     self.capacity = getattr(state, "cache_length", None)
@@ -128,8 +128,8 @@ class RowStore:
   def any_live(self) -> bool:
     return any(not row.done for row in self.rows.values())
 
-  def slots(self, rows) -> list[int]:
-    return [self.rows[r].slot for r in rows]
+  def sampler_rows(self, rows) -> list[int]:
+    return [self.rows[r].sampler_row for r in rows]
 
   def over_budget(self, row: Row, n_obs: int) -> bool:
     """True when appending n_obs tokens leaves no room for one more generated token."""
@@ -144,25 +144,25 @@ class RowStore:
   def decode(self, steps: Optional[int] = None):
     """One decode call (a whole turn, or at most `steps` tokens); the policy's output."""
     if steps:
-      self.state, out = self.policy.decode(self.state, steps=steps)
+      self.state, out = self.sampler.decode(self.state, steps=steps)
     else:
-      self.state, out = self.policy.decode(self.state)
+      self.state, out = self.sampler.decode(self.state)
     return out
 
   def set_done(self, rows) -> None:
-    self.state = self.policy.set_done(self.state, self.slots(rows))
+    self.state = self.sampler.set_done(self.state, self.sampler_rows(rows))
 
   def truncate(self, rows, lengths) -> None:
-    self.state = self.policy.truncate(self.state, self.slots(rows), lengths)
+    self.state = self.sampler.truncate(self.state, self.sampler_rows(rows), lengths)
 
   def reseed(self, row: Row, salt: int) -> None:
     """A new sampling stream for the row (`Policy.reseed`, when the policy has it), so a
     regenerated turn differs."""
-    if hasattr(self.policy, "reseed"):
-      self.state = self.policy.reseed(self.state, [row.slot], [salt])
+    if hasattr(self.sampler, "reseed"):
+      self.state = self.sampler.reseed(self.state, [row.sampler_row], [salt])
 
-  def refill(self, slots, prompts, **kw) -> None:
-    self.state = self.policy.refill(self.state, slots, prompts, **kw)
+  def refill(self, sampler_rows, prompts, **kw) -> None:
+    self.state = self.sampler.refill(self.state, sampler_rows, prompts, **kw)
 
   def sync_lengths(self, rows) -> None:
     """Truncates sampler rows whose history runs past the kept tokens (cut actions, eos)."""
@@ -185,7 +185,7 @@ class RowStore:
       sel = [i for i, c in enumerate(chunk) if c]
       if not sel:
         break
-      self.state = self.policy.extend(self.state, [self.rows[rows[i]].slot for i in sel],
+      self.state = self.sampler.extend(self.state, [self.rows[rows[i]].sampler_row for i in sel],
                                       [chunk[i] for i in sel])
       for i in sel:
         self.rows[rows[i]].sampler_len += len(chunk[i])
@@ -203,7 +203,7 @@ class RowStore:
     for row in self.rows.values():
       if row.done and not row.released:
         row.released = True
-        self.free.append(row.slot)
+        self.free.append(row.sampler_row)
 
   # ---- edits (see ragjax.rollout.hooks.RowEditor) -------------------------------------------
   def clone(self, src: int, turn: int) -> int:
@@ -212,9 +212,9 @@ class RowStore:
     if not self.free:
       raise RuntimeError("no spare sampler rows left to clone into; raise EngineConfig.spare_rows")
     dst = self.free.pop(0)
-    self.state = self.policy.clone_rows(self.state, [self.rows[src].slot], [dst])
+    self.state = self.sampler.clone_rows(self.state, [self.rows[src].sampler_row], [dst])
     row = copy.deepcopy(self.rows[src])
-    row.clone_of, row.cloned_at_turn, row.slot = src, turn, dst
+    row.clone_of, row.cloned_at_turn, row.sampler_row = src, turn, dst
     new = max(self.rows) + 1
     self.rows[new] = row
     return new

@@ -155,7 +155,7 @@ def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], 
   for s in range(0, len(prompts), chunk):
     teacher = TeacherPolicy(engine.tokenizer, scripts[s:s + chunk],
                             stop_strings=engine.protocol.stop_sequences,
-                            eos_ids=tuple(engine.policy.eos_ids),
+                            eos_ids=tuple(engine.sampler.eos_ids),
                             max_new_tokens=max_new_tokens, cache_length=cache_length)
     forced = RolloutEngine(engine.protocol, teacher, retriever or engine.retriever,
                            engine.tokenizer, engine.config)

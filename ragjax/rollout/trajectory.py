@@ -116,7 +116,7 @@ class RowMeta:
     return [t.end - 1 if t.end > t.start else -1 for t in self.turns]
 
   @property
-  def num_steps(self) -> int:
+  def num_turns(self) -> int:
     return len(self.turns)
 
 

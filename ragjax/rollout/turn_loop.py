@@ -146,11 +146,11 @@ class TurnLoop:
     ended = []
     for r in rows:
       row = self.rows[r]
-      slot = row.slot
+      sampler_row = row.sampler_row
       ids, lp = self.partial.pop(r, ([], []))
-      ids += toks[slot, :lens[slot]].tolist()
-      lp += lps[slot, :lens[slot]].tolist()
-      reason = int(reasons[slot])
+      ids += toks[sampler_row, :lens[sampler_row]].tolist()
+      lp += lps[sampler_row, :lens[sampler_row]].tolist()
+      reason = int(reasons[sampler_row])
       cap = self.turns.cap(self.wave.inputs[row.prompt_index])
       if reason == PAUSED and cap is not None and len(ids) >= cap:
         reason = BUDGET                  # the question's own turn budget is spent

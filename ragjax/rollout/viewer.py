@@ -1,4 +1,4 @@
-"""Trajectory viewer: an HTML page and a terminal rendering of a dump, tokens coloured by source.
+"""Trajectory viewer (`python -m ragjax.rollout.viewer FILE`): an HTML page or coloured text.
 
 What a researcher opens when rewards look wrong: which text the policy wrote (and is trained
 on), what the retriever returned, what the environment injected, the queries per turn, the
@@ -7,14 +7,24 @@ answer, the stop reason and the reward.
 A dump is data, possibly from someone else's run: every field is escaped before it reaches
 the page (so a `<script>` in a dump is shown, never run), and the terminal rendering shows
 control characters as `\\x1b`-style escapes instead of letting them drive the terminal.
+
+    python -m ragjax.rollout.viewer rollouts.jsonl              # -> rollouts.html, path printed
+    python -m ragjax.rollout.viewer rollouts.jsonl --open       # and open it in a browser
+    python -m ragjax.rollout.viewer rollouts.jsonl --terminal --rows 0,3
 """
 
 from __future__ import annotations
 
+import argparse
 import html
 import numbers
+import os
 import re
+import sys
+import webbrowser
 from typing import Optional, Sequence
+
+from ragjax.rollout.dump import DumpError, read_jsonl
 
 COLOURS = {  # label -> (css background, css text colour, ANSI code)
     "PROMPT": ("#eeeeee", "#666666", "2"),
@@ -159,3 +169,39 @@ def select(records: Sequence[dict], rows: Optional[Sequence[int]]) -> list[dict]
   if missing:
     raise KeyError(f"rows {missing} are not in the dump (it has rows {sorted(by_row)[:20]}...)")
   return [by_row[i] for i in rows]
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(prog="python -m ragjax.rollout.viewer", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("file", help="a JSONL trajectory dump (ragjax.rollout.dump)")
+  ap.add_argument("--html", help="where to write the page (default: FILE with .html)")
+  ap.add_argument("--terminal", action="store_true", help="print coloured text instead")
+  ap.add_argument("--no-color", action="store_true", help="with --terminal: [LABEL] markers")
+  ap.add_argument("--open", action="store_true", help="open the page in a web browser")
+  ap.add_argument("--rows", help="comma-separated row numbers to show")
+  ap.add_argument("--show-prompt", action="store_true")
+  args = ap.parse_args(argv)
+  try:
+    records = read_jsonl(args.file)
+    if not records:
+      raise DumpError(f"{args.file}: no trajectory records (an empty dump)")
+    rows = None if not args.rows else [int(x) for x in args.rows.split(",") if x.strip()]
+    records = select(records, rows)
+  except (DumpError, KeyError, ValueError, IsADirectoryError, PermissionError) as e:
+    print(f"error: {visible(e)}", file=sys.stderr)
+    return 2
+  if args.terminal:
+    sys.stdout.write(terminal_text(records, args.show_prompt, color=not args.no_color))
+    return 0
+  out = args.html or os.path.splitext(args.file)[0] + ".html"
+  with open(out, "w", encoding="utf-8") as f:
+    f.write(page_html(records, title=os.path.basename(args.file), show_prompt=args.show_prompt))
+  print(out)
+  if args.open:
+    webbrowser.open("file://" + os.path.abspath(out))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

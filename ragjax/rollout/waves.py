@@ -37,12 +37,12 @@ class Wave:
   rows: RowStore
   queue: list
 
-  def add_group(self, p: int, slots) -> None:
-    """Rows of prompt p's G samples (batch rows p * G + g), decoding in sampler rows `slots`."""
+  def add_group(self, p: int, sampler_rows) -> None:
+    """Rows of prompt p's G samples (batch rows p * G + g), decoding in `sampler_rows`."""
     g = self.group_size
-    for j, slot in enumerate(slots):
+    for j, sampler_row in enumerate(sampler_rows):
       self.rows.add(p * g + j, Row.for_prompt(
-          self.prompt_ids[p], slot, group_id=self.uids[p], prompt_index=p, sample_index=j))
+          self.prompt_ids[p], sampler_row, group_id=self.uids[p], prompt_index=p, sample_index=j))
 
   def row_ids(self, prompts) -> list[int]:
     """The sampling key index of each row of `prompts` (wave positions): key_ids[p] + sample."""
@@ -60,12 +60,12 @@ class Wave:
       return []
     rows.free.sort()
     prompts, self.queue = self.queue[:k], self.queue[k:]
-    slots, rows.free = rows.free[:k * g], rows.free[k * g:]
+    sampler_rows, rows.free = rows.free[:k * g], rows.free[k * g:]
     keyed = {} if self.key_ids is None else {"row_ids": self.row_ids(prompts)}
-    rows.refill(slots, [self.prompt_ids[p] for p in prompts], samples_per_prompt=g,
+    rows.refill(sampler_rows, [self.prompt_ids[p] for p in prompts], samples_per_prompt=g,
                 seed=self.seed, first_row=self.first_row + prompts[0] * g, **keyed)
     for i, p in enumerate(prompts):
-      self.add_group(p, slots[i * g:(i + 1) * g])
+      self.add_group(p, sampler_rows[i * g:(i + 1) * g])
     rows.stats["refilled_groups"] += k
     return [p * g + j for p in prompts for j in range(g)]
 
@@ -88,20 +88,20 @@ def fit_prompt(ids: list, inp, limit: Optional[int], stats: collections.Counter)
   return list(ids[:head]) + list(ids[len(ids) - (limit - head):])
 
 
-def start_wave(policy, records, inputs, uids, prompt_ids, group_size: int, seed, first_row: int,
+def start_wave(sampler, records, inputs, uids, prompt_ids, group_size: int, seed, first_row: int,
                spare: int, held: int, key_ids: Optional[list], make_rows) -> Wave:
   """Prefills the first `held` prompts' groups and the spare rows (copies of the first prompt,
   set done and free); the other prompts are queued.  `make_rows(state, free)` is the wave's
   `RowStore`."""
   g = group_size
-  extra = spare_prompts(held, g, spare, getattr(policy, "row_multiple", 1))
+  extra = spare_prompts(held, g, spare, getattr(sampler, "row_multiple", 1))
   keyed = {} if key_ids is None else {
       "row_ids": row_ids(key_ids, list(range(held)) + [0] * extra, g)}
-  state = policy.prefill(list(prompt_ids[:held]) + [prompt_ids[0]] * extra,
-                         samples_per_prompt=g, seed=seed, first_row=first_row, **keyed)
+  state = sampler.prefill(list(prompt_ids[:held]) + [prompt_ids[0]] * extra,
+                          samples_per_prompt=g, seed=seed, first_row=first_row, **keyed)
   free = list(range(held * g, (held + extra) * g))
   if free:
-    state = policy.set_done(state, free)
+    state = sampler.set_done(state, free)
   wave = Wave(records=list(records), inputs=list(inputs), uids=list(uids),
               prompt_ids=list(prompt_ids), group_size=g, seed=int(seed), first_row=first_row,
               key_ids=key_ids, rows=make_rows(state, free), queue=list(range(held, len(inputs))))

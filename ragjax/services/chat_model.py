@@ -5,9 +5,9 @@
 
 A batch of conversations in, one reply text per conversation out, in order.  Two
 implementations: `OpenAIChatClient` (any OpenAI-compatible `/v1/chat/completions` endpoint:
-vLLM, SGLang, a hosted API, or `python -m ragjax.services.serve`) and `LocalChatModel` (a ragjax
-decoder in this process, e.g. a frozen copy of the policy).  Both follow the OpenAI meaning of
-the arguments: `stop` strings end the reply and are not part of it; `temperature == 0` is
+vLLM, SGLang, a hosted API, or `python -m ragjax.services.chat_server`) and `LocalChatModel` (a
+ragjax decoder in this process, e.g. a frozen copy of the policy).  Both follow the OpenAI meaning
+of the arguments: `stop` strings end the reply and are not part of it; `temperature == 0` is
 greedy.  Every failure to get a reply is a `ChatServiceError`.
 """
 
@@ -151,7 +151,7 @@ class ReplyBudget:
   """`chat` asked for at most `max_tokens` tokens a reply: a caller's larger `max_tokens` (a
   template's, e.g. R3-RAG's 512) is lowered to the budget the service was configured with
   (`judge.max_new_tokens`), which an in-process model refuses to exceed and a server caps
-  (`serve --max-new-tokens`: a larger request is a 400).  Other attributes are `chat`'s."""
+  (`chat_server --max-new-tokens`: a larger request is a 400).  Other attributes are `chat`'s."""
 
   def __init__(self, chat, max_tokens: int):
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:

@@ -3,7 +3,7 @@
     chat = OpenAIChatClient("http://127.0.0.1:8001/v1", "judge", cache_path="runs/judge.jsonl")
     replies = chat.complete([[{"role": "user", "content": "2 + 2?"}]], max_tokens=8)
 
-vLLM, SGLang, hosted APIs and `python -m ragjax.services.serve` all speak it.  One POST per
+vLLM, SGLang, hosted APIs and `python -m ragjax.services.chat_server` all speak it.  One POST per
 conversation, up to `max_concurrency` in flight (a thread pool; a batching server such as
 ragjax's or vLLM's merges them into one decode).  Each request has a connect/read `timeout`;
 connection errors, timeouts, 429 and 5xx are retried with jittered exponential backoff (a
@@ -11,8 +11,8 @@ restarting server is waited out), other 4xx are not (the request itself is wrong
 stops after `max_retries` retries or when the call's overall `deadline` (seconds, shared by all
 requests of one `complete`) has passed, whichever comes first.  Every failure is one
 `ChatServiceError` naming the URL, the attempts and the cause; the replies that did arrive are
-on it (`partial`) and, with `cache_path`, already on disk (see `ragjax.services.cache`), so a
-rerun pays only for what is missing.
+on it (`partial`) and, with `cache_path`, already on disk (see `ragjax.services.reply_cache`),
+so a rerun pays only for what is missing.
 
 Counters a trainer can log (`stats()`): `requests_sent` (HTTP attempts), `retry_count`,
 `cache_hits`, `cache_misses`, `failures`.
@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 import requests
 
-from ragjax.services.cache import ChatCache, request_key, request_record
+from ragjax.services.reply_cache import ChatCache, request_key, request_record
 from ragjax.services.chat_model import (ChatServiceError, ChatServiceUnavailable, Completion,
                                         check_messages_list, check_sampling, check_stop)
 

@@ -44,7 +44,7 @@ import argparse
 import threading
 from typing import Mapping, Optional, Sequence, Union
 
-from ragjax.retrieval.cache import LRUCache
+from ragjax.retrieval.query_cache import LRUCache
 from ragjax.retrieval.types import Hit, Retriever, check_search_args
 from ragjax.services.chat_model import ChatModel, ChatServiceError
 from ragjax.services.templates import (UR2_FALLBACK, UR2_SUMMARY_FAILED, parse_ur2_summary,
@@ -227,7 +227,7 @@ def main(argv=None):
   with exit_on_user_error("ragjax.services.proxy"):    # a wrong index, route or checkpoint
     proxy = _make_proxy(ap, args)
   from ragjax.http_server import serve
-  from ragjax.retrieval.serve import make_app
+  from ragjax.retrieval.server import make_app
   info = {"summariser": args.chat_url or args.chat_checkpoint, "task": args.task,
           "mode": args.mode, "source": args.index or args.url,
           "routes": sorted(s.partition("=")[0] for s in args.route)}
@@ -256,7 +256,7 @@ def _make_proxy(ap, args) -> SummarisingRetriever:
     model = LocalChatModel.from_checkpoint(args.chat_checkpoint, max_new_tokens=args.max_tokens,
                                            max_prompt_tokens=args.chat_max_prompt_tokens)
     if args.chat_cache:
-      from ragjax.services.cache import CachedChatModel
+      from ragjax.services.reply_cache import CachedChatModel
       model = CachedChatModel(model, args.chat_cache, model.name)
   return SummarisingRetriever(inner, model, task=args.task, mode=args.mode,
                               max_tokens=args.max_tokens, temperature=args.temperature,

@@ -203,7 +203,7 @@ def system_engines(c, s: Start, systems, splits, engine_config=None, **engine_kw
       ret = s.setup.retriever if with_retrieval else NullRetriever()
       engine = make_engine(engine_config or c, s.cfg, params, s.tokenizer, ret, greedy=True,
                            hooks=[], sampler=sampler, **engine_kw)
-      sampler = engine.policy
+      sampler = engine.sampler
       yield name, engine, recs, split
 
 
@@ -305,7 +305,7 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
   greedy = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, mesh=sampler_mesh,
                        hooks=[], evaluation=True)
   if jax.process_count() > 1:      # each process rolls out its share of every step
-    from ragjax.rollout.distributed import ProcessShardedEngine
+    from ragjax.rollout.process_sharded import ProcessShardedEngine
     engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
   critic = init_critic(cfg, params) if run.rl.uses_critic else None
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
@@ -380,7 +380,7 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
   for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
     engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True,
                          sampler=sampler)
-    sampler = engine.policy
+    sampler = engine.sampler
     results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
                                    score=score))
   if opts.samples:

@@ -10,7 +10,9 @@ from ragjax.rl.rewards.tags import is_valid_search_r1_format
 
 @register_reward("em")
 def em_reward(ctx: RewardContext) -> float:
-  """Exact match of the parsed answer against any gold alias (SQuAD normalisation)."""
+  """Exact match of the parsed answer against any gold alias (SQuAD normalisation).  Equal to
+  `search_r1_em` at its default; that one also takes `format_score` (a wrong but present
+  answer's reward), this one has no argument."""
   return 0.0 if ctx.answer is None else exact_match(ctx.answer, ctx.golden_answers)
 
 
@@ -34,7 +36,9 @@ def format_reward(ctx: RewardContext) -> float:
 
 @register_reward("search_r1_em")
 def search_r1_em_reward(ctx: RewardContext, format_score: float = 0.0) -> float:
-  """Search-R1 `qa_em.compute_score`: 1 on EM, `format_score` for a wrong but present answer."""
+  """Search-R1 `qa_em.compute_score`: 1 on EM, `format_score` for a wrong but present answer.
+  At the default `format_score=0` it equals `em`; the kwarg
+  (`rl.reward_kwargs.search_r1_em.format_score`) is the one difference."""
   if ctx.answer is None:
     return 0.0
   return 1.0 if exact_match(ctx.answer, ctx.golden_answers) else float(format_score)

@@ -96,7 +96,7 @@ def score_rows(weights: Mapping[str, float], ctxs: Sequence[RewardContext],
   rows (one judge request per step), the others once per row."""
   kwargs = kwargs or {}
   records = [str(i) for i in range(len(ctxs))] if records is None else list(records)
-  steps = [max(int(c.row.num_steps), 1) for c in ctxs]
+  steps = [max(int(c.row.num_turns), 1) for c in ctxs]
   per_step = [[0.0] * n for n in steps]
   components: list[dict] = [{} for _ in ctxs]
   for name, weight in weights.items():

@@ -24,22 +24,22 @@ from ragjax.rollout.trajectory import RolloutBatch, TrajectoryMeta, assemble, as
 
 
 class GatheringPolicy:
-  """The engine's policy, fed the full value of global params (process-local decoding)."""
+  """The engine's sampler, fed the full value of global params (process-local decoding)."""
 
-  def __init__(self, policy):
-    self.policy = policy
+  def __init__(self, sampler):
+    self.sampler = sampler
 
   def set_params(self, params) -> None:
-    self.policy.set_params(jax.tree.map(to_host, params))
+    self.sampler.set_params(jax.tree.map(to_host, params))
 
   def __getattr__(self, name):
-    return getattr(self.policy, name)
+    return getattr(self.sampler, name)
 
 
 class ProcessShardedEngine:
   def __init__(self, engine):
     self.engine = engine
-    self.policy = GatheringPolicy(engine.policy)
+    self.sampler = GatheringPolicy(engine.sampler)
 
   def __getattr__(self, name):
     return getattr(self.engine, name)

@@ -1,4 +1,4 @@
-"""Trajectory dump (JSONL), the HTML / terminal viewer and `python -m ragjax.rollout.view`."""
+"""Trajectory dump (JSONL) and the HTML / terminal viewer (`python -m ragjax.rollout.viewer`)."""
 
 import json
 import os
@@ -78,13 +78,13 @@ def test_html_and_terminal_rendering(dumped):
 def test_view_cli_writes_html_and_prints(dumped, tmp_path):
   path, _ = dumped
   env = dict(os.environ, PYTHONPATH=ROOT)
-  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path], capture_output=True,
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.viewer", path], capture_output=True,
                      text=True, env=env, cwd=ROOT, timeout=120)
   assert r.returncode == 0, r.stderr
   out = r.stdout.strip()
   assert out == path[:-len(".jsonl")] + ".html"
   assert "&lt;answer&gt; Quillport &lt;/answer&gt;" in open(out, encoding="utf-8").read()
-  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path, "--terminal",
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.viewer", path, "--terminal",
                       "--no-color", "--rows", "1"], capture_output=True, text=True, env=env,
                      cwd=ROOT, timeout=120)
   assert r.returncode == 0 and "=== row 1" in r.stdout and "=== row 0" not in r.stdout
@@ -102,7 +102,7 @@ def test_bad_dumps_name_file_line_and_field(tmp_path):
                            "spans": [{"label": "WAT", "text": ""}]}) + "\n")
   with pytest.raises(DumpError, match="unknown label 'WAT'"):
     read_jsonl(str(p))
-  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", str(tmp_path / "none.jsonl")],
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.viewer", str(tmp_path / "none.jsonl")],
                      capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                      cwd=ROOT, timeout=120)
   assert r.returncode == 2 and "no such trajectory dump" in r.stderr
@@ -138,7 +138,7 @@ def test_viewer_escapes_every_dump_field(tmp_path):
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e]", painted), repr(painted)
     assert "\\x1b[31mred\\x1b[2J\\u202egnp.exe\\x0d" in text and "\\x1b[2J" in text
   env = dict(os.environ, PYTHONPATH=ROOT)
-  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.view", path, "--terminal"],
+  r = subprocess.run([sys.executable, "-m", "ragjax.rollout.viewer", path, "--terminal"],
                      capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
   assert r.returncode == 0, r.stderr
   assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e]", re.sub(r"\x1b\[\d+m", "", r.stdout))

@@ -1,6 +1,6 @@
 """HTTP server speaking Search-R1's `/retrieve` protocol, so either side swaps with Search-R1's.
 
-    python -m ragjax.retrieval.serve --index DIR --port 8000 [--host 127.0.0.1] [--backend exact]
+    python -m ragjax.retrieval.server --index DIR --port 8000 [--host 127.0.0.1] [--backend exact]
         [--max-queries 4096] [--max-query-chars 4096] [--max-topk 100] [--max-body-bytes 8388608]
 
 `POST /retrieve {"queries": [...], "topk": k, "return_scores": bool}` answers
@@ -191,7 +191,7 @@ def main(argv=None):
     meta = read_meta(args.index)
     backend = args.backend or meta["backend"]
     if backend != "bm25":                  # the query encoder runs on JAX: backend line, check
-      start("ragjax.retrieval.serve")
+      start("ragjax.retrieval.server")
     # Dense backends cache query vectors in the batcher; BM25 caches (query, k) hits.
     retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle,
                            cache_size=args.cache_size if backend == "bm25" else 0,
@@ -212,7 +212,7 @@ def main(argv=None):
     retriever.encode(["warm up"])
     retriever.encode([" ".join(["warm"] * 40)])
   serve(make_app(retriever, args.topk, info, limits, cache_size=args.cache_size), args.host,
-        args.port, "ragjax.retrieval.serve")
+        args.port, "ragjax.retrieval.server")
 
 
 if __name__ == "__main__":

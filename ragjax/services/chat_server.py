@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat-completions server on a ragjax model, batching concurrent requests.
 
-    python -m ragjax.services.serve --checkpoint DIR --port 8001 [--host 127.0.0.1]
+    python -m ragjax.services.chat_server --checkpoint DIR --port 8001 [--host 127.0.0.1]
         [--model-name NAME] [--max-batch 16] [--max-wait-ms 5] [--max-prompt-tokens 2048]
         [--max-new-tokens 512]
 
@@ -250,8 +250,8 @@ def main(argv=None):
   args = ap.parse_args(argv)      # every number is checked here, before the model loads
   from ragjax.errors import exit_on_user_error
   from ragjax.parallel.backend import start
-  start("ragjax.services.serve")         # backend line; no CPU fallback of a GPU / TPU run
-  with exit_on_user_error("ragjax.services.serve"):   # a wrong directory: one line, exit 2
+  start("ragjax.services.chat_server")         # backend line; no CPU fallback of a GPU / TPU run
+  with exit_on_user_error("ragjax.services.chat_server"):   # a wrong directory: one line, exit 2
     model = LocalChatModel.from_checkpoint(args.checkpoint, name=args.model_name,
                                            dtype=args.dtype, max_batch=args.max_batch,
                                            max_prompt_tokens=args.max_prompt_tokens,
@@ -259,7 +259,7 @@ def main(argv=None):
   batcher = RequestBatcher(model, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue)
   app = make_app(model, batcher=batcher, max_messages=args.max_messages,
                  max_chars=args.max_chars, max_body_bytes=args.max_body_bytes)
-  serve(app, args.host, args.port, "ragjax.services.serve")
+  serve(app, args.host, args.port, "ragjax.services.chat_server")
 
 
 if __name__ == "__main__":
