@@ -72,3 +72,17 @@ def test_the_summarisers_are_read_by_the_same_function():
   c.ur2.knowledge.summariser.kind = "checkpoint"
   with pytest.raises(ValueError, match="does not exist"):
     make_chat(c, path, MODEL_KINDS)
+
+
+def test_checkpoints_load_in_process_with_each_sections_sizes():
+  """eval.judge and a summariser on an HF checkpoint: the same reader, each section's sizes
+  (the summariser's max_new_tokens 0 asks the template's budget; in process at most 512)."""
+  from test_services_fixtures import checkpoint_dir
+  from ragjax.services.local import LocalChatModel
+  c = load_config(os.path.join(ROOT, "configs", "ur2.py:qwen2.5-7b-math-qa"))
+  c.eval.judge.checkpoint = c.ur2.knowledge.summariser.checkpoint = checkpoint_dir()
+  chat, name = eval_chat(c)
+  assert isinstance(chat, LocalChatModel) and name.endswith(" (in process)")
+  assert (chat.max_prompt_tokens, chat.max_new_tokens, chat.max_batch) == (4096, 512, 16)
+  summ = make_chat(c, "ur2.knowledge.summariser", MODEL_KINDS)
+  assert (summ.max_prompt_tokens, summ.max_new_tokens) == (8192, 512)
