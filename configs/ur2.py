@@ -244,7 +244,8 @@ def get_config(arg: str = "tiny"):
       knowledge=common.ConfigDict(dict(
           mode="summary", prompt="strong", routes=common.ConfigDict(dict(qa="")),
           on_error="raise",
-          summariser=summariser_section("" if small else SUMMARISER),
+          # (small sizes: "default", the name sent to a server of one unnamed model)
+          summariser=summariser_section("default" if small else SUMMARISER),
           math_summariser=summariser_section("" if small or mcq else MATH_SUMMARISER)))))
   if weak or mcq:   # the weaker Stage 1: a small retrieval bonus in Stage 2's first 10 steps
     c.rl.rewards["ur2_retrieval"] = 1.0
