@@ -27,8 +27,10 @@ an error naming it):
               relevance and Acc_model), `chat_service`: kind none, the frozen base policy in
               this process, an HF checkpoint, an OpenAI-compatible URL, or the gold rule judge
   eval        evaluation batch size and question cap; retrieval depth at evaluation; benchmark
-              suites (configs/suites.py), their data root, the judge model behind `acc`, the
-              published row to compare with
+              suites (configs/suites.py), their data root, the judge model behind `acc`
+              (`eval.judge`, a `chat_service`), the published row to compare with
+Every model service (`judge`, `eval.judge`, R3-RAG's `teacher`, UR²'s summarisers) is a
+`chat_service` section, read by `ragjax.wiring.chat_services.make_chat`.
 """
 
 import copy
@@ -132,32 +134,35 @@ def get_config() -> ConfigDict:
   c.judge = chat_service("", max_prompt_tokens=1024, max_new_tokens=32)
   # data_root: where suite files are looked up ("" = ../shared/data beside the repo);
   # method: the row of configs/paper_results.json this config reproduces (with the model
-  # preset as its size); judge: the model behind `acc` (an OpenAI-compatible url + model, or
-  # an HF checkpoint run in process; both empty = no judge, acc is reported as not computed);
-  # top_k: retrieval depth for evaluation engines (0 = protocol.top_k, the training depth).
+  # preset as its size); judge: the model behind `acc`, a chat_service of kind "auto" (an
+  # OpenAI-compatible url + model, or an HF checkpoint run in process; both empty = no judge,
+  # acc is reported as not computed); top_k: retrieval depth for evaluation engines (0 =
+  # protocol.top_k, the training depth).
   c.eval = ConfigDict(dict(
       batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
-      judge=ConfigDict(dict(url="", model="", checkpoint="", api_key_env="", cache="",
-                            max_prompt_tokens=4096)),
+      judge=chat_service("auto", model="", max_retries=8, max_prompt_tokens=4096),
       # a fresh copy per config: the suites hold placeholders (FieldReferences), which a
       # shared copy would let one config's override set for every later one
       suites=ConfigDict(copy.deepcopy(suites.SUITES))))
   return c
 
 
-CHAT_KINDS = ("", "url", "checkpoint", "base", "gold", "world")
-
-
 def chat_service(kind: str = "", **overrides) -> ConfigDict:
-  """A model service section (a `ChatModel`: the training judge `judge`, R3-RAG's `teacher`).
+  """A model service section (a `ChatModel`), the one shape of every model a run calls: the
+  training judge `judge`, the evaluation judge `eval.judge`, R3-RAG's `teacher`, UR²'s
+  `ur2.knowledge.summariser` / `math_summariser`; read by
+  `ragjax.wiring.chat_services.make_chat`, which checks the kinds each role accepts.
   kind: "" none; "url" an OpenAI-compatible server (`url`, `model` = the served model's name,
-  `api_key_env`, `max_concurrency` / `max_retries` / `timeout`); "checkpoint" an HF directory
-  run in this process; "base" the policy as loaded, before training (with LoRA exactly the
-  frozen base, "the policy without LoRA"), in this process sharing its weights; "gold"
-  (judges) a rule judge reading the data's gold passages; "world" (teachers) the synthetic
-  world's scripted teacher.  In-process models batch `max_batch` prompts of at most
-  `max_prompt_tokens`, answering in at most `max_new_tokens`; `model` names them too."""
-  fields = dict(kind=kind, url="", model="judge", api_key_env="", checkpoint="",
+  `api_key_env`, `max_concurrency` / `max_retries` / `timeout`, `cache` a JSONL file of
+  replies); "checkpoint" an HF directory run in this process; "base" the policy as loaded,
+  before training (with LoRA exactly the frozen base, "the policy without LoRA"), in this
+  process sharing its weights; "gold" (judges) a rule judge reading the data's gold passages;
+  "world" (teachers) the synthetic world's scripted teacher; "auto" (eval.judge, summarisers)
+  "url" when `url` is set, else "checkpoint" when `checkpoint` is, else none.  In-process
+  models batch `max_batch` prompts of at most `max_prompt_tokens`, answering in at most
+  `max_new_tokens` (0: the caller's own budget, a template's; in process at most 512);
+  `model` names them too."""
+  fields = dict(kind=kind, url="", model="judge", api_key_env="", checkpoint="", cache="",
                 max_concurrency=8, max_retries=3, timeout=120.0, max_batch=16,
                 max_prompt_tokens=1024, max_new_tokens=512)
   unknown = sorted(set(overrides) - set(fields) - {"world"})

@@ -127,10 +127,11 @@ def plan(c):
 
 
 def summariser_section(model: str):
-  """An in-process summariser: an OpenAI-compatible `url` serving `model`, or an HF
-  `checkpoint`; `model` alone names the paper's and the run asks for the rest."""
-  return common.ConfigDict(dict(url="", model=model, api_key_env="", checkpoint="", cache="",
-                                max_tokens=0, max_prompt_tokens=8192))
+  """An in-process summariser, a `chat_service` of kind "auto": an OpenAI-compatible `url`
+  serving `model`, or an HF `checkpoint`; `model` alone names the paper's and the run asks for
+  the rest.  max_new_tokens 0: each request asks the template's budget (§A4.5)."""
+  return common.chat_service("auto", model=model, max_retries=8, max_prompt_tokens=8192,
+                             max_new_tokens=0)
 
 
 def curriculum(counts, ratios, substitute=None, shortage="error"):
@@ -244,7 +245,8 @@ def get_config(arg: str = "tiny"):
       knowledge=common.ConfigDict(dict(
           mode="summary", prompt="strong", routes=common.ConfigDict(dict(qa="")),
           on_error="raise",
-          summariser=summariser_section("" if small else SUMMARISER),
+          # (small sizes: "default", the name sent to a server of one unnamed model)
+          summariser=summariser_section("default" if small else SUMMARISER),
           math_summariser=summariser_section("" if small or mcq else MATH_SUMMARISER)))))
   if weak or mcq:   # the weaker Stage 1: a small retrieval bonus in Stage 2's first 10 steps
     c.rl.rewards["ur2_retrieval"] = 1.0

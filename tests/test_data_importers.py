@@ -1,7 +1,9 @@
 """Importers on small generated files in each source format, and errors on bad input that
-name the file, the line or record, and the field."""
+name the file, the line or record, and the field; the reader (`read_examples`) as the path the
+recipes read question files through, and the TFDS export holding the same rows."""
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +15,7 @@ from ragjax.data.flashrag import read_flashrag
 from ragjax.data.hotpotqa import read_hotpotqa
 from ragjax.data.mathsets import read_math
 from ragjax.data.musique import read_musique
+from ragjax.data.readers import as_record, read_examples
 from ragjax.data.schema import DataError
 from ragjax.data.twowiki import read_twowiki
 from ragjax.data.verl import read_verl
@@ -229,6 +232,8 @@ def test_records_round_trip_and_prepared_directory_loads(tmp_path):
   rows = load_split(b.data_dir, "test")  # a prepared directory needs no builder class
   (ex,) = read_multiple_choice(p)
   assert example_from_record(rows[0]) == ex
+  # the export holds exactly what the reader gives the recipes
+  assert list(rows) == [as_record(e) for e in read_examples(p, "mcq")]
   with pytest.raises(DataError, match="'golden_answers': empty list"):
     example_from_record(dict(rows[0], golden_answers=[]), "row 0")
 
@@ -249,3 +254,30 @@ def test_deep_nesting_lone_surrogates_and_directories_are_data_errors(tmp_path):
   p4.write_text(json.dumps([{"id": "m", "question": "q", "answer": "x", "paragraphs": [{"title": 5}]}]))
   _raises(lambda: read_musique(str(p4)), str(p4), "record 0", "'paragraphs[0].title'")
   _raises(lambda: read_flashrag(str(tmp_path)), str(tmp_path), "is a directory")
+
+
+def test_the_recipes_read_question_files_through_read_examples(tmp_path):
+  """The data path every recipe takes (`components.load_data`, data.source="files"; UR²'s task
+  files): `readers.read_examples` on the user's files, no prepared copy; a bad record stops it
+  with the reader's error naming the file, line and field."""
+  import sys
+  from ragjax.recipes.ur2 import read_task_files
+  from ragjax.wiring.components import load_data
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "configs"))
+  import common
+  train = _jsonl(tmp_path / "train.jsonl", [{"id": "a", "question": "q?", "golden_answers": ["x"]},
+                                            {"id": "b", "question": "r?", "golden_answers": ["y"],
+                                             "metadata": {"level": 2}}])
+  dev = _jsonl(tmp_path / "dev.jsonl", [{"id": "c", "question": "s?", "golden_answers": ["z"]}])
+  c = common.get_config()
+  c.data.update(dict(source="files", train_files=(train,), dev_files=(dev,)))
+  setup = load_data(c, str(tmp_path), retriever=False)
+  assert setup.splits == {"train": [as_record(e) for e in read_examples(train)],
+                          "dev": [as_record(e) for e in read_examples(dev)], "test": []}
+  assert setup.splits["train"][1]["metadata"] == {"level": 2}
+  assert read_task_files([f"qa:flashrag:{dev}"]) == [dict(as_record(e), task="qa")
+                                                     for e in read_examples(dev)]
+  bad = _jsonl(tmp_path / "bad.jsonl", [{"id": "d", "question": "t?", "golden_answers": []}])
+  c.data.train_files = (train, bad)
+  _raises(lambda: load_data(c, str(tmp_path), retriever=False), bad, "line 1", "golden_answers")

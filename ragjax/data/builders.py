@@ -1,6 +1,12 @@
-"""TFDS builders: every dataset is written as array_record in one schema and read back with
-`tfds.data_source` (random access, no TensorFlow; tfds 4.9.10 serialises through its own
-numpy path when TF is absent, which we checked by building and reading here without TF).
+"""TFDS builders: a question set exported as a TFDS dataset (array_record, one schema), read
+back with `load_split` over `tfds.data_source` (random access, no TensorFlow; tfds 4.9.10
+serialises through its own numpy path when TF is absent, which we checked by building and
+reading here without TF).
+
+An export, not the recipes' path: recipes read question files with
+`ragjax.data.readers.read_examples` (the reader) and the synthetic world from
+`world.generate_world`.  Each builder's READER is the same per-format function `read_examples`
+dispatches to, so an exported split holds the same rows (tests/test_data_importers.py).
 
 A file-backed builder is a `QAFilesBuilder` subclass with a `READER(path, data_source)`; its
 `FilesConfig` points at the user's files per split, e.g.

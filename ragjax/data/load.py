@@ -1,7 +1,9 @@
-"""`load_split`: the one reader of prepared datasets, whatever builder wrote them.
+"""`load_split`: reads back a question set a TFDS builder (`ragjax.data.builders`) exported.
 
 Returns a random-access sequence of plain dicts in the `Example` field order (strings decoded,
-`metadata` parsed from JSON), backed by `tfds.data_source` over array_record files.
+`metadata` parsed from JSON), backed by `tfds.data_source` over array_record files.  The
+recipes do not call it: they read question files with `ragjax.data.readers.read_examples`, the
+reader (docs/components.md, "Data: one reader"); this is for pipelines that want the TFDS copy.
 """
 
 from __future__ import annotations

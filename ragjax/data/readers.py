@@ -1,4 +1,9 @@
-"""Question files in the field's formats, read into the one `Example` schema.
+"""The reader: question files in the field's formats, read into the one `Example` schema.
+
+Every question file a recipe trains or evaluates on is read here (`data.*_files` through
+`wiring.components.load_data`, UR²'s task files, R3-RAG's cold-start questions, benchmark
+suites through `read_records`); the synthetic world is generated in memory instead.  The TFDS
+builders (`ragjax.data.builders`) are an optional export of the same rows, not a second path.
 
     examples = read_examples("nq_test.jsonl")           # format from the extension
     examples = read_examples("dev.json", "hotpotqa")

@@ -125,7 +125,8 @@ def sft_fingerprint(c, data_dir: str) -> dict:
   with open(os.path.join(data_dir, "trajectories.jsonl"), "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
   keep = {k: v for k, v in flatten(c).items() if k.split(".")[0] in SFT_SECTIONS
-          and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env"))}
+          and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env",
+                                "teacher.cache"))}
   return {**keep, "r3.sft_epochs": c.r3.sft_epochs, "r3.sft_doc_chars": c.r3.sft_doc_chars,
           "r3.sft_warmup_ratio": c.r3.get("sft_warmup_ratio", 0.0),
           "trajectories_sha256": digest}

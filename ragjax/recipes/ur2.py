@@ -28,6 +28,7 @@ import time
 
 from ragjax.data.readers import READERS, as_record, read_examples
 from ragjax.wiring import components as parts
+from ragjax.wiring.chat_services import MODEL_KINDS, check_chat, make_chat
 from ragjax.rl.config import parse_run_config
 from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
 
@@ -90,26 +91,13 @@ def _source(where: str, c):
   return open_index(where, cache_size=c.retriever.cache_size)
 
 
-def _chat(s):
-  """The ChatModel of a summariser section (None: no url or checkpoint)."""
-  if s.url:
-    from ragjax.services.http_client import OpenAIChatClient
-    return OpenAIChatClient(s.url, s.model or "default", api_key_env=s.api_key_env or None,
-                            cache_path=s.cache or None)
-  from ragjax.services.local import LocalChatModel
-  if s.checkpoint:
-    return LocalChatModel.from_checkpoint(s.checkpoint, max_new_tokens=s.max_tokens or 512,
-                                          max_prompt_tokens=s.max_prompt_tokens)
-  return None
-
-
 def summariser(c):
   """The in-process summariser (None: none configured): one ChatModel, or {"default": ...,
   "math": ...} when `ur2.knowledge.math_summariser` has its own model (the code's router: math
-  queries to Qwen-3, the rest to GPT)."""
-  k = c.ur2.knowledge
-  chat = _chat(k.summariser)
-  math = _chat(k.math_summariser) if "math_summariser" in k else None
+  queries to Qwen-3, the rest to GPT).  Each is a chat_service section (`make_chat`)."""
+  chat = make_chat(c, "ur2.knowledge.summariser", MODEL_KINDS)
+  math = (make_chat(c, "ur2.knowledge.math_summariser", MODEL_KINDS)
+          if "math_summariser" in c.ur2.knowledge else None)
   if chat is None or math is None:
     return chat
   return {"default": chat, "math": math}
@@ -128,7 +116,7 @@ def check_services(c) -> None:
       s = k.get(name)
       if s is None or (name == "math_summariser" and not s.model):
         continue
-      if not (s.url or s.checkpoint):
+      if not check_chat(c, f"ur2.knowledge.{name}", MODEL_KINDS):
         paper = f" (the paper's: {s.model})" if s.model else ""
         raise ValueError(f"ur2.knowledge.{name}{paper} needs ur2.knowledge.{name}.url (an "
                          f"OpenAI-compatible server) or .checkpoint (an HF directory), or "
@@ -164,9 +152,9 @@ def open_knowledge(c, workdir: str, setup: parts.Setup):
                        "(--route qa=...), not to the trainer")
     return base
   from ragjax.services.proxy import SummarisingRetriever
-  s = k.summariser
   return SummarisingRetriever(inner, chat, task=c.protocol.task, mode=k.prompt,
-                              max_tokens=s.max_tokens or None, on_error=k.on_error)
+                              max_tokens=k.summariser.max_new_tokens or None,
+                              on_error=k.on_error)
 
 
 # --- 3. cold start (the synthetic world) --------------------------------------------------------

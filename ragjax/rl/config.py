@@ -182,7 +182,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
-                  "judge.max_retries", "judge.timeout")
+                  "judge.max_retries", "judge.timeout", "judge.cache")
 
 
 def resume_mutable(key: str) -> bool:

@@ -1,10 +1,15 @@
 """Model services from config: the `ChatModel` a `chat_service` section names (configs/common.py).
 
-One schema serves every model a recipe calls during training: the training judge (`judge`:
-ReZero's correctness, R3-RAG's relevance and Acc_model) and R3-RAG's cold-start `teacher`.
-`kind` picks the backend: "url" (an OpenAI-compatible server), "checkpoint" (an HF directory
-in this process), "base" (the policy as loaded, frozen, sharing its weights), "gold" (a rule
-judge reading the data's gold passages), "world" (the synthetic world's scripted teacher).
+One schema, one reader (`make_chat`) for every model a run calls: the training judge (`judge`:
+ReZero's correctness, R3-RAG's relevance and Acc_model), R3-RAG's cold-start `teacher`, the
+evaluation judge behind `acc` (`eval.judge`) and UR²'s summarisers
+(`ur2.knowledge.summariser`, `ur2.knowledge.math_summariser`).  A section is named by its
+dotted path.  `kind` picks the backend: "url" (an OpenAI-compatible server), "checkpoint" (an
+HF directory in this process), "base" (the policy as loaded, frozen, sharing its weights),
+"gold" (a rule judge reading the data's gold passages), "world" (the synthetic world's
+scripted teacher), "auto" ("url" when `url` is set, else "checkpoint" when `checkpoint` is,
+else none: the evaluation judge and the summarisers, so setting `url` alone turns them on),
+"" none.  Each role accepts its own kinds (`JUDGE_KINDS`, `TEACHER_KINDS`, `MODEL_KINDS`).
 """
 
 from __future__ import annotations
@@ -14,58 +19,77 @@ from typing import Sequence
 
 JUDGE_KINDS = ("", "url", "checkpoint", "base", "gold")
 TEACHER_KINDS = ("url", "checkpoint", "world")
+MODEL_KINDS = ("", "auto", "url", "checkpoint")    # eval.judge, UR²'s summarisers
+ALL_KINDS = tuple(dict.fromkeys(JUDGE_KINDS + TEACHER_KINDS + MODEL_KINDS))
+IN_PROCESS_REPLY_TOKENS = 512   # an in-process model's reply cap when max_new_tokens is 0
 
 
-def check_chat(c, section: str, kinds: Sequence[str] = JUDGE_KINDS) -> str:
-  """The section's kind, checked (with the fields that kind needs) before any work."""
-  sec = c.get(section, None)
+def section(c, path: str):
+  """The config section at dotted `path` (None when any part is missing)."""
+  sec = c
+  for part in path.split("."):
+    sec = sec.get(part, None) if sec is not None else None
+  return sec
+
+
+def check_chat(c, path: str, kinds: Sequence[str] = JUDGE_KINDS) -> str:
+  """The section's kind ("auto" resolved to "url", "checkpoint" or ""), checked (with the
+  fields that kind needs) before any work."""
+  sec = section(c, path)
   if sec is None:
     if "" in kinds:
       return ""
-    raise ValueError(f"the config has no {section!r} section (a chat_service)")
+    raise ValueError(f"the config has no {path!r} section (a chat_service)")
   kind = sec.get("kind", None)
   if kind not in kinds:
-    raise ValueError(f"{section}.kind={kind!r}: use one of {tuple(kinds)}")
+    raise ValueError(f"{path}.kind={kind!r}: use one of {tuple(kinds)}")
+  if kind == "auto":
+    kind = "url" if sec.url else "checkpoint" if sec.checkpoint else ""
+    where = f"{path}.url"
+  else:
+    where = f"{path}.kind={kind!r}"
   if kind == "url" and not sec.url:
-    raise ValueError(f"{section}.kind='url' needs {section}.url (an OpenAI-compatible base URL)")
+    raise ValueError(f"{where} needs {path}.url (an OpenAI-compatible base URL)")
   if kind == "url" and not sec.model:
-    raise ValueError(f"{section}.kind='url' needs {section}.model (the served model's name)")
+    raise ValueError(f"{where} needs {path}.model (the served model's name)")
   if kind == "checkpoint" and not sec.checkpoint:
-    raise ValueError(f"{section}.kind='checkpoint' needs {section}.checkpoint (an HF directory)")
+    raise ValueError(f"{where} needs {path}.checkpoint (an HF directory)")
   return kind
 
 
-def make_chat(c, section: str, *, policy=None, setup=None, mesh=None):
-  """The `ChatModel` of config section `section` (None for kind "").  `policy` is the
-  (cfg, params, tokenizer) of kind "base"; `setup` (`components.Setup`) holds the records and
-  world the "gold" judge and the "world" teacher read."""
-  kind = check_chat(c, section, JUDGE_KINDS + TEACHER_KINDS)
-  sec = c[section]
+def make_chat(c, path: str, kinds: Sequence[str] = ALL_KINDS, *, policy=None, setup=None,
+              mesh=None):
+  """The `ChatModel` of config section `path` (None for kind "", or "auto" with neither url
+  nor checkpoint).  `policy` is the (cfg, params, tokenizer) of kind "base"; `setup`
+  (`components.Setup`) holds the records and world the "gold" judge and the "world" teacher
+  read."""
+  kind = check_chat(c, path, kinds)
+  sec = section(c, path)
   if kind == "":
     return None
   if kind == "url":
     from ragjax.services.http_client import OpenAIChatClient
     return OpenAIChatClient(sec.url, sec.model, api_key_env=sec.api_key_env or None,
                             max_concurrency=sec.max_concurrency, max_retries=sec.max_retries,
-                            timeout=sec.timeout)
+                            timeout=sec.timeout, cache_path=sec.cache or None)
   sizes = dict(max_batch=sec.max_batch, max_prompt_tokens=sec.max_prompt_tokens,
-               max_new_tokens=sec.max_new_tokens, seed=c.seed)
+               max_new_tokens=sec.max_new_tokens or IN_PROCESS_REPLY_TOKENS, seed=c.seed)
   if kind in ("checkpoint", "base"):
     from ragjax.services.local import LocalChatModel
     if kind == "checkpoint":
-      return LocalChatModel.from_checkpoint(sec.checkpoint, name=sec.model, **sizes)
+      return LocalChatModel.from_checkpoint(sec.checkpoint, name=sec.model or None, **sizes)
     if policy is None:
-      raise ValueError(f"{section}.kind='base' is the policy in this process, which this stage "
+      raise ValueError(f"{path}.kind='base' is the policy in this process, which this stage "
                        f"does not load")
     cfg, params, tok = policy
     return LocalChatModel(cfg, params, tok, name=sec.model, mesh=mesh, **sizes)
   if setup is None:
-    raise ValueError(f"{section}.kind={kind!r} reads the data: needs the recipe's setup")
+    raise ValueError(f"{path}.kind={kind!r} reads the data: needs the recipe's setup")
   records = [r for split in setup.splits.values() for r in split]
   if kind == "world":
     from ragjax.data.world_teacher import WorldTeacher
     if setup.world is None:
-      raise ValueError(f"{section}.kind='world' is the synthetic world's teacher: needs "
+      raise ValueError(f"{path}.kind='world' is the synthetic world's teacher: needs "
                        f"data.source='world'")
     return WorldTeacher(records, **sec.world.to_dict())
   from ragjax.services.gold_judge import GoldJudge
@@ -99,20 +123,14 @@ def make_services(c, cfg, params, tok, mesh=None, setup=None) -> dict:
   return {} if judge is None else {"judge": judge}
 
 
-
 def eval_chat(c):
-  """The evaluation judge behind `acc` (`eval.judge`): an OpenAI-compatible endpoint (`url` +
-  `model`) or an HF checkpoint run in process (`checkpoint`); None when neither is set.
-  Returns (ChatModel, a name for tables)."""
+  """The evaluation judge behind `acc` (`eval.judge`, kind "auto" by default: an
+  OpenAI-compatible `url` serving `model`, or an HF `checkpoint` run in process); None when
+  neither is set.  Returns (ChatModel, a name for tables)."""
+  chat = make_chat(c, "eval.judge", MODEL_KINDS)
+  if chat is None:
+    return None
   j = c.eval.judge
-  if j.url:
-    from ragjax.services import OpenAIChatClient
-    if not j.model:
-      raise ValueError("eval.judge.url needs eval.judge.model (the served model's name)")
-    return (OpenAIChatClient(j.url, j.model, api_key_env=j.api_key_env or None,
-                             cache_path=j.cache or None), f"{j.model} at {j.url}")
-  if j.checkpoint:
-    from ragjax.services.local import LocalChatModel
-    return (LocalChatModel.from_checkpoint(j.checkpoint, max_prompt_tokens=j.max_prompt_tokens),
-            f"{os.path.basename(os.path.normpath(j.checkpoint))} (in process)")
-  return None
+  if check_chat(c, "eval.judge", MODEL_KINDS) == "url":
+    return chat, f"{j.model} at {j.url}"
+  return chat, f"{os.path.basename(os.path.normpath(j.checkpoint))} (in process)"
