@@ -6,7 +6,8 @@ BENCHMARKS.md, "Method signatures").
   python -m ragjax.ablate --config=configs/signatures.py:search_r1-toy ...   # a seconds-long smoke run
 
 Every variant is configs/world.py (or a method's `world` config) with the deltas that make its
-failure dominant, documented where they are set; `rl.signatures` names the metric the paper's
+failure dominant, documented where they are set, and its arms are compared after the same
+number of steps (the final policies, no keep-best); `rl.signatures` names the metric the paper's
 claim is about (`ragjax.eval.signatures`), logged every RL step and compared question by
 question by `python -m ragjax.ablate`.  `COMMANDS` holds each variant's A/B arms.
 """
@@ -160,4 +161,9 @@ BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine,
 
 def get_config(arg: str = "search_r1-toy"):
   arg = common.config_arg(arg, ARGS, default="search_r1-toy")
-  return BUILDERS[arg.removesuffix("-toy")](arg.endswith("-toy"))
+  c = BUILDERS[arg.removesuffix("-toy")](arg.endswith("-toy"))
+  # Both arms are compared after the same steps: the final policies.  Keep-best on dev EM
+  # would pick each arm's step by a metric the mechanism may trade away early (ReZero's retry
+  # reward lowered training EM while retries rose; 2026-11-27).
+  c.trainer.keep_best = False
+  return c

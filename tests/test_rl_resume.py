@@ -95,3 +95,17 @@ def test_check_resume_reads_only_the_checkpoint_fingerprint(tmp_path):
   with pytest.raises(ConfigMismatchError, match=r"latest/3 .*mismatched field\(s\): optim.lr: "
                                                 r"checkpoint=0.001 now=0.5$"):
     check_resume(d, {"optim.lr": 0.5, "rl.kl_coef": 0.01})
+
+
+def test_a_field_made_resume_mutable_later_does_not_refuse_old_checkpoints(tmp_path):
+  """A checkpoint whose fingerprint holds `trainer.keep_best` (written before that field was
+  resume-mutable) resumes whatever the field says now, or without it."""
+  import jax.numpy as jnp
+  from ragjax.rl.checkpoint import Checkpointer, check_resume
+  d = str(tmp_path / "rl")
+  ckpt = Checkpointer(d, {"optim.lr": 1e-3, "trainer.keep_best": True})
+  ckpt.save(2, {"w": jnp.ones(2)}, {})
+  ckpt.wait()
+  ckpt.close()
+  assert check_resume(d, {"optim.lr": 1e-3}) == 2
+  assert check_resume(d, {"optim.lr": 1e-3, "trainer.keep_best": False}) == 2

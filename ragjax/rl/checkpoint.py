@@ -17,6 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
+from ragjax.rl.config import resume_mutable
 from ragjax.typed_config import json_safe
 
 
@@ -25,8 +26,11 @@ class ConfigMismatchError(ValueError):
 
 
 def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-  """Human-readable differences between two flattened configs."""
-  saved, current = json_safe(dict(saved)), json_safe(dict(current))
+  """Human-readable differences between two flattened configs, fields a resume may change
+  (`RESUME_MUTABLE`) left out on both sides (a checkpoint written before a field became
+  mutable still resumes)."""
+  saved, current = ({k: v for k, v in json_safe(dict(d)).items() if not resume_mutable(k)}
+                    for d in (saved, current))
   out = []
   for k in sorted(set(saved) | set(current)):
     a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")

@@ -175,6 +175,7 @@ class TrainerConfig:
 # Fields (or whole sections, ending in '.') a resumed run may change without being refused:
 # they do not alter the trajectory of the run.
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
+                  "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
