@@ -2,14 +2,17 @@
 decides success, and the A/B run that shows its mechanism at work (issue 42; results in
 BENCHMARKS.md, "Method signatures").
 
-  python -m ragjax.ablate --config=configs/signatures.py:search_r1 --a "cold_start:start" --b "grpo:"
-  python -m ragjax.ablate --config=configs/signatures.py:search_r1-toy ...   # a seconds-long smoke run
+  python -m ragjax.ablate --config=configs/signatures.py:search_r1     # its A/B, about 25 min
+  python -m ragjax.ablate --config=configs/signatures.py:search_r1-toy # the same in a minute
+  python -m ragjax.train --config=configs/signatures.py:r3_rag --config.stage=data   # R3-RAG:
+  python -m ragjax.train --config=configs/signatures.py:r3_rag --config.stage=sft    # first
 
 Every variant is configs/world.py (or a method's `world` config) with the deltas that make its
 failure dominant, documented where they are set, and its arms are compared after the same
 number of steps (the final policies, no keep-best); `rl.signatures` names the metric the paper's
 claim is about (`ragjax.eval.signatures`), logged every RL step and compared question by
-question by `python -m ragjax.ablate`.  `COMMANDS` holds each variant's A/B arms.
+question by `python -m ragjax.ablate`; the config's `ablation` section holds its two arms
+(`ARMS`), so the command needs no --a / --b.
 """
 
 from ragjax.wiring.config_files import sibling
@@ -19,8 +22,8 @@ common = sibling(__file__, "common")
 METHODS = ("search_r1", "rezero", "autorefine", "r3_rag", "rex_rag", "ur2")
 ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
 
-# method -> (arm A, arm B) of its `python -m ragjax.ablate` command
-COMMANDS = {
+# method -> (arm A, arm B) of its `python -m ragjax.ablate` command (the `ablation` section)
+ARMS = {
     "search_r1": ("cold_start:start", "grpo:"),
     "rezero": ("three_rewards:rl.rewards.rezero_retry=0.0", "four_rewards:"),
     "autorefine": ("no_retrieval_reward:rl.reward_kwargs.autorefine.refine_score=0.0",
@@ -168,4 +171,6 @@ def get_config(arg: str = "search_r1-toy"):
   # would pick each arm's step by a metric the mechanism may trade away early (ReZero's retry
   # reward lowered training EM while retries rose; 2026-11-27).
   c.trainer.keep_best = False
+  a, b = ARMS[arg.removesuffix("-toy")]
+  c.ablation = common.ConfigDict(dict(a=a, b=b))
   return c

@@ -1,4 +1,6 @@
-"""`python -m ragjax.ablate --config=FILE[:ARG] --a NAME:FIELD=V,... --b NAME:FIELD=V,...`
+"""`python -m ragjax.ablate --config=FILE[:ARG] --a NAME:FIELD=V;... --b NAME:FIELD=V;...`
+
+    python -m ragjax.ablate --config=configs/signatures.py:rezero   # arms from its `ablation`
 
 Two arms that differ by config overrides, started from the same cold start (or initial policy)
 with the same seeds, evaluated on the same questions; prints EM per arm and the paired
@@ -23,10 +25,11 @@ from ragjax.errors import define_config_flag, flags_parser
 from ragjax.recipes import DEFAULT_CONFIG
 
 define_config_flag(DEFAULT_CONFIG, lock_config=False)
-flags.DEFINE_string("a", "a:", "arm A: NAME:FIELD=VALUE;FIELD=VALUE... (';'-separated)")
-flags.DEFINE_string("b", None, "arm B: NAME:FIELD=VALUE;FIELD=VALUE... (';'-separated)")
+flags.DEFINE_string("a", None, "arm A: NAME:FIELD=VALUE;FIELD=VALUE... (';'-separated; "
+                    "NAME:start = the shared start, untrained); default 'a:' (no overrides)")
+flags.DEFINE_string("b", None, "arm B, as --a; both default to the config's `ablation` "
+                    "section (a, b) when it has one (configs/signatures.py)")
 flags.DEFINE_string("split", "test", "split both arms are evaluated on")
-flags.mark_flag_as_required("b")
 
 
 def parse_arm(spec: str) -> tuple[str, list[str]]:
@@ -36,6 +39,17 @@ def parse_arm(spec: str) -> tuple[str, list[str]]:
   return name.strip(), [o.strip() for o in rest.split(";") if o.strip()]
 
 
+def arm_specs(a, b, config) -> tuple[str, str]:
+  """The two arms: the flags, else the config's `ablation` section (its a and b)."""
+  if b is not None:
+    return (a or "a:"), b
+  section = config.get("ablation")
+  if a is None and section is not None:
+    return section.a, section.b
+  raise ValueError("give the arms: --b (and --a), or a config with an `ablation` section "
+                   "(e.g. --config=configs/signatures.py:search_r1)")
+
+
 def main(argv):
   from absl import logging
   from ragjax.errors import exit_on_user_error
@@ -43,7 +57,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   with exit_on_user_error("ragjax.ablate"):
-    arms = dict((parse_arm(flags.FLAGS.a), parse_arm(flags.FLAGS.b)))
+    arms = dict(parse_arm(spec) for spec in arm_specs(flags.FLAGS.a, flags.FLAGS.b,
+                                                        flags.FLAGS.config))
     if len(arms) != 2:
       raise ValueError("the two arms need different names")
     from ragjax.parallel.cpu_threads import pin_config

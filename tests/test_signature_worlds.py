@@ -1,5 +1,5 @@
 """Each signature world's tiny variant (`configs/signatures.py:<method>-toy`) through
-`python -m ragjax.ablate` with its own A/B arms, as BENCHMARKS.md's commands run the full
+`python -m ragjax.ablate` with its own A/B arms (its `ablation` section), as BENCHMARKS.md's commands run the full
 size: the real world, index, cold start, engine and trainer, both arms evaluated on the same
 questions, the signature metric logged every RL step and compared in the report."""
 
@@ -18,8 +18,8 @@ import signatures  # noqa: E402  (configs/signatures.py)
 
 @pytest.mark.parametrize("method", signatures.METHODS)
 def test_signature_world_ablation_runs(method, tmp_path):
-  a, b = signatures.COMMANDS[method]
   c = signatures.get_config(f"{method}-toy")
+  a, b = c.ablation.a, c.ablation.b          # the arms python -m ragjax.ablate takes from it
   for stage in signatures.PREPARE.get(method, ()):
     proc = subprocess.run(
         [sys.executable, "-m", "ragjax.train", f"--config=configs/signatures.py:{method}-toy",
@@ -28,7 +28,7 @@ def test_signature_world_ablation_runs(method, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
   proc = subprocess.run(
       [sys.executable, "-m", "ragjax.ablate", f"--config=configs/signatures.py:{method}-toy",
-       f"--config.workdir={tmp_path}", "--config.progress=False", "--a", a, "--b", b],
+       f"--config.workdir={tmp_path}", "--config.progress=False"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-4000:]
   report = json.load(open(tmp_path / "ablation" / "ablation.json"))
@@ -55,4 +55,11 @@ def test_ablation_refuses_two_untrained_arms(tmp_path):
        f"--config.workdir={tmp_path}", "--a", "x:start", "--b", "y:start"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2 and "both arms are 'start'" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  # a config without an ablation section and no --b: one line saying what to give
+  proc = subprocess.run(
+      [sys.executable, "-m", "ragjax.ablate", "--config=configs/world.py:toy",
+       f"--config.workdir={tmp_path}"],
+      cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and "give the arms" in proc.stderr
   assert "Traceback" not in proc.stderr

@@ -181,6 +181,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
+                  "ablation.",                 # python -m ragjax.ablate's arms
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",
                   "judge.max_retries", "judge.timeout", "judge.cache")
