@@ -87,19 +87,13 @@ def autorefine(toy: bool):
   """Documents full of same-name decoys: every person, group and work has a near-name twin
   (the default: 30%), passages mention other entities in passing twice as often, and three
   documents come back per search, so the documents hold the answer among look-alike values
-  and the `<refine>` block has to pick it; the cold start always searches.  AutoRefine's world config (its protocol, refining
+  and the `<refine>` block has to pick it.  AutoRefine's world config (its protocol, refining
   cold start, Eq. 3 reward) with and without the retrieval reward's 0.1.  Signature: the share
   of `<refine>` blocks that contain a gold answer."""
   c = sibling(__file__, "autorefine").world_config(toy)
   c.workdir = "runs/signature_autorefine" + ("_toy" if toy else "")
   c.world.update(dict(distractor_rate=1.0, mention_rate=0.6))
-  # Second design (2026-11-27): the cold start always searches, so every rollout writes refine
-  # blocks for the reward to act on, and 1-hop questions dominate (a 2-hop question's first
-  # refine holds the bridge, not the answer).  The first (half 1-hop, the world's 60% of
-  # traces answering without a search) refined in 17% of its sampled rollouts at the start
-  # and its arms did not differ: BENCHMARKS.md.
-  c.world.qtype_weights = (("1hop", 0.7), ("2hop", 0.3))
-  c.traces.no_search_rate = 0.0
+  c.world.qtype_weights = (("1hop", 0.5), ("2hop", 0.5))
   c.protocol.top_k = 3
   c.trainer.num_steps = 2 if toy else 80
   c.rl.signatures = ("refine_has_answer",)
