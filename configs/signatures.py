@@ -30,7 +30,9 @@ ARMS = {
                    "retrieval_reward:"),
     "r3_rag": ("outcome_only:rl.reward_kwargs.r3_rag.process=False", "step_level:"),
     "rex_rag": ("probes_off:rex_rag.p=0.0", "probes_on:"),
-    "ur2": ("uniform:data.stages.ur2_curriculum.mode='uniform'", "curriculum:"),
+    "ur2": ("uniform:data.stages.ur2_curriculum.mode='uniform';"
+            "data.stages.ur2_curriculum.keep=('easy','medium','hard','very_hard')",
+            "curriculum:"),
 }
 # method -> the `python -m ragjax.train --config.stage=...` runs before its ablation (R3-RAG's
 # cold start is a recipe stage of its own: teacher trajectories, then SFT)
@@ -87,13 +89,20 @@ def autorefine(toy: bool):
   """Documents full of same-name decoys: every person, group and work has a near-name twin
   (the default: 30%), passages mention other entities in passing twice as often, and three
   documents come back per search, so the documents hold the answer among look-alike values
-  and the `<refine>` block has to pick it.  AutoRefine's world config (its protocol, refining
-  cold start, Eq. 3 reward) with and without the retrieval reward's 0.1.  Signature: the share
-  of `<refine>` blocks that contain a gold answer."""
+  and the `<refine>` block has to pick it.  The cold start always searches (so every rollout
+  writes refine blocks from step 1) and 1-hop questions dominate (a 2-hop question's first
+  refine holds the bridge, not the answer).  AutoRefine's world config (its protocol, refining
+  cold start, Eq. 3 reward) with and without the retrieval reward's 0.1: under GRPO's group
+  normalisation, in a group whose answers are all wrong the 0.1 is as large an advantage as a
+  right answer's 1.  Signature: the share of `<refine>` blocks that contain a gold answer.
+  (First design, 2026-11-27: half 1-hop and the world's cold-start decisions, so 60% of its
+  traces answered without searching: 17% of the sampled rollouts refined at the start and
+  the arms did not differ after 80 steps, -0.010 [-0.035, 0.015]; BENCHMARKS.md.)"""
   c = sibling(__file__, "autorefine").world_config(toy)
   c.workdir = "runs/signature_autorefine" + ("_toy" if toy else "")
   c.world.update(dict(distractor_rate=1.0, mention_rate=0.6))
-  c.world.qtype_weights = (("1hop", 0.5), ("2hop", 0.5))
+  c.world.qtype_weights = (("1hop", 0.7), ("2hop", 0.3))
+  c.traces.no_search_rate = 0.0
   c.protocol.top_k = 3
   c.trainer.num_steps = 2 if toy else 80
   c.rl.signatures = ("refine_has_answer",)
@@ -119,40 +128,50 @@ def r3_rag(toy: bool):
 
 
 def rex_rag(toy: bool):
-  """A dead end: as in the ReZero world, 60% of the questions are 'retry' questions whose
-  obvious first query finds a namesake, and the cold start answers with the namesake's value
-  in 60% of its traces, so whole groups of samples end wrong.  REX-RAG (configs/rex_rag.py:
-  the clone hook at p = 20/101, the trajectory filter, the mu-corrected ratio) with the probe
-  `<search>` in place of Table 8's English prompts, which this policy cannot read (on the
-  embedded world they were right less often than fresh samples, BENCHMARKS.md): a wrong
-  answer's clone re-opens the search.  Probes on vs off (p = 0: no clones, so the filter and
-  the correction have nothing to act on; everything else identical).  Signatures: of the
-  failed first searches, the share searched again (test); `rex_rag/rescued`, the share of
-  all-wrong groups a probe rescued (logged every step)."""
+  """A dead end: the cold start answers from memory (without searching) in 90% of its traces,
+  and on this world's fictional entities such an answer is wrong, so most groups of samples
+  end all wrong and teach plain GRPO nothing.  REX-RAG (configs/rex_rag.py: the clone hook at
+  p = 20/101, the trajectory filter, the mu-corrected ratio) with the probe `<search>` in
+  place of Table 8's English prompts, which this policy cannot read (on the embedded world
+  they were right less often than fresh samples, BENCHMARKS.md): a wrong answer's clone keeps
+  its reasoning and searches.  Probes on vs off (p = 0: no clones, so the filter and the
+  correction have nothing to act on; everything else identical).  Signatures: the share of
+  test questions searched before answering (`searched`); `rex_rag/rescued`, the share of
+  all-wrong groups a probe rescued (logged every step); test EM.  (First design, 2026-11-27:
+  the ReZero world's namesake questions, where the dead end is the obvious first query and the
+  cold start gives up after it in 60%: a `<search>` clone wrote the same query again, no
+  group was rescued after step 16, and the arms did not differ, +0.015 [-0.005, 0.035] test
+  EM; BENCHMARKS.md.)"""
   c = sibling(__file__, "world").get_config("toy" if toy else "default")
   sibling(__file__, "rex_rag").add_rex_rag(c)
   c.workdir = "runs/signature_rex_rag" + ("_toy" if toy else "")
   c.rex_rag.pool = "search"
-  c.world.qtype_weights = (("1hop", 0.4), ("retry", 0.6))
-  c.world.retry_groups = 12 if toy else 24
-  c.traces.no_search_rate = 0.3
+  c.traces.no_search_rate = 0.9
   c.trainer.num_steps = 2 if toy else 80
-  c.rl.signatures = ("retry_after_failed_search", "em_after_failed_search")
+  c.rl.signatures = ("searched",)
   return c
 
 
 def ur2(toy: bool):
   """A hard tail: on UR²'s world config (the world's QA, multiple-choice and arithmetic tasks,
   a cold start, difficulty from 4 samples of the start policy) most training questions are
-  ones the start policy almost never solves (very hard: 730 of 1,200 on 2026-11-24).  UR²'s
-  curriculum (hard 7 : medium 2 : easy 1 for QA, very hard left out) against uniform draws
-  over the same questions, for twice the steps of configs/ur2.py:world.  The test questions
-  are scored by the same start policy, so test EM splits by difficulty too.  Signature: EM on
-  the medium and hard questions (logged every step on the training draws; on test, by the
-  start policy's difficulty)."""
+  ones the start policy almost never solves (very hard: 789 of 1,200 on 2026-11-27), so a
+  group of their samples is all wrong and teaches nothing.  UR²'s curriculum (very hard left
+  out, hard 7 : medium 2 : easy 1 for QA and multiple choice, easy filled from medium as the
+  paper does for LLaMA, there being 8 easy questions) against no curriculum, the paper's
+  Vanilla RL: the same number of questions drawn uniformly from all of them, the hard tail
+  included.  Twice the steps of configs/ur2.py:world.  The test questions are scored by the
+  same start policy, so test EM splits by difficulty too.  Signature: EM on the medium and
+  hard questions (logged every step on the training draws; on test, by the start policy's
+  difficulty).  (First design, 2026-11-27: the uniform arm drew from the kept levels only and
+  easy was not substituted, so both arms trained on 80 questions, 40 QA and 40 multiple
+  choice, each seen 12 times; the curriculum was worse, -0.163 [-0.273, -0.055]:
+  BENCHMARKS.md.)"""
   c = sibling(__file__, "ur2").get_config("tiny" if toy else "world")
   c.workdir = "runs/signature_ur2" + ("_toy" if toy else "")
   c.ur2.difficulty.splits = ("train", "test")
+  c.data.stages.ur2_curriculum.substitute = {"qa": {"easy": "medium"},
+                                             "mcq": {"easy": "medium"}}
   if not toy:
     c.trainer.num_steps = 60
     c.optim.total_steps = 60

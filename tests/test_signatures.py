@@ -34,7 +34,7 @@ TARGET = (("p8",), ("Vorar Tregil the miller was born in Amber Hill.",))
 def test_every_signature_is_registered_with_a_description():
   names = set(registry.names("signature"))
   assert {"two_hop_em", "retry_after_failed_search", "em_after_failed_search",
-          "refine_has_answer", "step_relevance"} <= names
+          "refine_has_answer", "step_relevance", "em_medium_hard", "searched"} <= names
 
 
 def test_two_hop_em_counts_only_two_hop_questions():
@@ -63,6 +63,15 @@ def test_retry_after_failed_search_by_hand():
   # the metric over a step: 2 of 3 failed first searches retried
   stats = signature_metrics(["retry_after_failed_search"], rows[:2] + [r], [gold] * 3)
   assert stats["signature/retry_after_failed_search"] == pytest.approx(2 / 3)
+
+
+def test_searched_counts_rows_with_a_search():
+  gold = ex("Amber Hill")
+  rows = [row("Amber Hill", [TARGET]), row("Sokrus Ford"), row("x", [NAMESAKE, TARGET]),
+          row("Amber Hill")]
+  num, den = pairs("searched", rows, [gold] * 4)
+  assert num.tolist() == [1, 0, 1, 0] and den.tolist() == [1, 1, 1, 1]
+  assert signature_metrics(["searched"], rows, [gold] * 4)["signature/searched"] == 0.5
 
 
 def test_refine_has_answer_counts_blocks():

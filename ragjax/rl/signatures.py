@@ -16,6 +16,8 @@ the ones a run logs: the trainer logs `signature/<name>` every step (its sampled
   step_relevance              R3-RAG      share of the gold passages retrieved / search step
   em_medium_hard              UR²         EM / question of medium or hard difficulty (as the
                                           start policy's samples scored it)
+  searched                    REX-RAG     searched at least once / question (the dead end
+                                          of a policy that answers from memory)
 
 "Found no gold answer": no gold answer string in the step's documents (cover match, SQuAD
 normalisation).  R3-RAG's relevance is the gold judge's (`ragjax.services.gold_judge`) computed
@@ -106,6 +108,14 @@ def em_medium_hard(row, example: Mapping) -> Pair:
   if curriculum.difficulty(example)[0] not in ("medium", "hard"):
     return 0.0, 0.0
   return em(row, example), 1.0
+
+
+@signature("searched")
+def searched(row, example: Mapping) -> Pair:
+  """REX-RAG, where the dead end is answering from memory: the share of rows that searched
+  at least once before answering."""
+  del example
+  return float(row.num_searches >= 1), 1.0
 
 
 def pairs(name: str, rows: Sequence, examples: Sequence[Mapping]) -> tuple[np.ndarray, np.ndarray]:
