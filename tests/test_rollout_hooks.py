@@ -83,6 +83,32 @@ def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
   assert ret.calls == [(["Tessaly River"], 3)]
 
 
+def test_search_probe_opens_the_clones_search():
+  """The probe `<search>` (pool "search"): the policy writes only the query and `</search>`
+  after it, and the turn is parsed with the probe, so the clone's query is served."""
+  tok = h.tokenizer()
+  proto = get_protocol("rex_rag")
+  scripts = {0: ["<think> guess </think> <answer> Paris </answer>"],
+             1: ["<think> sure </think> <answer> Quillport </answer>"],
+             2: [" Tessaly River </search>", "<answer> Quillport </answer>"]}
+  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
+  ret = h.CountingRetriever(h.bm25_retriever())
+  hook = RexRagCloneHook(is_wrong=wrong, p=1.0, prompts=("<search>",), seed=3)
+  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig(spare_rows=2), hooks=[hook])
+  batch = eng.run([Q], samples_per_prompt=2, seed=0)
+  h.check_alignment(batch)
+  clone = batch.meta.rows[2]
+  assert clone.clone_of == 0 and clone.answer == "Quillport"
+  assert ret.calls == [(["Tessaly River"], 3)]
+  assert [(t.action, t.query) for t in clone.turns][-2:] == [("search", "Tessaly River"),
+                                                             ("answer", None)]
+  assert clone.num_searches == 1 and clone.turns[-2].doc_ids
+  t = batch.traj
+  k = int(t.lengths[2])
+  text = tok.decode(t.tokens[2, int(t.prompt_lengths[2]):k].tolist())
+  assert "<search> Tessaly River </search>" in text and "Paris" not in text
+
+
 def test_rex_rag_default_mask_and_no_clone_when_p_zero():
   batch, *_ = run_rex()
   inj = batch.traj.labels == Source.INJECTED

@@ -56,6 +56,8 @@ class Row:
   turn_text: str = ""
   end_token_text: Optional[str] = None
   resume: bool = False                   # a hook asked the row to continue without retrieval
+  injected_text: str = ""                # text a hook inserted since the policy's last turn:
+                                         # the start of its next turn, parsed with it
   format_retries: int = 0                # this turn's regenerations (Protocol.format_retries)
   regenerate: bool = False               # the turn is decoded again (the turn does not advance)
   pending: list = dataclasses.field(default_factory=list)   # ids to extend with this turn
@@ -252,6 +254,7 @@ class RowStore:
         self.stats["inserts_cut"] += 1
     row.append_labelled(ids, labels, Source.INJECTED, turn)
     row.pending = row.pending + ids
+    row.injected_text += decode(self.renderer.tokenizer, list(ids))
 
   def resume(self, r: int) -> None:
     """Row r continues decoding next turn, without retrieval or an observation (it ends,

@@ -61,10 +61,14 @@ class Turns:
     eos_tail = bool(ids) and ids[-1] in self.eos_ids
     body = ids[:-1] if eos_tail else ids
     text = decode(self.tokenizer, body)
-    action = self.protocol.parse(text, final=final)
+    # A hook's inserted text opens this turn (REX-RAG's probe `<search>`: the policy writes
+    # only the query and `</search>`), so the action is parsed from both; `keep` counts
+    # characters of the policy's own text.
+    prefix, row.injected_text = row.injected_text, ""
+    action = self.protocol.parse(prefix + text, final=final)
     keep = len(ids)
-    if action.keep is not None and action.keep < len(text):
-      keep = tokens_covering(self.tokenizer, body, text, action.keep)
+    if action.keep is not None and action.keep - len(prefix) < len(text):
+      keep = tokens_covering(self.tokenizer, body, text, max(action.keep - len(prefix), 0))
     continuing = action.kind in (Kind.SEARCH, Kind.INVALID)
     if (continuing and eos_tail and self.protocol.observation_role == "inline"
         and not self.context.restarts):
