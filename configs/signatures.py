@@ -155,9 +155,8 @@ def rex_rag(toy: bool):
   test questions searched before answering (`searched`); `rex_rag/rescued`, the share of
   all-wrong groups a probe rescued (logged every step); test EM.  (First design, 2026-11-27:
   the ReZero world's namesake questions, where the dead end is the obvious first query and the
-  cold start gives up after it in 60%: a `<search>` clone wrote the same query again, no
-  group was rescued after step 16, and the arms did not differ, +0.015 [-0.005, 0.035] test
-  EM; BENCHMARKS.md.)"""
+  cold start gives up after it in 60%; void, as the engine then parsed a clone's turn without
+  the probe it began with, so no clone's search was served; BENCHMARKS.md.)"""
   c = sibling(__file__, "world").get_config("toy" if toy else "default")
   sibling(__file__, "rex_rag").add_rex_rag(c)
   c.workdir = "runs/signature_rex_rag" + ("_toy" if toy else "")
