@@ -23,12 +23,15 @@ def wrong(group_id, answer):
   return answer.strip().lower() != GOLD[group_id]
 
 
-def run_rex(p=1.0, spare=2, g=2, seed=0, hook=None, prompts=(Q,)):
+def run_rex(p=1.0, spare=2, g=2, seed=0, hook=None, prompts=(Q,),
+            clone_script="</think> <search> Tessaly River </search>"):
+  """Row 0 answers wrong, row 1 right; row 2 (row 0's clone) writes `clone_script` after the
+  probe, then answers right."""
   tok = h.tokenizer()
   proto = get_protocol("rex_rag")
   scripts = {0: ["<think> guess </think> <answer> Paris </answer>"],
              1: ["<think> sure </think> <answer> Quillport </answer>"],
-             2: ["</think> <search> Tessaly River </search>", "<answer> Quillport </answer>"]}
+             2: [clone_script, "<answer> Quillport </answer>"]}
   pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
   ret = h.CountingRetriever(h.bm25_retriever())
   hook = hook or RexRagCloneHook(is_wrong=wrong, p=p, prompts=pool([0]), seed=3)
@@ -86,16 +89,8 @@ def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
 def test_search_probe_opens_the_clones_search():
   """The probe `<search>` (pool "search"): the policy writes only the query and `</search>`
   after it, and the turn is parsed with the probe, so the clone's query is served."""
-  tok = h.tokenizer()
-  proto = get_protocol("rex_rag")
-  scripts = {0: ["<think> guess </think> <answer> Paris </answer>"],
-             1: ["<think> sure </think> <answer> Quillport </answer>"],
-             2: [" Tessaly River </search>", "<answer> Quillport </answer>"]}
-  pol = h.ScriptedPolicy(tok, scripts, stop_strings=proto.stop_sequences)
-  ret = h.CountingRetriever(h.bm25_retriever())
   hook = RexRagCloneHook(is_wrong=wrong, p=1.0, prompts=("<search>",), seed=3)
-  eng = RolloutEngine(proto, pol, ret, tok, EngineConfig(spare_rows=2), hooks=[hook])
-  batch = eng.run([Q], samples_per_prompt=2, seed=0)
+  batch, pol, ret, eng, tok, hook = run_rex(hook=hook, clone_script=" Tessaly River </search>")
   h.check_alignment(batch)
   clone = batch.meta.rows[2]
   assert clone.clone_of == 0 and clone.answer == "Quillport"
