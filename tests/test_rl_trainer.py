@@ -19,7 +19,9 @@ from ragjax.rl.rewards import register_reward
 from ragjax.rl.sft import make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, make_update
 from ragjax.rl.trainer import NonFiniteError
+from ragjax.rollout.dump import read_jsonl
 from ragjax.rollout.labels import Source
+from ragjax.rollout.viewer import page_html
 
 _CALLS = {"n": 0}
 
@@ -32,7 +34,7 @@ def nan_after_first_step(ctx):
 
 def test_ppo_loop_logs_keeps_best_and_updates_critic(tmp_path):
   trainer = build_trainer(str(tmp_path), 2, ["rl.advantage='gae'", "rl.group_size=4",
-                                             "trainer.save_every=2"])
+                                             "trainer.save_every=2", "trainer.dump_every=2"])
   critic0 = jax.device_get(trainer.critic.params)
   hist = trainer.train()
   assert [h["step"] for h in hist] == [1, 2]
@@ -56,6 +58,13 @@ def test_ppo_loop_logs_keeps_best_and_updates_critic(tmp_path):
   best, meta = trainer.ckpt.restore_best(trainer.state.params)
   assert "dev/em" in meta["metrics"]
   np.testing.assert_array_equal(best["norm"]["scale"], trainer.state.params["norm"]["scale"])
+  # trainer.dump_every=2: step 2's sampled rollouts, each with its reward and gold answers
+  assert sorted(os.listdir(os.path.join(trainer.workdir, "rollouts"))) == ["step_000002.jsonl"]
+  dump = read_jsonl(os.path.join(trainer.workdir, "rollouts", "step_000002.jsonl"))
+  assert len(dump) == 8 and {r["step"] for r in dump} == {2}
+  assert all(r["golden_answers"] and r["question"] for r in dump)
+  assert np.mean([r["reward"] for r in dump]) == pytest.approx(hist[-1]["reward"])
+  assert "<html" in page_html(dump, title="step 2").lower()
 
 
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(tmp_path):

@@ -162,12 +162,15 @@ class TrainerConfig:
   keep_best: bool = False             # the run's final policy is the best dev checkpoint
   tensorboard: bool = True
   step_retries: int = 3               # a step whose service stayed down is rerun from its start
+  dump_every: int = 0                 # every Nth step's sampled rollouts, with their rewards and
+                                      # gold answers, to <workdir>/rollouts/step_N.jsonl
+                                      # (python -m ragjax.rollout.viewer); 0 = never
 
   def __post_init__(self):
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts", "step_retries"):
+    for name in ("eval_every", "eval_prompts", "step_retries", "dump_every"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -177,7 +180,7 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
-                  "trainer.step_retries", "retriever.timeout", "retriever.deadline",
+                  "trainer.step_retries", "trainer.dump_every", "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on

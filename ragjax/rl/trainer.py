@@ -60,6 +60,7 @@ from ragjax.parallel.mesh import replicated
 from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_state, jit_update,
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
+from ragjax.rollout.dump import dump_batch
 from ragjax.rollout.trajectory import RolloutBatch
 
 
@@ -116,6 +117,9 @@ class Trainer:
     self.main, self.multiprocess = is_main(), jax.process_count() > 1
     self.method_state: dict = {}
     tokenizer = getattr(engine, "tokenizer", None)   # the policy's, for plug-ins that tokenise
+    if self.tc.dump_every and tokenizer is None:
+      raise ValueError("trainer.dump_every needs a rollout engine with a tokenizer")
+    self.tokenizer = tokenizer
     self.behaviour = (registry.lookup("behaviour", self.rl.behaviour)(
         tokenizer=tokenizer, **self.rl.behaviour_kwargs) if self.rl.behaviour else None)
     self.batch_filter = (registry.lookup("batch_filter", self.rl.batch_filter)(
@@ -248,6 +252,8 @@ class Trainer:
     """Rewards -> the step batch (masks built once) -> old and reference log-probs -> the
     batch filter -> critic values -> advantages -> behaviour policy -> TrainBatch and metrics."""
     results = self._rewards(batch, prompts, uids, step)
+    if self.tc.dump_every and step % self.tc.dump_every == 0 and self.main:
+      self._dump(step, batch, prompts, results)
     sb = build_step_batch(batch, results, train_on=self.rl.train_on,
                           step_samples=self.rl.step_samples,
                           multiple=self.rl.mini_batch_size or self.rl.micro_batch_size or 8)
@@ -270,6 +276,20 @@ class Trainer:
                          generated=generated if self.batch_filter is not None else None)
     stats.update(self._service_calls_since_last_step())
     return train_batch, stats
+
+  def _dump(self, step: int, batch: RolloutBatch, prompts: Sequence[Mapping], results) -> None:
+    """The step's sampled rollouts, as generated (before any batch filter), with each row's
+    reward, its components and its question's gold answers: `rollouts/step_<step>.jsonl`."""
+    out = os.path.join(self.workdir, "rollouts")
+    os.makedirs(out, exist_ok=True)
+    extra = [{"step": step, "question": prompts[row.prompt_index]["question"],
+              "golden_answers": list(prompts[row.prompt_index]["golden_answers"]),
+              "reward_components": dict(r.components)}
+             for row, r in zip(batch.rows, results)]
+    path = os.path.join(out, f"step_{step:06d}.jsonl")
+    dump_batch(path + ".tmp", batch, self.tokenizer, [r.total for r in results], extra,
+               train_on=self.rl.train_on)
+    os.replace(path + ".tmp", path)
 
   def _rewards(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
                step: int) -> list:

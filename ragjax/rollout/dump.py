@@ -76,9 +76,9 @@ def write_jsonl(path: str, records: Iterable[dict], append: bool = False) -> int
 
 
 def dump_batch(path: str, batch: "RolloutBatch", tokenizer, rewards=None, extra=None,
-               append: bool = False) -> int:
+               append: bool = False, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> int:
   """Writes one line per trajectory row; returns the number written."""
-  return write_jsonl(path, batch_records(batch, tokenizer, rewards, extra), append)
+  return write_jsonl(path, batch_records(batch, tokenizer, rewards, extra, train_on), append)
 
 
 def _lines(f, path: str):
