@@ -34,7 +34,7 @@ TARGET = (("p8",), ("Vorar Tregil the miller was born in Amber Hill.",))
 def test_every_signature_is_registered_with_a_description():
   names = set(registry.names("signature"))
   assert {"two_hop_em", "retry_after_failed_search", "em_after_failed_search",
-          "refine_has_answer", "step_relevance", "em_medium_hard", "searched"} <= names
+          "refine_has_answer", "step_relevance", "em_medium_hard", "searched", "gold_recall"} <= names
 
 
 def test_two_hop_em_counts_only_two_hop_questions():
@@ -89,6 +89,18 @@ def test_step_relevance_by_hand():
   # steps retrieve 1/2, 2/2 and 0/2 of the gold passages: (0.5 + 1 + 0) / 3
   assert num.tolist() == [1.5] and den.tolist() == [3]
   assert pairs("step_relevance", [row("x")], [gold])[1].tolist() == [0]   # no search
+
+
+def test_gold_recall_by_hand():
+  gold = ex("x", "2hop", supporting=("p1", "p2"))
+  one = row("x", [(("p1", "p9"), ("a", "b")), (("p1",), ("a",))])       # p1 twice: 1/2
+  both = row("x", [(("p9",), ("b",)), (("p2",), ("c",)), (("p1",), ("a",))])   # 2/2
+  num, den = pairs("gold_recall", [one, both, row("x")], [gold] * 3)
+  assert num.tolist() == [0.5, 1.0, 0.0] and den.tolist() == [1, 1, 1]   # no search: 0 of 2
+  # the same row's mean step relevance is (0 + 1/2 + 1/2) / 3 while its recall is 1
+  num, den = pairs("step_relevance", [both], [gold])
+  assert num[0] / den[0] == pytest.approx(1 / 3)
+  assert pairs("gold_recall", [row("x")], [ex("x")])[1].tolist() == [0]   # no gold passages
 
 
 def test_ratio_bootstrap_by_hand():

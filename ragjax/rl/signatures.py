@@ -14,6 +14,8 @@ the ones a run logs: the trainer logs `signature/<name>` every step (its sampled
   em_after_failed_search      ReZero      EM / first search found no gold answer
   refine_has_answer           AutoRefine  <refine> blocks containing a gold answer / blocks
   step_relevance              R3-RAG      share of the gold passages retrieved / search step
+  gold_recall                 R3-RAG      share of the gold passages any step retrieved /
+                                          question (with gold passages)
   em_medium_hard              UR²         EM / question of medium or hard difficulty (as the
                                           start policy's samples scored it)
   searched                    REX-RAG     searched at least once / question (the dead end
@@ -95,6 +97,17 @@ def step_relevance(row, example: Mapping) -> Pair:
   if not gold or not steps:
     return 0.0, 0.0
   return float(sum(len(gold & set(ids)) / len(gold) for ids in steps)), float(len(steps))
+
+
+@signature("gold_recall")
+def gold_recall(row, example: Mapping) -> Pair:
+  """R3-RAG, per question: the share of its gold passages that any of its search steps
+  retrieved (0 for a question answered without searching)."""
+  gold = set(example.get("supporting_ids") or ())
+  if not gold:
+    return 0.0, 0.0
+  found = set().union(*(set(ids) for ids in row.doc_ids))
+  return len(gold & found) / len(gold), 1.0
 
 
 @signature("em_medium_hard")
