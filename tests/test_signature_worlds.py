@@ -63,3 +63,24 @@ def test_ablation_refuses_two_untrained_arms(tmp_path):
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2 and "give the arms" in proc.stderr
   assert "Traceback" not in proc.stderr
+
+
+def test_full_size_designs_are_the_ones_benchmarks_md_reports():
+  """The values of each committed design that BENCHMARKS.md's "Method signatures" results
+  depend on (loading the configs only; the runs take 10-40 minutes each)."""
+  c = signatures.get_config("autorefine")
+  assert c.traces.no_search_rate == 0.0
+  assert dict(c.world.qtype_weights) == {"1hop": 0.7, "2hop": 0.3}
+  assert c.world.distractor_rate == 1.0 and c.protocol.top_k == 3 and c.trainer.num_steps == 80
+  c = signatures.get_config("rex_rag")
+  assert c.traces.no_search_rate == 0.9 and c.rex_rag.pool == "search"
+  assert c.rl.signatures == ("searched",) and c.ablation.a == "probes_off:rex_rag.p=0.0"
+  c = signatures.get_config("r3_rag")
+  assert (c.world.train_worlds, c.world.name_lexicon, c.model.hidden_size) == (16, 480, 128)
+  assert c.world.max_hops == 3 and c.cold_start.max_questions == 1200 and c.r3.sft_epochs == 5
+  c = signatures.get_config("ur2")
+  assert "very_hard" in c.ablation.a and "mode='uniform'" in c.ablation.a
+  assert c.data.stages.ur2_curriculum.substitute.to_dict() == {"qa": {"easy": "medium"},
+                                                               "mcq": {"easy": "medium"}}
+  assert (c.world.num_test, c.trainer.num_steps, c.optim.total_steps) == (400, 120, 120)
+  assert all(not signatures.get_config(m).trainer.keep_best for m in signatures.METHODS)

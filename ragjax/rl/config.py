@@ -163,8 +163,9 @@ class TrainerConfig:
   tensorboard: bool = True
   step_retries: int = 3               # a step whose service stayed down is rerun from its start
   dump_every: int = 0                 # every Nth step's sampled rollouts, with their rewards and
-                                      # gold answers, to <workdir>/rollouts/step_N.jsonl
-                                      # (python -m ragjax.rollout.viewer); 0 = never
+                                      # gold answers, to rollouts/step_N.jsonl in the trainer's
+                                      # directory (<workdir>/rl); python -m ragjax.rollout.viewer
+                                      # reads them; 0 = never
 
   def __post_init__(self):
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
@@ -180,7 +181,8 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
-                  "trainer.step_retries", "trainer.dump_every", "retriever.timeout", "retriever.deadline",
+                  "trainer.step_retries", "trainer.dump_every",   # logging only
+                  "retriever.timeout", "retriever.deadline",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
