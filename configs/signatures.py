@@ -86,25 +86,30 @@ def rezero(toy: bool):
 
 
 def autorefine(toy: bool):
-  """Documents full of same-name decoys: every person, group and work has a near-name twin
-  (the default: 30%), passages mention other entities in passing twice as often, and three
-  documents come back per search, so the documents hold the answer among look-alike values
-  and the `<refine>` block has to pick it.  The cold start always searches (so every rollout
-  writes refine blocks from step 1) and 1-hop questions dominate (a 2-hop question's first
-  refine holds the bridge, not the answer).  AutoRefine's world config (its protocol, refining
-  cold start, Eq. 3 reward) with and without the retrieval reward's 0.1: under GRPO's group
-  normalisation, in a group whose answers are all wrong the 0.1 is as large an advantage as a
-  right answer's 1.  Signature: the share of `<refine>` blocks that contain a gold answer.
-  (First design, 2026-11-27: half 1-hop and the world's cold-start decisions, so 60% of its
-  traces answered without searching: 17% of the sampled rollouts refined at the start and
-  the arms did not differ after 80 steps, -0.010 [-0.035, 0.015]; BENCHMARKS.md.)"""
+  """A refine step the outcome reward cannot see: the cold start refines badly (its refine
+  block says "not found" in 60% of the traces although the search found the value) and reads
+  its answer off the documents, not off the refine block, answering a wrong value in 60% of
+  the traces, the two drawn independently (`traces.refine_miss_rate`, `answer_miss_rate`).
+  So whether a refine block holds the answer does not change the answer's reward: without the
+  retrieval reward nothing teaches the refine step, and with it a wrong answer whose refine
+  block holds the gold scores 0.1 instead of 0 (under GRPO's group normalisation, in a group
+  whose answers are all wrong, as large an advantage as a right answer's 1).  The world as
+  the second design: every person, group and work has a near-name twin (the default: 30%),
+  passages mention other entities twice as often, three documents per search, the cold start
+  always searches, 70% 1-hop questions.  AutoRefine's world config (its protocol, refining
+  cold start, Eq. 3 reward) with and without the retrieval reward's 0.1.  Signature: the
+  share of `<refine>` blocks that contain a gold answer.  (Earlier designs, 2026-11-27, both
+  with a cold start whose refine blocks always held the value found and whose answer copied
+  them: half 1-hop with 60% of the traces answering without a search, -0.010 [-0.035, 0.015];
+  the second as here without the misses, -0.028 [-0.051, -0.005], the reward firing on 1 row
+  of 192 in the arms' first three steps, as the answer copied the refine; BENCHMARKS.md.)"""
   c = sibling(__file__, "autorefine").world_config(toy)
   c.workdir = "runs/signature_autorefine" + ("_toy" if toy else "")
   c.world.update(dict(distractor_rate=1.0, mention_rate=0.6))
   c.world.qtype_weights = (("1hop", 0.7), ("2hop", 0.3))
-  c.traces.no_search_rate = 0.0
+  c.traces.update(dict(no_search_rate=0.0, refine_miss_rate=0.6, answer_miss_rate=0.6))
   c.protocol.top_k = 3
-  c.trainer.num_steps = 2 if toy else 80
+  c.trainer.num_steps = 2 if toy else 100
   c.rl.signatures = ("refine_has_answer",)
   return c
 

@@ -80,9 +80,12 @@ def get_config(arg: str = "default"):
   # the wrong decision (it answers from memory) while sampling still tries the right one 40%
   # of the time: GRPO has to discover searching (at 0.3 greedy decoding already searched and
   # GRPO moved sampled decisions but not greedy EM).  swap_answer_rate: counterfactual
-  # answers (swap_answers), off: measured, it adds nothing to quoting.
+  # answers (swap_answers), off: measured, it adds nothing to quoting.  answer_miss_rate /
+  # refine_miss_rate: a searched trace answers a wrong value / a refine block says "not found"
+  # although its search found the value, drawn independently (AutoRefine's signature world).
   c.traces = common.ConfigDict(dict(wasted_query_rate=0.15, no_search_rate=0.6,
-                                    first_hop_stop_rate=0.6, give_up_rate=0.6, quote=True,
+                                    first_hop_stop_rate=0.6, give_up_rate=0.6,
+                                    answer_miss_rate=0.0, refine_miss_rate=0.0, quote=True,
                                     swap_answer_rate=0.0, chunk=64 if toy else 500))
 
   # GRPO with retrieval in the loop (Search-R1's recipe; EM reward, retrieved tokens masked).

@@ -396,6 +396,42 @@ def test_trace_shares_demonstrate_imperfect_decisions():
     TraceShares(give_up_rate=1.5)
 
 
+def test_answer_and_refine_misses_are_drawn_apart():
+  """`answer_miss_rate`: a searched trace answers a wrong value in that share;
+  `refine_miss_rate`: a refine block after a search that found its value says "not found" in
+  that share; the two draws are independent, so the answer does not follow the refine."""
+  import random
+  from ragjax.data.world_traces import TraceShares, make_scripts, trace_turns, wrong_answer
+  world = generate_world(dataclasses.replace(SMALL, num_train=300,
+                                             qtype_weights=(("1hop", 0.7), ("2hop", 0.3))))
+  recs = [e.to_record() for e in world.questions["train"]
+          if e.to_record()["metadata"]["qtype"] == "1hop"]
+  assert len(recs) > 100
+  rng = random.Random(0)
+  traces = [trace_turns(r, rng, TraceShares(wasted_query_rate=0.0, answer_miss_rate=0.4))
+            for r in recs]
+  assert all(t[0] == f"<search> {r['metadata']['hops'][0]['query']} </search>"
+             for t, r in zip(traces, recs))      # every trace still searches
+  missed = [t[-1] == f"<answer> {wrong_answer(r)} </answer>" for t, r in zip(traces, recs)]
+  right = [t[-1] == f"<answer> {r['golden_answers'][0]} </answer>" for t, r in zip(traces, recs)]
+  assert all(m != g for m, g in zip(missed, right)) and abs(np.mean(missed) - 0.4) < 0.1
+  shares = TraceShares(wasted_query_rate=0.0, answer_miss_rate=0.5, refine_miss_rate=0.6)
+  scripts = make_scripts(recs, 0, shares, refine=True)
+  refine_gold = [s[1].startswith(f"<refine> {r['metadata']['hops'][0]['answer']} </refine>")
+                 for s, r in zip(scripts, recs)]
+  refine_none = [s[1].startswith("<refine> not found </refine>") for s in scripts]
+  answer_gold = [s[1].endswith(f"<answer> {r['golden_answers'][0]} </answer>")
+                 for s, r in zip(scripts, recs)]
+  assert all(a != b for a, b in zip(refine_gold, refine_none))
+  assert abs(np.mean(refine_none) - 0.6) < 0.1 and abs(np.mean(answer_gold) - 0.5) < 0.1
+  g, n = np.array(refine_gold), np.array(answer_gold)
+  assert abs(n[g].mean() - n[~g].mean()) < 0.2     # independent draws: same answer rate
+  assert make_scripts(recs, 0, TraceShares(wasted_query_rate=0.0), refine=True)[0][1] \
+      .startswith(f"<refine> {recs[0]['metadata']['hops'][0]['answer']} </refine>")
+  with pytest.raises(ValueError, match="traces.refine_miss_rate"):
+    TraceShares(refine_miss_rate=-0.1)
+
+
 def test_swapped_answers_take_a_value_of_the_same_relation():
   """`swap_answers`: the share of entity questions it swaps, each to another question's value
   of the same final relation (aliases follow); comparisons never; rate 0 changes nothing."""

@@ -71,7 +71,8 @@ def test_full_size_designs_are_the_ones_benchmarks_md_reports():
   c = signatures.get_config("autorefine")
   assert c.traces.no_search_rate == 0.0
   assert dict(c.world.qtype_weights) == {"1hop": 0.7, "2hop": 0.3}
-  assert c.world.distractor_rate == 1.0 and c.protocol.top_k == 3 and c.trainer.num_steps == 80
+  assert c.world.distractor_rate == 1.0 and c.protocol.top_k == 3 and c.trainer.num_steps == 100
+  assert (c.traces.refine_miss_rate, c.traces.answer_miss_rate) == (0.6, 0.6)
   c = signatures.get_config("rex_rag")
   assert c.traces.no_search_rate == 0.9 and c.rex_rag.pool == "search"
   assert c.rl.signatures == ("searched",) and c.ablation.a == "probes_off:rex_rag.p=0.0"

@@ -10,7 +10,9 @@ way a base model's are, so RL has something to discover (what the seed papers sa
   - `first_hop_stop`: a 2-hop question answered after its first hop, with the bridge entity;
   - `give_up`: a retry question answered after the failed first search, with the namesake's
     value that search found, instead of retrying with the disambiguated query;
-  - `wasted_query`: a multi-hop trace that first searches the question itself (still right).
+  - `wasted_query`: a multi-hop trace that first searches the question itself (still right);
+  - `answer_miss`: a trace that searched as it should, then answered with a plausible wrong
+    value (drawn apart from the decisions above, so independent of what the search found).
 Retry traces otherwise first try the obvious query (which tends to land on a namesake, see
 `ragjax.data.world`), then retry.  The traces are run through the real rollout engine with a
 `TeacherPolicy` (`ragjax.rollout.teacher.teacher_traces`), so the observations are real
@@ -20,7 +22,10 @@ retrieval results and labels match RL rollouts exactly.  Examples are world reco
 With `refine=True` (AutoRefine's protocol at the world's scale) every turn after documents
 opens with a `<refine>` block distilling them, as AutoRefine's policy is taught to write after
 each search: the value the search found (a hop's answer, or the namesake's for a retry's
-first query), or "not found" for the question searched as a whole.
+first query), or "not found" for the question searched as a whole.  `refine_miss_rate`: each
+block after a search that found its value says "not found" instead in that share, drawn apart
+from the answer, so a trace's answer does not depend on its refine block (the answer reads the
+documents; AutoRefine's third signature world, configs/signatures.py).
 
 With `quote=True` (`with_quotes`, the embedded default) every turn after documents opens with
 Search-R1's `<think>` block quoting the passage's sentence that states the value found, so the
@@ -60,6 +65,8 @@ class TraceShares:
   no_search_rate: float = 0.0
   first_hop_stop_rate: float = 0.0
   give_up_rate: float = 0.0
+  answer_miss_rate: float = 0.0
+  refine_miss_rate: float = 0.0     # (read by `with_refine`, not by `trace_turns`)
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -109,6 +116,8 @@ def trace_turns(ex: Mapping, rng: random.Random, shares: TraceShares = TraceShar
     return [search(queries[0]), answer(hops[0]["answer"])]
   elif len(hops) > 1 and rng.random() < shares.wasted_query_rate:
     queries = [ex["question"].rstrip("?")] + queries
+  if shares.answer_miss_rate and rng.random() < shares.answer_miss_rate:
+    gold = wrong_answer(ex)
   return [search(q) for q in queries] + [answer(gold)]
 
 
@@ -143,10 +152,17 @@ def after_searches(turns: Sequence[str], opener) -> list[str]:
   return out
 
 
-def with_refine(ex: Mapping, turns: Sequence[str]) -> list[str]:
-  """The trace with a `<refine>` block opening every turn that follows a search."""
+def with_refine(ex: Mapping, turns: Sequence[str], rng: Optional[random.Random] = None,
+                miss_rate: float = 0.0) -> list[str]:
+  """The trace with a `<refine>` block opening every turn that follows a search: the value
+  the search found, or "not found" (for a search that found no value, and, drawing from `rng`,
+  for a `miss_rate` share of those that did)."""
   found = found_values(ex)
-  return after_searches(turns, lambda q: refine_block(found[q][0] if q in found else "not found"))
+
+  def block(q):
+    missed = q in found and miss_rate and rng.random() < miss_rate
+    return refine_block(found[q][0] if q in found and not missed else "not found")
+  return after_searches(turns, block)
 
 
 def stating_sentence(text: str, value: str) -> Optional[str]:
@@ -194,7 +210,9 @@ def make_scripts(examples: Sequence[Mapping], seed: int, shares: TraceShares = T
   scripts = [trace_turns(ex, rng, shares) for ex in examples]
   if quote:
     scripts = [with_quotes(ex, t, passages) for ex, t in zip(examples, scripts)]
-  return [with_refine(ex, t) for ex, t in zip(examples, scripts)] if refine else scripts
+  if not refine:
+    return scripts
+  return [with_refine(ex, t, rng, shares.refine_miss_rate) for ex, t in zip(examples, scripts)]
 
 
 def swap_answers(examples: Sequence[Mapping], rate: float, seed: int) -> list[Mapping]:
