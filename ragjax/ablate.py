@@ -13,6 +13,12 @@ difference with a 95% bootstrap interval, overall and by question type, and writ
         --b "unmasked:rl.use_sampler_logprobs=False;rl.train_on=('policy','retrieved')"
 
 (the sampler has no log-probs for retrieved tokens, so both arms re-score the old policy).
+
+The same ablation run again with another seed (`--config.seed=1 --config.workdir=...`) is one
+more training run per arm; `--pool` prints the runs' comparison pooled question by question
+(trains nothing):
+
+    python -m ragjax.ablate --pool=runs/s0/ablation/ablation.json,runs/s1/ablation/ablation.json
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ flags.DEFINE_string("a", None, "arm A: NAME:FIELD=VALUE;FIELD=VALUE... (';'-sepa
 flags.DEFINE_string("b", None, "arm B, as --a; both default to the config's `ablation` "
                     "section (a, b) when it has one (configs/signatures.py)")
 flags.DEFINE_string("split", "test", "split both arms are evaluated on")
+flags.DEFINE_list("pool", None, "ablation.json files of one ablation run with different seeds: "
+                  "print their comparison pooled question by question, train nothing")
 
 
 def parse_arm(spec: str) -> tuple[str, list[str]]:
@@ -56,6 +64,12 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
+  if flags.FLAGS.pool:
+    with exit_on_user_error("ragjax.ablate"):
+      from ragjax.recipes.ablation import pool_reports
+      from ragjax.typed_config import read_json
+      print(pool_reports([read_json(p) for p in flags.FLAGS.pool])["table"])
+    return
   with exit_on_user_error("ragjax.ablate"):
     arms = dict(parse_arm(spec) for spec in arm_specs(flags.FLAGS.a, flags.FLAGS.b,
                                                         flags.FLAGS.config))

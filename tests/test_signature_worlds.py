@@ -38,6 +38,10 @@ def test_signature_world_ablation_runs(method, tmp_path):
   arms = [arm.split(":")[0] for arm in (a, b)]
   assert len(report["em"][arms[0]]) == len(report["em"][arms[1]]) > 0   # the same questions
   assert report["qtypes"] and len(report["qtypes"]) == len(report["em"][arms[0]])
+  for arm in arms:                           # per question, for pooling seeds (--pool)
+    for name in c.rl.signatures:
+      values = report["signature_values"][arm][name]
+      assert len(values["num"]) == len(values["den"]) == len(report["qtypes"])
   for arm, spec in zip(arms, (a, b)):
     rl_dir = tmp_path / "ablation" / arm / "rl"
     if spec.endswith(":start"):              # the shared start, evaluated untrained

@@ -10,6 +10,9 @@ config); each arm trains in `<workdir>/ablation/<arm>/` (and resumes on its own)
 is a table of EM per arm and the paired difference B - A with a bootstrap interval, overall and
 by question type, plus both arms' full evaluation tables, in `<workdir>/ablation/`.
 
+`pool_reports` pools the reports of one ablation run again with other seeds
+(`python -m ragjax.ablate --pool=A/ablation.json,B/ablation.json`).
+
 An arm whose overrides are the single word `start` (`{"cold_start": ["start"]}`) trains
 nothing: it is the shared start itself, evaluated as the other arm is (GRPO vs its cold start).
 """
@@ -108,9 +111,56 @@ def paired_table(rows: Sequence[Mapping], name_a: str, name_b: str) -> str:
           "McNemar p"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
-    lines.append(f"| {r['type']} | {r['n']} | {r['a']} | {r['b']} | {r['diff']} | "
-                 f"{r['p']:.3g} |")
+    p = "—" if r["p"] is None else f"{r['p']:.3g}"
+    lines.append(f"| {r['type']} | {r['n']} | {r['a']} | {r['b']} | {r['diff']} | {p} |")
   return "\n".join(lines)
+
+
+def pool_reports(reports: Sequence[Mapping]) -> dict:
+  """Reports (`ablation.json`) of one ablation run again with other seeds (`--config.seed`),
+  pooled question by question: a question's EM is its mean over the runs and a signature's
+  numerator and denominator are summed over the runs, so the bootstrap still draws questions
+  (each with all its runs) and its interval counts the runs' spread on a question as well as
+  the questions'.  McNemar's test needs one 0/1 pair per question, so pooled rows have none.
+  Returns {"table", "rows", "signatures", "runs"}."""
+  if len(reports) < 2:
+    raise ValueError(f"pooling needs two or more ablation.json reports, got {len(reports)}")
+  first = reports[0]
+  names = list(first["arms"])
+  for r in reports[1:]:
+    if list(r["arms"]) != names:
+      raise ValueError(f"{r['workdir']}: arms {list(r['arms'])}, not {names}: pool runs of "
+                       "the same ablation")
+    if r["qtypes"] != first["qtypes"] or r["split"] != first["split"]:
+      raise ValueError(f"{r['workdir']}: evaluated on other questions than {first['workdir']}")
+  em = {n: np.mean([np.asarray(r["em"][n], np.float64) for r in reports], axis=0)
+        for n in names}
+  qtypes = list(first["qtypes"])
+  rows = []
+  for qt in ("all", *dict.fromkeys(qtypes)):
+    keep = [i for i, q in enumerate(qtypes) if qt == "all" or q == qt]
+    ea, eb = em[names[0]][keep], em[names[1]][keep]
+    rows.append({"type": qt, "n": len(keep), "a": bootstrap_mean(ea), "b": bootstrap_mean(eb),
+                 "diff": bootstrap_diff(eb, ea), "p": None})
+  sig_rows = []
+  for sig in first.get("signature_values", {}).get(names[0], {}):
+    missing = [r["workdir"] for r in reports if sig not in r.get("signature_values", {})
+               .get(names[0], {})]
+    if missing:
+      raise ValueError(f"{missing[0]}: no per-question values of signature {sig!r} (reports "
+                       "before 2026-11-27 lack them: rerun its ablate command, which reuses the "
+                       "arms' final checkpoints)")
+    (na, da), (nb, db) = [
+        [sum(np.asarray(r["signature_values"][n][sig][k], np.float64) for r in reports)
+         for k in ("num", "den")] for n in names]
+    sig_rows.append({"signature": sig, "a": bootstrap_ratio(na, da), "b": bootstrap_ratio(nb, db),
+                     "diff": bootstrap_ratio_diff(nb, db, na, da), "p": None})
+  table = paired_table(rows, *names)
+  if sig_rows:
+    table += "\n\n" + signature_table(sig_rows, *names)
+  return {"table": f"Pooled over {len(reports)} runs: "
+                   + ", ".join(r["workdir"] for r in reports) + "\n\n" + table,
+          "rows": rows, "signatures": sig_rows, "runs": [r["workdir"] for r in reports]}
 
 
 def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict:
@@ -176,6 +226,12 @@ def ablate(c, arms: Mapping[str, Sequence[str]], *, split: str = "test") -> dict
                            for r in sig_rows],
             "em": {name_a: json_safe(np.asarray(a.em).tolist()),
                    name_b: json_safe(np.asarray(b.em).tolist())},
+            # per question (num, den) of each signature, for `pool_reports`
+            "signature_values": {
+                name: {sig: {"num": json_safe(np.asarray(v[0], np.float64).tolist()),
+                             "den": json_safe(np.asarray(v[1], np.float64).tolist())}
+                       for sig, v in res.signatures.items()}
+                for name, res in ((name_a, a), (name_b, b))},
             "qtypes": a.qtypes}
   write_json_atomic(os.path.join(out, "ablation.json"), report)
   with open(os.path.join(out, "ablation.md"), "w") as f:
