@@ -26,6 +26,16 @@ ARGS = ("tiny", "world")
 RETRY_WEIGHT = 0.1      # ReZero weighs retry 1 against correctness 4: the same share of Eq. 3's 1
 
 
+def add_rewards(c):
+  """AutoRefine's Eq. 3 and ReZero's retry reward on a config with AutoRefine's protocol and
+  REX-RAG's parts (`configs/rex_rag.py:add_rex_rag`), and both methods' metrics."""
+  c.rl.rewards = {"autorefine": 1.0, "search_retry": RETRY_WEIGHT}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1},
+                        "search_retry": {"retry_counting": "after_first"}}
+  c.rl.metrics = ("autorefine", "rex_rag")
+  return c
+
+
 def get_config(arg: str = "tiny"):
   arg = common.config_arg(arg, ARGS)
   c = rex_rag.small_config(arg)          # the world, its cold start and REX-RAG's parts
@@ -38,8 +48,4 @@ def get_config(arg: str = "tiny"):
   c.sampler.max_new_tokens = max(c.sampler.max_new_tokens, 48)   # a refine block and a search
   c.traces.refine = True
   c.traces.quote = False                 # the refine block is the reading step
-  c.rl.rewards = {"autorefine": 1.0, "search_retry": RETRY_WEIGHT}
-  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1},
-                        "search_retry": {"retry_counting": "after_first"}}
-  c.rl.metrics = ("autorefine", "rex_rag")
-  return c
+  return add_rewards(c)

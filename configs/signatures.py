@@ -20,7 +20,9 @@ from ragjax.wiring.config_files import sibling
 common = sibling(__file__, "common")
 
 METHODS = ("search_r1", "rezero", "autorefine", "r3_rag", "rex_rag", "ur2")
-ARGS = METHODS + tuple(m + "-toy" for m in METHODS)    # every valid config argument
+# the methods combined (configs/combined.py) on AutoRefine's world, against AutoRefine alone
+VARIANTS = METHODS + ("combined",)
+ARGS = VARIANTS + tuple(m + "-toy" for m in VARIANTS)    # every valid config argument
 
 # method -> (arm A, arm B) of its `python -m ragjax.ablate` command (the `ablation` section)
 ARMS = {
@@ -33,6 +35,7 @@ ARMS = {
     "ur2": ("uniform:data.stages.ur2_curriculum.mode='uniform';"
             "data.stages.ur2_curriculum.keep=('easy','medium','hard','very_hard')",
             "curriculum:"),
+    "combined": ("autorefine_alone:rex_rag.p=0.0;rl.rewards.search_retry=0.0", "combined:"),
 }
 # method -> the `python -m ragjax.train --config.stage=...` runs before its ablation (R3-RAG's
 # cold start is a recipe stage of its own: teacher trajectories, then SFT)
@@ -202,8 +205,25 @@ def ur2(toy: bool):
   return c
 
 
+def combined(toy: bool):
+  """The methods combined (configs/combined.py: AutoRefine's refine step and reward, ReZero's
+  retry reward, REX-RAG's probes) on AutoRefine's signature world, against AutoRefine alone
+  (the probes at p = 0, the retry reward at 0): the one signature world whose cold start the
+  combination shares (ReZero's and REX-RAG's write no refine blocks).  The probe is `<search>`
+  (pool `search`, as in REX-RAG's signature world): a wrong answer's clone searches again.
+  Signatures: AutoRefine's (refine blocks holding a gold answer) and ReZero's (another search
+  after a failed first one)."""
+  c = autorefine(toy)
+  c.workdir = "runs/signature_combined" + ("_toy" if toy else "")
+  sibling(__file__, "rex_rag").add_rex_rag(c)
+  c.rex_rag.pool = "search"
+  sibling(__file__, "combined").add_rewards(c)
+  c.rl.signatures = ("refine_has_answer", "retry_after_failed_search")
+  return c
+
+
 BUILDERS = {"search_r1": search_r1, "rezero": rezero, "autorefine": autorefine,
-            "r3_rag": r3_rag, "rex_rag": rex_rag, "ur2": ur2}
+            "r3_rag": r3_rag, "rex_rag": rex_rag, "ur2": ur2, "combined": combined}
 
 
 def get_config(arg: str = "search_r1-toy"):

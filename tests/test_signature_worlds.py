@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "configs"))
 import signatures  # noqa: E402  (configs/signatures.py)
 
 
-@pytest.mark.parametrize("method", signatures.METHODS)
+@pytest.mark.parametrize("method", signatures.VARIANTS)
 def test_signature_world_ablation_runs(method, tmp_path):
   c = signatures.get_config(f"{method}-toy")
   a, b = c.ablation.a, c.ablation.b          # the arms python -m ragjax.ablate takes from it
