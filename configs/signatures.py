@@ -129,8 +129,10 @@ def r3_rag(toy: bool):
   it retrieved).  (First design, 2026-11-27: R3-RAG's world config as it is, 4 training
   worlds and a 96-wide policy: its greedy steps retrieved 6% of the gold passages of the
   fresh test world (31% of the training worlds': the names memorised, not copied), it
-  answered no test question, and the process reward moved nothing, +0.005 [-0.006, 0.018];
-  BENCHMARKS.md.)"""
+  answered no test question, and the process reward moved nothing, +0.005 [-0.006, 0.018].
+  Third: this world with the code's lambda_T = 1 + gamma,
+  `--config.rl.reward_kwargs.r3_rag.lambda_form=one_plus_gamma`: reversed as with the
+  paper's, the chains lengthening; BENCHMARKS.md.)"""
   c = sibling(__file__, "r3_rag").get_config("tiny" if toy else "world")
   c.workdir = "runs/signature_r3_rag" + ("_toy" if toy else "")
   if not toy:
