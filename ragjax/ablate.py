@@ -68,7 +68,14 @@ def main(argv):
     with exit_on_user_error("ragjax.ablate"):
       from ragjax.recipes.ablation import pool_reports
       from ragjax.typed_config import read_json
-      print(pool_reports([read_json(p) for p in flags.FLAGS.pool])["table"])
+      reports = [read_json(p) for p in flags.FLAGS.pool]
+      for path, report in zip(flags.FLAGS.pool, reports):
+        missing = [k for k in ("workdir", "split", "arms", "qtypes", "em")
+                   if not isinstance(report, dict) or k not in report]
+        if missing:
+          raise ValueError(f"{path}: not an ablation.json of `python -m ragjax.ablate` "
+                           f"(no {', '.join(missing)})")
+      print(pool_reports(reports)["table"])
     return
   with exit_on_user_error("ragjax.ablate"):
     arms = dict(parse_arm(spec) for spec in arm_specs(flags.FLAGS.a, flags.FLAGS.b,

@@ -94,5 +94,9 @@ def test_pooled_reports_by_hand(tmp_path):
   proc = run([paths[0], paths[2]])
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
   assert proc.stderr.strip().splitlines()[-1].startswith("ragjax.ablate: error: s1: no per-question")
+  json.dump({"arms": {}}, open(tmp_path / "other.json", "w"))
+  proc = run([paths[0], str(tmp_path / "other.json")])
+  assert proc.returncode == 2 and "other.json: not an ablation.json" in proc.stderr
+  assert "Traceback" not in proc.stderr
   proc = run([paths[0], str(tmp_path / "missing.json")])
   assert proc.returncode == 2 and "missing.json" in proc.stderr and "Traceback" not in proc.stderr
