@@ -88,4 +88,10 @@ def test_full_size_designs_are_the_ones_benchmarks_md_reports():
   assert c.data.stages.ur2_curriculum.substitute.to_dict() == {"qa": {"easy": "medium"},
                                                                "mcq": {"easy": "medium"}}
   assert (c.world.num_test, c.trainer.num_steps, c.optim.total_steps) == (400, 120, 120)
-  assert all(not signatures.get_config(m).trainer.keep_best for m in signatures.METHODS)
+  c = signatures.get_config("combined")      # AutoRefine's world and cold start, all parts on
+  from ragjax.recipes.world import start_fingerprint
+  assert start_fingerprint(c) == start_fingerprint(signatures.get_config("autorefine"))
+  assert c.rl.rewards.to_dict() == {"autorefine": 1.0, "search_retry": 0.1}
+  assert c.rex_rag.pool == "search" and c.rollout.hooks.rex_rag_clone.p == c.rex_rag.p > 0
+  assert c.ablation.a == "autorefine_alone:rex_rag.p=0.0;rl.rewards.search_retry=0.0"
+  assert all(not signatures.get_config(m).trainer.keep_best for m in signatures.VARIANTS)
