@@ -124,3 +124,23 @@ def test_check_in_process(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", "")
   with pytest.raises(backend.BackendError, match=f"needs {2 * jax.device_count()} devices"):
     backend.check(config)
+
+
+@no_accelerator
+def test_host_only_keeps_jax_off_accelerators_that_bm25s_would_start():
+  """bm25s runs `jax.lax.top_k` on import; a BM25 server calls `host_only` first, so even with
+  JAX_PLATFORMS naming an accelerator JAX starts only the CPU (here, without it, importing bm25s
+  fails: its probe starts JAX on the missing CUDA plug-in)."""
+  code = ("import sys; from ragjax.parallel.backend import host_only\n"
+          "if sys.argv[1] == 'on': host_only()\n"
+          "import bm25s.selection, jax\n"
+          "print(bm25s.selection.JAX_IS_AVAILABLE, jax.config.jax_platforms)\n"
+          "print(jax.default_backend())")
+  runs = {}
+  for mode in ("on", "off"):
+    p = subprocess.run([sys.executable, "-c", code, mode], cwd=ROOT, text=True, timeout=120,
+                       capture_output=True, env=env(JAX_PLATFORMS="cuda"))
+    runs[mode] = p
+  assert runs["on"].returncode == 0, runs["on"].stderr[-2000:]
+  assert runs["on"].stdout.split() == ["True", "cpu", "cpu"]
+  assert runs["off"].returncode != 0 and "bm25s" in runs["off"].stderr   # its probe tried CUDA

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from _retrieval_helpers import free_port, server, small_corpus, start_server, stop_server, write_jsonl
-from ragjax.retrieval.bm25 import BM25Index
+from ragjax.retrieval.bm25 import BM25Index, top_k
 from ragjax.retrieval.query_cache import CachedRetriever
 from ragjax.retrieval.client import RetrievalError, SearchClient
 from ragjax.retrieval.index import build_index, open_index
@@ -50,6 +50,47 @@ def test_bm25_scores_match_lucene_formula():
   assert rows[0, :3].tolist() == order and rows[0, 3] == -1          # "a bird sang" has score 0
   np.testing.assert_allclose(scores[0, :3], [ref[i] for i in order], rtol=1e-5)
   assert (rows[1] == -1).all() and (rows[2] == -1).all()
+
+
+def test_top_k_by_hand_ties_to_the_lower_index_and_drops_zero_scores():
+  scores = np.array([[0.5, 2.0, 2.0, 0.0, 2.0, 1.0],     # a three-way tie for first
+                     [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],     # nothing matched
+                     [0.0, 0.3, 0.0, 0.0, 0.0, 0.7],     # fewer positives than k
+                     [1.0, 1.0, 1.0, 1.0, 3.0, 1.0]],    # a tie across the k-th place
+                    np.float32)
+  idx, val = top_k(scores, 3)
+  assert idx.tolist() == [[1, 2, 4], [-1, -1, -1], [5, 1, -1], [4, 0, 1]]
+  np.testing.assert_array_equal(val, np.array([[2, 2, 2], [-np.inf] * 3, [0.7, 0.3, -np.inf],
+                                               [3, 1, 1]], np.float32))
+  idx, val = top_k(scores[:1], 10)                      # k past the row's length
+  assert idx.tolist() == [[1, 2, 4, 5, 0, -1]]
+  assert top_k(scores[:0], 3)[0].shape == (0, 3)
+
+
+def test_search_ranks_as_bm25s_and_jax_top_k_without_touching_jax(monkeypatch):
+  import bm25s
+  import jax
+  texts = [r["contents"] for r in small_corpus(80)] * 2          # duplicates: exact score ties
+  index = BM25Index.build(texts)
+  queries = ["Qessa astronomy guild", "Zürich", "founded 1723 weaving Belcaro", "guild", "zzz"]
+  toks = bm25s.tokenize(queries, return_ids=False, show_progress=False)
+  toks = [[t for t in q if t in index._vocab] for q in toks]
+  live = [q for q in toks if q]
+  ref_docs, ref_scores = index._model.retrieve(live, k=7, show_progress=False, n_threads=0,
+                                               backend_selection="jax")   # lax.top_k: ties low
+  def no_jax(*a, **k):
+    raise AssertionError("BM25 search called jax.lax.top_k")
+  monkeypatch.setattr(jax.lax, "top_k", no_jax)
+  rows, scores = index.search(queries, 7)
+  assert (rows[4] == -1).all()
+  for q in range(4):
+    keep = ref_scores[q] > 0
+    assert rows[q, :keep.sum()].tolist() == ref_docs[q][keep].tolist()
+    assert (rows[q, keep.sum():] == -1).all()
+    np.testing.assert_array_equal(scores[q, :keep.sum()], ref_scores[q][keep])
+  ties = [(q, j) for q in range(4) for j in range(6)
+          if rows[q, j + 1] >= 0 and scores[q, j] == scores[q, j + 1]]
+  assert ties and all(rows[q, j] < rows[q, j + 1] for q, j in ties)    # equal: lower index first
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,15 @@ def jax_platforms() -> list[str]:
   return [n.strip().lower() for n in names.split(",") if n.strip()]
 
 
+def host_only() -> None:
+  """For a process that runs no model (a BM25 retrieval server): keep JAX on the CPU.  bm25s
+  calls `jax.lax.top_k` when it is imported, and on a GPU host that would start CUDA in this
+  process and reserve most of the GPU's memory (JAX preallocates 75%) beside the trainer that
+  needs it.  Call before anything starts JAX's backend."""
+  import jax
+  jax.config.update("jax_platforms", "cpu")
+
+
 def install_hint(platform: str) -> str:
   return f"install it with `{INSTALL[platform]}`{INSTALL_NOTE[platform]}"
 

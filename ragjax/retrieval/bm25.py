@@ -38,22 +38,22 @@ class BM25Index:
     return [[t for t in q if t in self._vocab] for q in toks]
 
   def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """-> (rows [Q, k] int64 with -1 where fewer than k passages match, scores [Q, k])."""
+    """-> (rows [Q, k] int64 with -1 where fewer than k passages match, scores [Q, k]).
+
+    Scores are bm25s's own (`get_scores`, one query at a time); the top k of every query are
+    picked here on the host in one batched selection (`top_k`), not by bm25s's `retrieve`,
+    whose default selection calls `jax.lax.top_k` once per query on JAX's default device: on
+    a GPU that is a transfer, a kernel and a sync per query, behind the policy's decoding.
+    """
     rows = np.full((len(queries), k), -1, np.int64)
     scores = np.full((len(queries), k), -np.inf, np.float32)
-    if not queries:
-      return rows, scores
     toks = self._query_tokens(queries)
     live = [i for i, t in enumerate(toks) if t]
-    if live:
-      kk = min(k, self.n)
-      docs, sc = self._model.retrieve([toks[i] for i in live], k=kk, show_progress=False,
-                                      n_threads=0)
-      for j, i in enumerate(live):
-        keep = sc[j] > 0
-        m = int(keep.sum())
-        rows[i, :m] = docs[j][keep]
-        scores[i, :m] = sc[j][keep]
+    if live and k > 0:
+      dense = np.stack([self._model.get_scores(toks[i]) for i in live])
+      top, top_scores = top_k(dense, min(k, self.n))
+      rows[live, :top.shape[1]] = top
+      scores[live, :top.shape[1]] = top_scores
     return rows, scores
 
   def save(self, directory: str) -> None:
@@ -72,3 +72,25 @@ class BM25Index:
       meta = json.load(f)
     model = bm25s.BM25.load(directory, mmap=mmap, show_progress=False)
     return cls(model, meta["n"], meta["stopwords"])
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """The k best positive scores of every row of `scores` [Q, N], best first, ties to the lower
+  index (as `jax.lax.top_k`).  -> (indices [Q, k] int64, -1 past a row's last positive score;
+  their scores [Q, k], -inf there)."""
+  q, n = scores.shape
+  k = min(k, n)
+  idx = np.full((q, k), -1, np.int64)
+  val = np.full((q, k), -np.inf, np.float32)
+  if k == 0 or q == 0:
+    return idx, val
+  for r in range(q):
+    row = scores[r]
+    cand = np.flatnonzero(row > 0)                # in index order; BM25 rows are mostly 0
+    if len(cand) > k:
+      vals = row[cand]
+      cand = cand[vals >= np.partition(vals, len(vals) - k)[len(vals) - k]]   # ties kept
+    best = cand[np.argsort(-row[cand], kind="stable")[:k]]
+    idx[r, :len(best)] = best
+    val[r, :len(best)] = row[best]
+  return idx, val

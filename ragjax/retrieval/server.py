@@ -44,7 +44,7 @@ from typing import Optional
 from starlette.requests import Request   # module level: FastAPI resolves the annotation by name
 
 from ragjax.http_body import RequestError, parse_json, read_body
-from ragjax.parallel.backend import start
+from ragjax.parallel.backend import host_only, start
 from ragjax.retrieval.argtypes import non_negative_int, port, positive_int
 from ragjax.retrieval.types import Retriever
 
@@ -192,6 +192,8 @@ def main(argv=None):
     backend = args.backend or meta["backend"]
     if backend != "bm25":                  # the query encoder runs on JAX: backend line, check
       start("ragjax.retrieval.server")
+    else:                                  # no model: JAX (which bm25s touches) stays on the CPU
+      host_only()
     # Dense backends cache query vectors in the batcher; BM25 caches (query, k) hits.
     retriever = open_index(args.index, backend=args.backend, allow_pickle=args.allow_pickle,
                            cache_size=args.cache_size if backend == "bm25" else 0,
