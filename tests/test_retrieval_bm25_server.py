@@ -71,13 +71,14 @@ def test_search_ranks_as_bm25s_and_jax_top_k_without_touching_jax(monkeypatch):
   import bm25s
   import jax
   texts = [r["contents"] for r in small_corpus(80)] * 2          # duplicates: exact score ties
-  index = BM25Index.build(texts)
+  index = BM25Index.build(texts)                  # k1 0.9, b 0.4, English stopwords
   queries = ["Qessa astronomy guild", "Zürich", "founded 1723 weaving Belcaro", "guild", "zzz"]
-  toks = bm25s.tokenize(queries, return_ids=False, show_progress=False)
-  toks = [[t for t in q if t in index._vocab] for q in toks]
-  live = [q for q in toks if q]
-  ref_docs, ref_scores = index._model.retrieve(live, k=7, show_progress=False, n_threads=0,
-                                               backend_selection="jax")   # lax.top_k: ties low
+  ref = bm25s.BM25(k1=0.9, b=0.4)
+  ref.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+  toks = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+  live = [q for q in ([t for t in q if t in ref.vocab_dict] for q in toks) if q]
+  ref_docs, ref_scores = ref.retrieve(live, k=7, show_progress=False, n_threads=0,
+                                      backend_selection="jax")   # lax.top_k: ties to the lower
   def no_jax(*a, **k):
     raise AssertionError("BM25 search called jax.lax.top_k")
   monkeypatch.setattr(jax.lax, "top_k", no_jax)

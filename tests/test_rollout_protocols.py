@@ -173,6 +173,43 @@ def test_segments_and_truncation():
     tokenize_segments(tok, ["raw string"])
 
 
+@pytest.mark.parametrize("which", ["chatml", "llama3"])
+def test_prefetched_observations_tokenise_as_one_by_one(which):
+  """`Renderer.prefetch` tokenises a turn's observations in one batched call per kind (plain
+  or not) and `tokenize` then reads them: the same ids and labels as segment by segment, special
+  tokens in data kept as text, in template text as control ids; no tokenizer call after it."""
+  tok = h.tokenizer(True) if which == "chatml" else h.llama3_tokenizer()
+  specials = h.SPECIALS if which == "chatml" else h.LLAMA3_SPECIALS
+  proto = get_protocol("rezero")                       # user-role observations: chat framing
+  lists = [Renderer(proto, tok).wrap_observation(
+      proto.observation(q, [{"id": str(i), "contents": f'"T{i}"\n{q} {specials[i % 2]} text'}
+                            for i in range(n)]), specials[0])
+      for n, q in ((1, "alpha"), (3, "beta gamma"), (2, "alpha"))] + [[]]
+  one_by_one = Renderer(proto, tok)
+  expect = [one_by_one.tokenize(segs) for segs in lists]
+  assert any(s.is_plain for s in lists[0]) and any(not s.is_plain for s in lists[0])
+  calls = []
+
+  class Counting:
+    def __getattr__(self, name):
+      return getattr(tok, name)
+
+    def __call__(self, text, **kw):
+      calls.append(text)
+      return tok(text, **kw)
+  batched = Renderer(proto, tok)
+  batched.tokenizer = Counting()
+  batched.prefetch(lists)
+  assert len(calls) == 2 and all(isinstance(c, list) for c in calls)
+  assert [batched.tokenize(segs) for segs in lists] == expect and len(calls) == 2
+  special_ids = {tok.convert_tokens_to_ids(t) for t in specials}
+  ids, labels, _ = expect[0]
+  assert not {i for i, lab in zip(ids, labels) if lab == Source.RETRIEVED} & special_ids
+  assert {i for i, lab in zip(ids, labels) if lab == Source.ENV} & special_ids
+  assert batched.tokenize([Segment("not prefetched", Source.ENV)])[0] == tok(
+      "not prefetched", add_special_tokens=False)["input_ids"] and len(calls) == 3
+
+
 def test_char_token_mapping_with_split_characters():
   tok = h.tokenizer()
   text = "ab 😀 <answer> é </answer>"

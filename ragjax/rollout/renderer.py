@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from ragjax.rollout.chat import has_chat_template, render_chat, user_turn_framing
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import PromptInput, Protocol, as_prompt_input
-from ragjax.rollout.segments import Segment, encode_text, tokenize_segments
+from ragjax.rollout.segments import Segment, encode_text, encode_texts, tokenize_segments
 
 
 class Renderer:
@@ -26,6 +26,7 @@ class Renderer:
     if self.chat and protocol.observation_role == "user":
       system = protocol.system_message(PromptInput("q"))
       self.framing = user_turn_framing(tokenizer, system=system, **self.template_kwargs)
+    self.known: dict = {}           # (text, plain) -> ids of the last `prefetch`
 
   def prompt_text(self, prompt) -> str:
     inp = as_prompt_input(prompt)
@@ -80,5 +81,18 @@ class Renderer:
     head = [Segment(close, Source.ENV)] if close else []
     return head + list(content) + [Segment(self.framing.open, Source.ENV)]
 
+  def prefetch(self, segment_lists: Sequence[Sequence[Segment]]) -> None:
+    """Tokenise every segment of these lists now, in one batched call per kind (plain text or
+    not), so that `tokenize` of each list reads its ids (one turn's observations at a time: the
+    engine's rows whose searches returned).  The ids equal `tokenize`'s own; a segment it was
+    not given is tokenised there as before."""
+    keys = {(s.text, s.is_plain) for segs in segment_lists for s in segs
+            if isinstance(s, Segment)}
+    self.known = {}
+    for plain in (False, True):
+      texts = [t for t, p in keys if p == plain]
+      self.known.update(((t, plain), ids) for t, ids in
+                        zip(texts, encode_texts(self.tokenizer, texts, plain=plain)))
+
   def tokenize(self, segments: Sequence[Segment]):
-    return tokenize_segments(self.tokenizer, segments)
+    return tokenize_segments(self.tokenizer, segments, self.known)

@@ -41,15 +41,32 @@ def encode_text(tokenizer, text: str, *, plain: bool = False) -> list[int]:
   return list(tokenizer(text, add_special_tokens=False, split_special_tokens=plain)["input_ids"])
 
 
-def tokenize_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int], bool]:
-  """(ids, labels, truncated) for the concatenation of `segments`."""
+def encode_texts(tokenizer, texts: Sequence[str], *, plain: bool = False) -> list[list[int]]:
+  """`encode_text` of every text, in one batched tokenizer call (a fast tokenizer encodes the
+  batch on several threads)."""
+  out: list[list[int]] = [[] for _ in texts]
+  live = [i for i, t in enumerate(texts) if t]
+  if live:
+    enc = tokenizer([texts[i] for i in live], add_special_tokens=False,
+                    split_special_tokens=plain)["input_ids"]
+    for i, ids in zip(live, enc):
+      out[i] = list(ids)
+  return out
+
+
+def tokenize_segments(tokenizer, segments: Sequence[Segment],
+                      known: Optional[dict] = None) -> tuple[list[int], list[int], bool]:
+  """(ids, labels, truncated) for the concatenation of `segments`.  `known`: ids already
+  computed, by (text, plain) (`Renderer.prefetch`)."""
   ids: list[int] = []
   labels: list[int] = []
   truncated = False
   for seg in segments:
     if not isinstance(seg, Segment):
       raise TypeError(f"expected Segment, got {type(seg).__name__}: {seg!r}")
-    piece = encode_text(tokenizer, seg.text, plain=seg.is_plain)
+    piece = (known or {}).get((seg.text, seg.is_plain))
+    if piece is None:
+      piece = encode_text(tokenizer, seg.text, plain=seg.is_plain)
     if seg.max_tokens is not None and len(piece) > seg.max_tokens:
       piece = piece[: seg.max_tokens]
       truncated = True

@@ -170,6 +170,7 @@ class TurnLoop:
     if not self.chunk:                   # one retrieval call now, then every row in order
       hits = dict(zip(searching, self.retrieval.fetch(*self._request(searching)))
                   if searching else {})
+      self.turns.prefetch([(self.rows[r], hits[r]) for r in searching])
       for r in ended:
         self._after(r, self._observe(r, hits.get(r, ())))
       return
@@ -199,6 +200,7 @@ class TurnLoop:
         break
       self.inflight.pop(0)
       hits = self.retrieval.take_hits([self.rows[r] for r in rows], self.retrieval.wait(future))
+      self.turns.prefetch([(self.rows[r], h) for r, h in zip(rows, hits)])
       for r, h in zip(rows, hits):
         self.waiting.discard(r)
         self._after(r, self._observe(r, h))

@@ -98,6 +98,14 @@ class Turns:
     """Whether the row's turn asks for documents."""
     return not row.resume and row.action is not None and row.action.kind == Kind.SEARCH
 
+  def prefetch(self, rows_hits) -> None:
+    """Tokenise the observations that these (row, hits) pairs are about to get in one batch
+    (`Renderer.prefetch`); `observe` then reads their ids."""
+    self.renderer.prefetch([
+        self.renderer.wrap_observation(self.protocol.observation(row.action.query, hits),
+                                       row.end_token_text)
+        for row, hits in rows_hits if self.searches(row)])
+
   def observe(self, row: Row, hits, rows: RowStore, inp) -> bool:
     """After the row's turn (and its search's `hits`): the row ends (False) or its observation
     is appended and waits in `pending` for the sampler (True).  `inp` is its prompt."""
