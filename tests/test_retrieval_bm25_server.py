@@ -124,6 +124,34 @@ def test_in_process_retriever_protocol_and_edge_queries(bm25_dir):
   assert cached.cache.hits == 1 and len(cached.cache) == 2
 
 
+def test_a_dense_server_does_not_reserve_the_gpu_beside_a_trainer(bm25_dir, monkeypatch):
+  """A dense index's server runs a query encoder on JAX, on the trainer's GPU when they share
+  a host: it starts JAX with preallocation off (not 75% of the device), unless the user set
+  a memory option.  Checked at the moment the server starts JAX's backend."""
+  from ragjax.parallel.backend import MEMORY_ENV
+  from ragjax.retrieval import server
+
+  class Started(Exception):
+    pass
+  seen = []
+
+  def start(program, *a, **kw):
+    seen.append({k: os.environ.get(k) for k in MEMORY_ENV})
+    raise Started
+  monkeypatch.setattr(server, "start", start)
+  for k in MEMORY_ENV:
+    monkeypatch.delenv(k, raising=False)
+  with pytest.raises(Started):
+    server.main(["--index", bm25_dir, "--backend", "exact"])
+  assert seen[-1]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
+  monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.2")            # the user's own choice
+  with pytest.raises(Started):
+    server.main(["--index", bm25_dir, "--backend", "exact"])
+  assert seen[-1]["XLA_PYTHON_CLIENT_PREALLOCATE"] is None
+  assert seen[-1]["XLA_CLIENT_MEM_FRACTION"] == "0.2"
+
+
 def _listening_address(port):
   with open("/proc/net/tcp") as f:
     for line in f.readlines()[1:]:

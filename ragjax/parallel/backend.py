@@ -111,6 +111,20 @@ def host_only() -> None:
   jax.config.update("jax_platforms", "cpu")
 
 
+MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION",
+              "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def beside_a_trainer() -> None:
+  """For a small JAX process that shares its accelerator with a trainer (a dense retrieval
+  server's query encoder): JAX allocates memory as it needs it instead of reserving 75% of
+  the device when it starts.  A memory setting of one's own (`XLA_PYTHON_CLIENT_PREALLOCATE`,
+  a memory fraction, an allocator) is kept.  Call before anything starts JAX's backend (the
+  GPU plug-in reads them when it starts)."""
+  if not set(MEMORY_ENV) & set(os.environ):
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+
+
 def install_hint(platform: str) -> str:
   return f"install it with `{INSTALL[platform]}`{INSTALL_NOTE[platform]}"
 

@@ -44,7 +44,7 @@ from typing import Optional
 from starlette.requests import Request   # module level: FastAPI resolves the annotation by name
 
 from ragjax.http_body import RequestError, parse_json, read_body
-from ragjax.parallel.backend import host_only, start
+from ragjax.parallel.backend import beside_a_trainer, host_only, start
 from ragjax.retrieval.argtypes import non_negative_int, port, positive_int
 from ragjax.retrieval.types import Retriever
 
@@ -191,6 +191,7 @@ def main(argv=None):
     meta = read_meta(args.index)
     backend = args.backend or meta["backend"]
     if backend != "bm25":                  # the query encoder runs on JAX: backend line, check
+      beside_a_trainer()                   # no 75% of the GPU reserved for a small encoder
       start("ragjax.retrieval.server")
     else:                                  # no model: JAX (which bm25s touches) stays on the CPU
       host_only()
