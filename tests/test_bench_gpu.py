@@ -89,6 +89,32 @@ def test_full_check_runs_the_issue_sizes_within_the_budget():
   assert perturbed["numerics"][-2:] == ("--self-test-perturb", "0.1")
 
 
+def test_tiny_levers_turn_each_lever_on():
+  """`--parts levers` at tiny size on the CPU: the device part, then each lever part runs with
+  its levers on (XLA's attention for cuDNN's, Pallas in interpret mode), and the rollout with
+  retrieval overlapped keeps the re-prefill loop's tokens."""
+  p, lines = check("--preset", "tiny", "--parts", "levers")
+  assert p.returncode == 0, p.stderr[-2000:]
+  by = {l["part"]: l for l in lines}
+  assert list(by) == ["device", "sampler_unfused", "sampler_levers", "train_levers",
+                      "rollout_levers", "verdict"]
+  assert by["sampler_unfused"]["result"]["fused_projections"] is False
+  lev = by["sampler_levers"]["result"]
+  assert lev["decode_attention"] == "pallas" and lev["attention_impl"] == "xla"
+  assert lev["ragjax_tokens_per_s"] > 0
+  train = by["train_levers"]
+  assert train["result"]["remat_policy"] == "dots" and train["loss_finite"] is True
+  roll = by["rollout_levers"]["result"]
+  assert roll["decode_chunk"] == 4 and roll["attention_impl"] == "xla" and roll["identical"]
+  full = {p.name: " ".join(p.argv) for p in gpu.lever_parts("full")}
+  assert "--attention-impl cudnn --decode-attention pallas" in full["sampler_levers"]
+  assert "--remat --scan --remat-policy dots --attention-impl cudnn" in full["train_levers"]
+  assert "--attention-impl cudnn --decode-chunk 32" in full["rollout_levers"]
+  base = {p.name: " ".join(p.argv) for p in gpu.parts("full", 0.0)}
+  assert full["sampler_unfused"].startswith(base["sampler"])   # the check's part, levers added
+  assert full["train_levers"].startswith(base["train_step"])
+
+
 def test_a_part_that_hangs_or_crashes_is_reported():
   hang = gpu.run_part(gpu.Part("hang", ("http.server", "--bind", "127.0.0.1", "0"), 1), 1)
   assert hang["status"] == "timeout" and "result" not in hang

@@ -18,6 +18,16 @@ command printed in its line, under its own time limit (and the whole under --bud
   rollout        python -m ragjax.bench.rollout --preset qwen2.5-0.5b --corpus world --batch 32
                  --turns 4 --repeats 1   (engine vs the transformers loop and re-prefill)
 
+`--parts levers` runs the device part and the speed levers of issue 44 instead, each the
+baseline part's command with levers turned on (an earlier part, or `sampler_unfused`, is the
+reference; about 9 minutes at full size, so give it `--budget-s 540`):
+
+  sampler_unfused  the sampler part with --fused-projections off (the first H100 run's code)
+  sampler_levers   the sampler part with --attention-impl cudnn --decode-attention pallas
+  train_levers     the train_step part with --remat-policy dots --attention-impl cudnn
+  rollout_levers   the rollout part with --attention-impl cudnn --decode-chunk 32
+(at tiny size on the CPU: XLA's attention for cuDNN's, Pallas in interpret mode).
+
 A line: {"part", "status": ok | failed | timeout | crashed | skipped, "seconds", "limit_s",
 "command", the part's headline figures, "result": the benchmark's own JSON line}; the last
 line is {"part": "verdict", ...}.  The numerics gates (and the train step's finite loss) make
@@ -83,6 +93,38 @@ def numerics_gate(r: dict) -> list:
 
 def train_gate(r: dict) -> list:
   return [] if r.get("loss_finite") else ["train_step: non-finite loss"]
+
+
+def lever_parts(preset: str) -> list[Part]:
+  """The speed levers (issue 44), each a check part's command with levers on."""
+  if preset == "tiny":
+    attn = "xla"
+    sampler = ("ragjax.bench.sampler", "--preset", "tiny", "--batch", "2", "--prompt-len", "8",
+               "--new-tokens", "8", "--repeats", "1", "--skip-hf")
+    train = ("ragjax.bench.train_step", "--preset", "tiny", "--seq", "32", "--batch", "2",
+             "--steps", "1", "--remat", "--scan")
+    rollout = ("ragjax.bench.rollout", "--preset", "test", "--corpus", "world", "--turns", "1",
+               "--batch", "2", "--repeats", "1", "--think-tokens", "4", "--query-words", "2",
+               "--doc-tokens", "20", "--vocab", "1024", "--skip-hf")
+    limits, chunk = (120, 120, 120, 180), "4"
+  else:
+    attn = "cudnn"
+    sampler = ("ragjax.bench.sampler", "--preset", "qwen2.5-0.5b", "--batch", "128",
+               "--prompt-len", "128", "--new-tokens", "128", "--skip-hf")
+    train = ("ragjax.bench.train_step", "--preset", "qwen2.5-1.5b", "--seq", "2048", "--batch",
+             "8", "--remat", "--scan")
+    rollout = ("ragjax.bench.rollout", "--preset", "qwen2.5-0.5b", "--corpus", "world",
+               "--batch", "32", "--turns", "4", "--repeats", "1", "--skip-hf")
+    limits, chunk = (75, 100, 150, 180), "32"
+  return [
+      Part("sampler_unfused", (*sampler, "--fused-projections", "off"), limits[0], SAMPLER),
+      Part("sampler_levers", (*sampler, "--attention-impl", attn, "--decode-attention",
+                              "pallas"), limits[1], SAMPLER),
+      Part("train_levers", (*train, "--remat-policy", "dots", "--attention-impl", attn),
+           limits[2], TRAIN, train_gate),
+      Part("rollout_levers", (*rollout, "--attention-impl", attn, "--decode-chunk", chunk),
+           limits[3], rollout_figures),
+  ]
 
 
 def parts(preset: str, perturb: float) -> list[Part]:
@@ -184,19 +226,26 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--preset", choices=("full", "tiny"), default="full",
                   help="full: the H100 sizes (needs a GPU); tiny: toy sizes, CPU, seconds")
-  ap.add_argument("--parts", default="", help="comma list of parts to run (default: all)")
+  ap.add_argument("--parts", default="",
+                  help="comma list of parts to run (default: the check's parts; `levers`: "
+                       "the device part and the speed levers)")
   ap.add_argument("--budget-s", type=float, default=None,
                   help=f"wall-clock budget of the whole check (default {BUDGET_S})")
   ap.add_argument("--self-test-perturb", type=float, default=0.0,
                   help="perturb ragjax's weights in the numerics part (it must then fail)")
   args = ap.parse_args(argv)
   todo = parts(args.preset, args.self_test_perturb)
+  levers = lever_parts(args.preset)
   if args.parts:
     names = [n.strip() for n in args.parts.split(",") if n.strip()]
-    unknown = sorted(set(names) - {p.name for p in todo})
+    if "levers" in names:
+      names = ["device"] + [p.name for p in levers] + [n for n in names if n != "levers"]
+    every = todo + levers
+    unknown = sorted(set(names) - {p.name for p in every})
     if unknown:
-      ap.error(f"--parts: unknown {unknown}; the parts are {[p.name for p in todo]}")
-    todo = [p for p in todo if p.name in names]
+      ap.error(f"--parts: unknown {unknown}; the parts are {[p.name for p in every]} "
+               "and `levers`")
+    todo = [p for p in every if p.name in names]
   torch = torch_build()
   if args.preset == "full":
     # before any part starts: a CPU-only JAX (or a PyTorch without CUDA, whose transformers
