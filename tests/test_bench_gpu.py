@@ -115,6 +115,13 @@ def test_tiny_levers_turn_each_lever_on():
   assert full["train_levers"].startswith(base["train_step"])
 
 
+def test_parts_run_in_the_order_given_and_the_budget_skips_the_rest():
+  p, lines = check("--preset", "tiny", "--budget-s", "4", "--parts", "train_levers,sampler,levers")
+  assert [(l["part"], l["status"]) for l in lines][:3] == [
+      ("train_levers", "skipped"), ("sampler", "skipped"), ("device", "skipped")]
+  assert p.returncode == 2                  # the device part did not pass: nothing after it
+
+
 def test_a_part_that_hangs_or_crashes_is_reported():
   hang = gpu.run_part(gpu.Part("hang", ("http.server", "--bind", "127.0.0.1", "0"), 1), 1)
   assert hang["status"] == "timeout" and "result" not in hang

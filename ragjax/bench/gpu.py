@@ -227,8 +227,8 @@ def main(argv=None) -> int:
   ap.add_argument("--preset", choices=("full", "tiny"), default="full",
                   help="full: the H100 sizes (needs a GPU); tiny: toy sizes, CPU, seconds")
   ap.add_argument("--parts", default="",
-                  help="comma list of parts to run (default: the check's parts; `levers`: "
-                       "the device part and the speed levers)")
+                  help="comma list of parts to run, in that order (default: the check's "
+                       "parts; `levers`: the device part and the speed levers)")
   ap.add_argument("--budget-s", type=float, default=None,
                   help=f"wall-clock budget of the whole check (default {BUDGET_S})")
   ap.add_argument("--self-test-perturb", type=float, default=0.0,
@@ -237,15 +237,14 @@ def main(argv=None) -> int:
   todo = parts(args.preset, args.self_test_perturb)
   levers = lever_parts(args.preset)
   if args.parts:
-    names = [n.strip() for n in args.parts.split(",") if n.strip()]
-    if "levers" in names:
-      names = ["device"] + [p.name for p in levers] + [n for n in names if n != "levers"]
-    every = todo + levers
-    unknown = sorted(set(names) - {p.name for p in every})
+    names = []
+    for n in (n.strip() for n in args.parts.split(",") if n.strip()):
+      names += ["device"] + [p.name for p in levers] if n == "levers" else [n]
+    every = {p.name: p for p in todo + levers}
+    unknown = sorted(set(names) - set(every))
     if unknown:
-      ap.error(f"--parts: unknown {unknown}; the parts are {[p.name for p in every]} "
-               "and `levers`")
-    todo = [p for p in every if p.name in names]
+      ap.error(f"--parts: unknown {unknown}; the parts are {list(every)} and `levers`")
+    todo = [every[n] for n in dict.fromkeys(names)]                 # in the order given
   torch = torch_build()
   if args.preset == "full":
     # before any part starts: a CPU-only JAX (or a PyTorch without CUDA, whose transformers
