@@ -81,12 +81,15 @@ def test_sampled_logprobs_match_teacher_forced_and_are_seeded(qwen):
   assert other.token_lists() != toks
 
 
-def test_top_k_top_p_sample_inside_the_truncated_set(qwen):
+@pytest.mark.parametrize("top_k,top_p,candidates", [(8, 0.6, 1024), (0, 0.6, 4), (0, 0.9, 2)])
+def test_top_k_top_p_sample_inside_the_truncated_set(qwen, top_k, top_p, candidates):
+  """Top-k then top-p, and top-p alone over the whole vocabulary with few nucleus candidates
+  (rows whose nucleus they do not hold take the full sort)."""
   cfg, params = qwen
-  top_k, top_p = 8, 0.6
   temp = 1.3
   sampler = Sampler(cfg, params, None, _config(temperature=temp, top_k=top_k, top_p=top_p,
-                                               eos_ids=(), max_new_tokens=8))
+                                               eos_ids=(), max_new_tokens=8,
+                                               nucleus_candidates=candidates))
   _, out = sampler.decode(sampler.prefill(PROMPTS, samples_per_prompt=2, seed=3))
   toks, slps = out.token_lists(), np.asarray(out.sampling_logprobs)
   tfs = teacher_forced_logprobs(cfg, params, [PROMPTS[b // 2] + toks[b] for b in range(8)],

@@ -44,6 +44,10 @@ class SamplerConfig:
   temperatures: tuple[float, ...] = ()
   top_p: float = 1.0
   top_k: int = 0
+  # Nucleus sampling without top_k looks for the nucleus among each row's this many most
+  # likely tokens (one top-k), and sorts the whole vocabulary only for the rows whose nucleus
+  # is larger (`ragjax.sampling.sample`).  The draw is the same either way.
+  nucleus_candidates: int = 1024
   greedy: bool = False
   cache_dtype: Optional[str] = None
   stop_strings: tuple[str, ...] = ()
@@ -85,6 +89,8 @@ class SamplerConfig:
       raise ValueError(f"temperatures must all be > 0, got {self.temperatures!r}")
     if not 0.0 < self.top_p <= 1.0:
       raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.nucleus_candidates < 1:
+      raise ValueError(f"nucleus_candidates must be >= 1, got {self.nucleus_candidates}")
     if self.top_k < 0:
       raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
     if self.attend_buckets is not None and (

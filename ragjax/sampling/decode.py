@@ -80,7 +80,8 @@ def decode_turn(cfg: DecoderConfig, scfg: C.SamplerConfig, eos_ids: tuple[int, .
       banned = jnp.any(stop_lookup(st.stop_state, None) == OVERHANG, axis=1)
     tok, lp, slp = sample_tokens(st.logits, step_keys, banned, greedy=scfg.greedy,
                                  temperature=st.temperature, top_k=scfg.top_k,
-                                 top_p=top_p, nucleus=nucleus)
+                                 top_p=top_p, nucleus=nucleus,
+                                 candidates=scfg.nucleus_candidates)
     tok = constrain_rows(jnp.where(active, tok, scfg.pad_id), mesh)
     if num_stops:
       codes = stop_lookup(st.stop_state, tok).astype(jnp.int32)          # [B, NS]
