@@ -97,7 +97,8 @@ def test_tiny_levers_turn_each_lever_on():
   assert p.returncode == 0, p.stderr[-2000:]
   by = {l["part"]: l for l in lines}
   assert list(by) == ["device", "sampler_unfused", "sampler_levers", "train_levers",
-                      "rollout_levers", "verdict"]
+                      "rollout_levers", "nucleus", "verdict"]
+  assert by["nucleus"]["peaked"]["same_tokens"] and by["nucleus"]["status"] == "ok"
   assert by["sampler_unfused"]["result"]["fused_projections"] is False
   lev = by["sampler_levers"]["result"]
   assert lev["decode_attention"] == "pallas" and lev["attention_impl"] == "xla"

@@ -26,6 +26,8 @@ reference; about 9 minutes at full size, so give it `--budget-s 540`):
   sampler_levers   the sampler part with --attention-impl cudnn --decode-attention pallas
   train_levers     the train_step part with --remat-policy dots --attention-impl cudnn
   rollout_levers   the rollout part with --attention-impl cudnn --decode-chunk 32
+  nucleus          python -m ragjax.bench.nucleus --batch 128   (top-p among 1024 candidates
+                   vs the whole vocabulary sorted, at Qwen's 151,936 ids)
 (at tiny size on the CPU: XLA's attention for cuDNN's, Pallas in interpret mode).
 
 A line: {"part", "status": ok | failed | timeout | crashed | skipped, "seconds", "limit_s",
@@ -107,6 +109,8 @@ def lever_parts(preset: str) -> list[Part]:
                "--batch", "2", "--repeats", "1", "--think-tokens", "4", "--query-words", "2",
                "--doc-tokens", "20", "--vocab", "1024", "--skip-hf")
     limits, chunk = (120, 120, 120, 180), "4"
+    nucleus = ("ragjax.bench.nucleus", "--batch", "4", "--vocab", "256", "--candidates", "16",
+               "--repeats", "1")
   else:
     attn = "cudnn"
     sampler = ("ragjax.bench.sampler", "--preset", "qwen2.5-0.5b", "--batch", "128",
@@ -116,6 +120,7 @@ def lever_parts(preset: str) -> list[Part]:
     rollout = ("ragjax.bench.rollout", "--preset", "qwen2.5-0.5b", "--corpus", "world",
                "--batch", "32", "--turns", "4", "--repeats", "1", "--skip-hf")
     limits, chunk = (75, 100, 150, 180), "32"
+    nucleus = ("ragjax.bench.nucleus", "--batch", "128", "--repeats", "10")
   return [
       Part("sampler_unfused", (*sampler, "--fused-projections", "off"), limits[0], SAMPLER),
       Part("sampler_levers", (*sampler, "--attention-impl", attn, "--decode-attention",
@@ -124,6 +129,9 @@ def lever_parts(preset: str) -> list[Part]:
            limits[2], TRAIN, train_gate),
       Part("rollout_levers", (*rollout, "--attention-impl", attn, "--decode-chunk", chunk),
            limits[3], rollout_figures),
+      Part("nucleus", nucleus, 60, keep("peaked", "flat"),
+           lambda r: [] if r["peaked"]["same_tokens"] and r["flat"]["same_tokens"]
+           else ["nucleus: the candidates and the full sort drew different tokens"]),
   ]
 
 
