@@ -63,8 +63,10 @@ def nucleus_sample(logits: jnp.ndarray, keys: jnp.ndarray, top_p, candidates: in
   a row draws the same token from either search and whatever rows share its batch.
   Returns (tokens [B] int32, log-probs [B] under the nucleus distribution)."""
   b, v = logits.shape
-  noise = jax.vmap(lambda k: jax.random.gumbel(k, (v,), jnp.float32))(keys)     # [B, V]
   lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+  # Gumbel noise of token id t in row r: a function of (the row's key, t) alone
+  noise_of = jax.vmap(jax.vmap(lambda key, t: jax.random.gumbel(jax.random.fold_in(key, t)),
+                               in_axes=(None, 0)))
 
   def among(k):
     vals, idx = jax.lax.top_k(logits, k)                                          # descending
@@ -72,8 +74,7 @@ def nucleus_sample(logits: jnp.ndarray, keys: jnp.ndarray, top_p, candidates: in
     mass = jnp.cumsum(probs, axis=-1)
     keep = mass - probs < top_p                                    # always keeps the top one
     kept = jnp.where(keep, vals, _NEG)
-    j = jnp.argmax(jnp.where(keep, vals + jnp.take_along_axis(noise, idx, axis=-1), _NEG),
-                   axis=-1)
+    j = jnp.argmax(jnp.where(keep, vals + noise_of(keys, idx), _NEG), axis=-1)
     tok = jnp.take_along_axis(idx, j[:, None], axis=-1)[:, 0].astype(jnp.int32)
     lp = jnp.take_along_axis(jax.nn.log_softmax(kept, axis=-1), j[:, None], axis=-1)[:, 0]
     return tok, lp, mass[:, -1] >= top_p
