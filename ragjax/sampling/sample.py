@@ -62,7 +62,7 @@ def nucleus_sample(logits: jnp.ndarray, keys: jnp.ndarray, top_p, candidates: in
   result.  The token is the Gumbel-max over the nucleus with one noise value per token id, so
   a row draws the same token from either search and whatever rows share its batch.
   Returns (tokens [B] int32, log-probs [B] under the nucleus distribution)."""
-  b, v = logits.shape
+  v = logits.shape[-1]
   lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
   # Gumbel noise of token id t in row r: a function of (the row's key, t) alone
   noise_of = jax.vmap(jax.vmap(lambda key, t: jax.random.gumbel(jax.random.fold_in(key, t)),
