@@ -16,27 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ragjax.bench.sampler import SMALL
+from ragjax.bench.timing import median_time
 from ragjax.models.decoder import init_params
 from ragjax.models.lora import LoraConfig, init_adapters, merge, num_adapter_params
 from ragjax.models.presets import get_preset
 from ragjax.sampling import Sampler, SamplerConfig
-
-
-def _median_time(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
 
 
 def run(preset: str, rank: int, batch: int, new_tokens: int, prompt: int, repeats: int) -> dict:
@@ -47,7 +37,7 @@ def run(preset: str, rank: int, batch: int, new_tokens: int, prompt: int, repeat
   adapters = jax.tree.map(lambda x: x + 0.01 * jax.random.normal(next(keys), x.shape),
                           init_adapters(params, lora))
   merge_fn = jax.jit(lambda p, a: merge(p, a, lora))
-  t_merge = _median_time(lambda: merge_fn(params, adapters), repeats)
+  t_merge = median_time(lambda: merge_fn(params, adapters), repeats)
   merged = merge_fn(params, adapters)
 
   sampler = Sampler(cfg, merged, None, SamplerConfig(
@@ -59,14 +49,14 @@ def run(preset: str, rank: int, batch: int, new_tokens: int, prompt: int, repeat
     state = sampler.prefill(prompts, seed=0)
     _, out = sampler.decode(state)
     return out.tokens
-  t_turn = _median_time(turn, repeats)
+  t_turn = median_time(turn, repeats)
 
   flat = [(a, b) for a, b in zip(jax.tree.leaves(adapters)[0::2], jax.tree.leaves(adapters)[1::2])]
 
   @jax.jit
   def adapter_step(x):
     return sum((jnp.full((batch, a.shape[0]), x, a.dtype) @ a @ b).sum() for a, b in flat)
-  t_adapter = _median_time(lambda: adapter_step(1.0), repeats) * new_tokens
+  t_adapter = median_time(lambda: adapter_step(1.0), repeats) * new_tokens
   return {"bench": "lora", "preset": preset, "rank": rank, "batch": batch,
           "new_tokens": new_tokens, "prompt": prompt, "params": cfg.num_params(),
           "adapter_params": num_adapter_params(adapters), "device": jax.devices()[0].device_kind,

@@ -17,24 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragjax.bench.timing import median_time
 from ragjax.sampling.sample import sample_tokens
-
-
-def median_ms(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return round(1e3 * statistics.median(times), 3)
 
 
 def main(argv=None) -> dict:
@@ -60,7 +48,8 @@ def main(argv=None) -> dict:
       fn = jax.jit(lambda l, k, c=cand: sample_tokens(
           l, k, None, greedy=False, temperature=1.0, top_k=0, top_p=args.top_p, nucleus=True,
           candidates=c)[0])
-      out[label] = (median_ms(lambda: fn(logits, keys), args.repeats), np.asarray(fn(logits, keys)))
+      ms = round(1e3 * median_time(lambda: fn(logits, keys), args.repeats), 3)
+      out[label] = (ms, np.asarray(fn(logits, keys)))
     result[name] = {"rows_held_by_candidates": held,
                     "ms_candidates": out["candidates"][0], "ms_full_sort": out["full_sort"][0],
                     "speedup": round(out["full_sort"][0] / out["candidates"][0], 2),
