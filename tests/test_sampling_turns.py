@@ -179,6 +179,19 @@ def test_sharded_sampler_matches_unsharded(model, sampled):
   assert leaf.ndim == 4 and spec[0] == ("data", "fsdp") and spec[1] == "tensor", spec
 
 
+def test_sharded_top_p_sampler_matches_unsharded(model):
+  """Top-p alone (the nucleus among 3 candidates, the full sort for rows it does not hold)
+  under a mesh: the same tokens as unsharded."""
+  conf = SAMPLED.replace(top_p=0.7, nucleus_candidates=3)
+  mesh = make_mesh(data=2, fsdp=2, tensor=2)
+  _, first, second = _two_turns(Sampler(*model, None, conf, mesh=mesh))
+  _, ref_first, ref_second = _two_turns(Sampler(*model, None, conf))
+  assert first.token_lists() == ref_first.token_lists()
+  assert second.token_lists() == ref_second.token_lists()
+  np.testing.assert_allclose(np.asarray(second.sampling_logprobs),
+                             np.asarray(ref_second.sampling_logprobs), atol=1e-4)
+
+
 def test_accelerator_path_sharded_matches_the_cpu_path(model, sampled):
   """As accelerators run it, under a mesh: the fused-projection weights (ragjax.models.fused)
   and prefill / extend attention through jax.nn.dot_product_attention ("xla" here): the same
