@@ -49,9 +49,8 @@ class BM25Index:
     scores = np.full((len(queries), k), -np.inf, np.float32)
     toks = self._query_tokens(queries)
     live = [i for i, t in enumerate(toks) if t]
-    if live and k > 0:
-      dense = np.stack([self._model.get_scores(toks[i]) for i in live])
-      top, top_scores = top_k(dense, min(k, self.n))
+    if live:
+      top, top_scores = top_k(np.stack([self._model.get_scores(toks[i]) for i in live]), k)
       rows[live, :top.shape[1]] = top
       scores[live, :top.shape[1]] = top_scores
     return rows, scores

@@ -98,13 +98,16 @@ class Turns:
     """Whether the row's turn asks for documents."""
     return not row.resume and row.action is not None and row.action.kind == Kind.SEARCH
 
+  def search_observation(self, row: Row, hits) -> list:
+    """The segments a searching row's documents come back in (the protocol's, framed)."""
+    return self.renderer.wrap_observation(self.protocol.observation(row.action.query, hits),
+                                          row.end_token_text)
+
   def prefetch(self, rows_hits) -> None:
     """Tokenise the observations that these (row, hits) pairs are about to get in one batch
     (`Renderer.prefetch`); `observe` then reads their ids."""
-    self.renderer.prefetch([
-        self.renderer.wrap_observation(self.protocol.observation(row.action.query, hits),
-                                       row.end_token_text)
-        for row, hits in rows_hits if self.searches(row)])
+    self.renderer.prefetch([self.search_observation(row, hits)
+                            for row, hits in rows_hits if self.searches(row)])
 
   def observe(self, row: Row, hits, rows: RowStore, inp) -> bool:
     """After the row's turn (and its search's `hits`): the row ends (False) or its observation
@@ -117,8 +120,7 @@ class Turns:
     if row.resume:
       kind = None
     elif kind == Kind.SEARCH:
-      content = self.protocol.observation(row.action.query, hits)
-      obs = self.renderer.wrap_observation(content, row.end_token_text)
+      obs = self.search_observation(row, hits)
       row.records[-1].doc_ids = tuple(hit_id(h) for h in hits)
       row.records[-1].doc_texts = tuple(hit_contents(h) for h in hits)
     elif kind == Kind.INVALID:
