@@ -27,4 +27,4 @@ def test_logit_check_passes_then_catches_a_bad_tensor(tmp_path):
   # A tolerance below float32 round-off must fail with exit code 1 and report the difference.
   # (In-process this time, to keep the test short.)
   from ragjax.tools.logit_check import main
-  assert main(["--hf_dir", good, "--tol", "1e-12"]) == 1
+  assert main(["--hf_dir", good, "--tol", "1e-12", "--rtol", "0"]) == 1

@@ -18,6 +18,7 @@ import numpy as np
 
 from ragjax.models.config import (DecoderConfig, as_dtype, decoder_config_from_hf,
                                   decoder_config_to_hf, read_hf_config)
+from ragjax.models.gguf_io import check_gguf, gguf_hf_config, gguf_tensors, gguf_tokenizer, is_gguf
 from ragjax.models.safetensors_io import CheckpointError, SafetensorsReader, write_safetensors
 
 # Buffers some checkpoints carry that are not parameters.
@@ -166,22 +167,35 @@ def params_from_tensors(cfg: DecoderConfig, get: Callable[[str], np.ndarray], na
 
 
 def load_decoder(model_dir: str, *, shardings=None, **overrides) -> tuple[DecoderConfig, dict]:
-  """Loads an HF Llama/Qwen2 directory: its config.json wins over any preset.
+  """Loads an HF Llama/Qwen2 directory (its config.json wins over any preset), or a `.gguf`
+  file through transformers' GGUF reader (ragjax.models.gguf_io).
 
   `overrides` set ragjax-only fields (dtype, param_dtype, scan_layers, remat).  `shardings`
   may be a tree of shardings or a callable `cfg -> tree` (e.g. from `ragjax.parallel`).
   """
+  if is_gguf(model_dir):
+    hf_cfg, tensors = gguf_tensors(model_dir)
+    cfg = decoder_config_from_hf(hf_cfg, **overrides)
+    if callable(shardings):
+      shardings = shardings(cfg)
+    return cfg, params_from_tensors(cfg, tensors.__getitem__, tensors.keys(),
+                                    lambda n: tensors[n].shape, shardings)
   cfg = decoder_config_of(model_dir, **overrides)
-  reader = SafetensorsReader(model_dir)
   if callable(shardings):
     shardings = shardings(cfg)
+  reader = SafetensorsReader(model_dir)
   params = params_from_tensors(cfg, reader.get, reader.keys(), reader.shape, shardings)
   return cfg, params
 
 
 def check_decoder_dir(model_dir: str) -> None:
-  """Reads what loading `model_dir` starts with (config.json, the safetensors headers; no
-  weights), so a missing or damaged checkpoint is refused before any other work."""
+  """Reads what loading `model_dir` starts with (config.json, the safetensors headers, or a
+  GGUF file's metadata; no weights), so a missing or damaged checkpoint is refused before any
+  other work."""
+  if is_gguf(model_dir):
+    check_gguf(model_dir)
+    decoder_config_of(model_dir)
+    return
   if not os.path.isdir(model_dir):
     raise FileNotFoundError(f"checkpoint directory {model_dir!r} does not exist")
   decoder_config_of(model_dir)
@@ -189,8 +203,13 @@ def check_decoder_dir(model_dir: str) -> None:
 
 
 def decoder_config_of(model_dir: str, **overrides) -> DecoderConfig:
-  """The DecoderConfig of `model_dir`'s config.json; a missing or wrong field is an error
-  naming the file."""
+  """The DecoderConfig of `model_dir`'s config.json (or a GGUF file's metadata); a missing or
+  wrong field is an error naming the file."""
+  if is_gguf(model_dir):
+    try:
+      return decoder_config_from_hf(gguf_hf_config(model_dir), **overrides)
+    except KeyError as e:
+      raise ValueError(f"{model_dir}: its metadata gives no {e.args[0]!r}") from None
   path = os.path.join(model_dir, "config.json")
   try:
     return decoder_config_from_hf(read_hf_config(model_dir), **overrides)
@@ -263,12 +282,15 @@ _FILE_DEFINED_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def load_tokenizer(model_dir: str):
-  """The checkpoint's own tokenizer, via transformers (no hub access).
+  """The checkpoint's own tokenizer, via transformers (no hub access); a GGUF file's is the one
+  transformers builds from its metadata.
 
   A directory whose tokenizer_config declares a plain tokenizers-file class (ragjax's world
   tokenizer, exported next to a policy) is loaded as that class: AutoTokenizer would see the
   qwen2 config.json and build Qwen2Tokenizer, which replaces the file's pre-tokenizer with
   Qwen2's (digits one by one), silently changing the token ids the policy was trained on."""
+  if is_gguf(model_dir):
+    return gguf_tokenizer(model_dir)
   from transformers import AutoTokenizer, PreTrainedTokenizerFast
   declared = None
   path = os.path.join(model_dir, "tokenizer_config.json")
