@@ -38,6 +38,7 @@ import copy
 from ml_collections import ConfigDict, config_dict
 
 from ragjax.wiring.config_files import sibling
+from ragjax.data.splits import SplitConfig
 from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
 from ragjax.rl.sft import SFTConfig
 from ragjax.typed_config import defaults
@@ -74,6 +75,9 @@ def get_config() -> ConfigDict:
   # the trainer walks them (UR²'s curriculum: {"ur2_curriculum": {...}}).
   c.data = ConfigDict(dict(source="world", train_files=(), dev_files=(), test_files=(),
                            stages={}))
+  # split: question files pooled and split into test / dev / train by a seed, no question in
+  # two splits (ragjax.data.splits; the *_files above join their split)
+  c.data.split = ConfigDict(defaults(SplitConfig))
   # Every knob of ragjax.data.world.WorldConfig (its question-type weights are set in code).
   c.world = ConfigDict(dict(
       seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
@@ -87,7 +91,9 @@ def get_config() -> ConfigDict:
   # server; both empty with data.source="world": an index of the world corpus built in workdir.
   # timeout: seconds per request; deadline: seconds a call may spend retrying a down server
   # before the step is retried from its start (trainer.step_retries times).
-  c.retriever = ConfigDict(dict(index="", url="", backend="scann", encoder_dir="",
+  # corpus: a passage file (FlashRAG jsonl) indexed once under the workdir with `backend` when
+  # index and url are empty (the world's corpus is its own).
+  c.retriever = ConfigDict(dict(index="", url="", corpus="", backend="scann", encoder_dir="",
                                 cache_size=4096, timeout=30.0, deadline=120.0))
   # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
   # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with

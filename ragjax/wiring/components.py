@@ -16,6 +16,7 @@ import jax
 
 from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
+from ragjax.data.splits import SplitConfig, merge_splits, split_records
 from ragjax.models.config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.models.hf_io import check_decoder_dir
@@ -57,8 +58,16 @@ def validate(c) -> RunConfig:
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
-  if c.data.source == "files" and not c.data.train_files:
-    raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
+  split = split_config(c)
+  if c.data.source == "files" and not (c.data.train_files or split.files):
+    raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet) "
+                     "or data.split.files")
+  for f in (*c.data.train_files, *c.data.dev_files, *c.data.test_files, *split.files):
+    if c.data.source == "files" and not os.path.isfile(f):
+      raise FileNotFoundError(f"data: question file {f!r} does not exist")
+  corpus = c.retriever.get("corpus", "")
+  if corpus and not os.path.isfile(corpus):
+    raise FileNotFoundError(f"retriever.corpus: {corpus!r} does not exist")
   return run
 
 
@@ -111,10 +120,12 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
     return wrap_retriever(SearchClient(r.url, timeout=r.timeout, deadline=r.deadline), noise)
   from ragjax.retrieval import open_index
   from ragjax.retrieval.store import PassageStore
+  corpus_path = corpus_path or r.get("corpus") or None
   if r.index:
     index_dir = r.index
   elif corpus_path is None:
-    raise ValueError("set retriever.index (an index directory) or retriever.url")
+    raise ValueError("set retriever.index (an index directory), retriever.url or "
+                     "retriever.corpus (a passage file indexed under the workdir)")
   else:
     from ragjax.retrieval.index import EncoderSpec, build_index
     if noise.kind == "paraphrase":   # the distractors are part of the indexed corpus
@@ -178,7 +189,19 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
   for split in ("train", "dev", "test"):
     files = getattr(c.data, f"{split}_files")
     splits[split] = [as_record(e) for f in files for e in read_examples(f)]
+  split_cfg = split_config(c)
+  if split_cfg.files:
+    pooled = [as_record(e) for f in split_cfg.files for e in read_examples(f)]
+    splits = merge_splits(split_records(pooled, split_cfg), splits)
   return Setup(splits, open_retriever(c, workdir) if retriever else None)
+
+
+def split_config(c) -> SplitConfig:
+  """`data.split`: question files split into train / dev / test by a seed (absent: none)."""
+  section = c.data.get("split") if "data" in c else None
+  if not section:
+    return SplitConfig()
+  return from_dict(SplitConfig, section, "data.split", files=tuple(section.get("files", ())))
 
 
 @dataclasses.dataclass

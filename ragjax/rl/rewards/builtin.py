@@ -3,6 +3,7 @@ Each reads the row's record (`RewardContext`).  Method rewards have their own mo
 
 from __future__ import annotations
 
+from ragjax import registry
 from ragjax.metrics import cover_exact_match, exact_match, token_f1
 from ragjax.rl.rewards.registry import RewardContext, register_reward
 from ragjax.rl.rewards.tags import is_valid_search_r1_format
@@ -42,3 +43,42 @@ def search_r1_em_reward(ctx: RewardContext, format_score: float = 0.0) -> float:
   if ctx.answer is None:
     return 0.0
   return 1.0 if exact_match(ctx.answer, ctx.golden_answers) else float(format_score)
+
+
+def gold_titles(example) -> set:
+  """The titles of an example's supporting passages (HotpotQA / 2Wiki `supporting_facts`, as
+  FlashRAG metadata carries them); empty when the data names none."""
+  facts = (example.get("metadata") or {}).get("supporting_facts") or []
+  return {str(f[0]) for f in facts if isinstance(f, (list, tuple)) and f}
+
+
+def passage_title(contents: str) -> str:
+  """The title of a passage in the FlashRAG / Search-R1 corpus format ('"Title"\\ntext')."""
+  return contents.partition("\n")[0].strip().strip('"')
+
+
+def search_stats(row, example) -> dict:
+  """One trajectory's search behaviour: searched (at least once), searches, a valid Search-R1
+  format (the tag state machine), answered (an answer was parsed), and gold_recall: the share
+  of the example's supporting titles among the titles its searches retrieved (None when the
+  example names no supporting passage)."""
+  gold = gold_titles(example)
+  seen = {passage_title(t) for docs in row.doc_texts for t in docs}
+  return {"searched": float(row.num_searches > 0), "searches": float(row.num_searches),
+          "valid_format": float(is_valid_search_r1_format(row.response_text)),
+          "answered": float(row.answer is not None),
+          "gold_recall": len(gold & seen) / len(gold) if gold else None}
+
+
+@registry.register("metric", "search_r1")
+def search_r1_metrics(rows, examples) -> dict:
+  """search_rate, valid_format, answered and gold_recall (over examples that name supporting
+  passages) of the step's trajectories."""
+  stats = [search_stats(row, ex) for row, ex in zip(rows, examples)]
+  n = max(len(stats), 1)
+  out = {k: sum(s[k] for s in stats) / n for k in ("searched", "valid_format", "answered")}
+  recalls = [s["gold_recall"] for s in stats if s["gold_recall"] is not None]
+  out["search_rate"] = out.pop("searched")
+  if recalls:
+    out["gold_recall"] = sum(recalls) / len(recalls)
+  return out

@@ -8,11 +8,11 @@ from ragjax.rollout.protocols.autorefine import AutoRefine
 from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, as_prompt_input
 from ragjax.rollout.protocols.r3_rag import R3Rag
 from ragjax.rollout.protocols.rezero import ReZero
-from ragjax.rollout.protocols.search_r1 import RexRag, SearchR1
+from ragjax.rollout.protocols.search_r1 import DirectAnswer, RexRag, SearchR1
 from ragjax.rollout.protocols.ur2 import UR2
 from ragjax.rollout.protocols.world import WorldSearch
 
-for _cls in (SearchR1, RexRag, AutoRefine, R3Rag, UR2, ReZero, WorldSearch):
+for _cls in (SearchR1, RexRag, DirectAnswer, AutoRefine, R3Rag, UR2, ReZero, WorldSearch):
   registry.register("protocol", _cls.name)(_cls)
 
 
@@ -24,5 +24,5 @@ def get_protocol(name: str, **overrides) -> Protocol:
   return from_dict(registry.lookup("protocol", name), overrides, "protocol")
 
 
-__all__ = ["Action", "AutoRefine", "Kind", "PromptInput", "Protocol", "R3Rag",
+__all__ = ["Action", "AutoRefine", "DirectAnswer", "Kind", "PromptInput", "Protocol", "R3Rag",
            "ReZero", "RexRag", "SearchR1", "UR2", "WorldSearch", "as_prompt_input", "get_protocol"]

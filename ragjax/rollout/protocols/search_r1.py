@@ -29,6 +29,21 @@ SEARCH_R1_TEMPLATE = (
     "the answer inside <answer> and </answer> without detailed illustrations. For example, "
     "<answer> {example} </answer>. Question: {question}")
 
+# One worked example (`SearchR1.demonstration`): not in the paper, whose 3B-7B models follow the
+# instruction alone.  A small instruct model (SmolLM2-135M) asked with the instruction alone
+# writes no tag at all (0 of 8 greedy rollouts, configs/smollm2.py); shown one trajectory as an
+# earlier chat turn it searches.  The passage is real Wikipedia text in Search-R1's document
+# format; the example question is not in the HotpotQA / 2Wiki / MuSiQue sets ragjax evaluates.
+DEMO_QUESTION = "In which country is the city where Lionel Messi was born?"
+DEMO_TRAJECTORY = (
+    "<think> I need to find where Lionel Messi was born. </think>\n"
+    "<search> Lionel Messi birthplace </search>\n\n"
+    "<information>Doc 1(Title: \"Lionel Messi\") Lionel Andrés Messi (born 24 June 1987) is an "
+    "Argentine professional footballer. Messi was born in Rosario, in the province of Santa Fe, "
+    "Argentina.\n</information>\n\n"
+    "<think> Messi was born in Rosario, a city in Argentina. </think>\n"
+    "<answer> Argentina </answer>")
+
 # Search-R1 `execute_predictions` (also AutoRefine's), seeds §2.2.
 LONG_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to search, I should put the query between "
@@ -62,15 +77,34 @@ def parse_search_answer(text: str, *, final: bool) -> Action:
 class SearchR1(Protocol):
   """Search-R1's rollout: <think>, <search> query </search>, <information> documents, <answer>."""
   name = "search_r1"
+  demo_trajectory = DEMO_TRAJECTORY
   top_k: int = 3
   max_turns: int = 4
   obs_max_tokens: int = 500
   example_answer: str = "Beijing"
   invalid_message: str = LONG_INVALID_MESSAGE
+  # True: one worked trajectory (DEMO_QUESTION / DEMO_TRAJECTORY) goes before the question, as
+  # an earlier user / assistant exchange in chat (in plain text, before the instruction).  Off
+  # in every paper config (the papers prompt with the instruction alone).
+  demonstration: bool = False
 
   def user_message(self, inp: PromptInput) -> str:
     return SEARCH_R1_TEMPLATE.format(example=self.example_answer,
                                      question=search_r1_question(inp.question))
+
+  def messages(self, inp: PromptInput) -> list:
+    asked = super().messages(inp)
+    if not self.demonstration:
+      return asked
+    demo = [{"role": "user", "content": self.user_message(PromptInput(DEMO_QUESTION))},
+            {"role": "assistant", "content": self.demo_trajectory}]
+    return asked[:-1] + demo + asked[-1:]
+
+  def plain_prompt(self, inp: PromptInput) -> str:
+    asked = super().plain_prompt(inp)
+    if not self.demonstration:
+      return asked
+    return f"{self.user_message(PromptInput(DEMO_QUESTION))}\n{self.demo_trajectory}\n\n{asked}"
 
   @property
   def stop_sequences(self) -> tuple[str, ...]:
@@ -97,3 +131,28 @@ class RexRag(SearchR1):
   name = "rex_rag"
   max_turns: int = 5
   invalid_message: str = REX_INVALID_MESSAGE
+
+
+# The no-search baseline's instruction: Search-R1's answer format without the search tool.
+DIRECT_TEMPLATE = (
+    "Answer the given question directly, without searching. Provide the answer inside <answer> "
+    "and </answer> without detailed illustrations. For example, <answer> {example} </answer>. "
+    "Question: {question}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectAnswer(SearchR1):
+  """The model answering from memory: one turn, `<answer>` only (a real model's "direct"
+  baseline beside its search rollouts; with `demonstration`, the worked example answers
+  directly too)."""
+  name = "direct"
+  demo_trajectory = "<answer> Argentina </answer>"
+  max_turns: int = 0
+
+  def user_message(self, inp: PromptInput) -> str:
+    return DIRECT_TEMPLATE.format(example=self.example_answer,
+                                  question=search_r1_question(inp.question))
+
+  @property
+  def stop_sequences(self) -> tuple[str, ...]:
+    return ("</answer>",)

