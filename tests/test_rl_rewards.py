@@ -144,3 +144,25 @@ def test_user_reward_bound_with_gin():
   finally:
     gin.clear_config()
   assert "length" not in registered_rewards()
+
+
+def test_search_stats_and_the_search_r1_metric_by_hand():
+  from ragjax.rl.rewards.builtin import search_r1_metrics, search_stats
+  docs = ('"Gian Carlo Menotti"\nGian Carlo Menotti was a composer.',
+          '"The Hero (opera)"\nThe Hero is an opera.')
+  searched = row(turns=[TurnRecord(0, "search", "<search> q </search>", query="q",
+                                   doc_texts=docs),
+                        TurnRecord(1, "answer", "<answer> The Paris! </answer>")])
+  ex = {"golden_answers": ["Paris"],
+        "metadata": {"supporting_facts": [["Gian Carlo Menotti", 0], ["Maria Golovin", 1],
+                                          ["Gian Carlo Menotti", 2]]}}
+  s = search_stats(searched, ex)
+  # one of the two supporting titles was retrieved; GOOD is a valid Search-R1 trajectory
+  assert s == {"searched": 1.0, "searches": 1.0, "valid_format": 1.0, "answered": 1.0,
+               "gold_recall": 0.5}
+  silent = row("I do not know.", turns=[TurnRecord(0, "end", "I do not know.")])
+  assert search_stats(silent, {"golden_answers": ["x"]}) == {
+      "searched": 0.0, "searches": 0.0, "valid_format": 0.0, "answered": 0.0,
+      "gold_recall": None}
+  m = search_r1_metrics([searched, silent], [ex, {"golden_answers": ["x"]}])
+  assert m == {"search_rate": 0.5, "valid_format": 0.5, "answered": 0.5, "gold_recall": 0.5}

@@ -310,3 +310,30 @@ def test_a_gin_bound_protocol_is_found_by_name():
     assert isinstance(get_protocol("mine", top_k=2), Mine)
   finally:
     gin.clear_config()
+
+
+def test_demonstration_and_the_direct_answer_protocol():
+  from ragjax.rollout.protocols.search_r1 import (DEMO_QUESTION, DEMO_TRAJECTORY,
+                                                  SEARCH_R1_TEMPLATE)
+  plain = get_protocol("search_r1")
+  shown = get_protocol("search_r1", demonstration=True)
+  inp = PromptInput("Who wrote Dune")
+  asked = plain.messages(inp)
+  assert asked == [{"role": "user", "content": SEARCH_R1_TEMPLATE.format(
+      example="Beijing", question="Who wrote Dune?")}]
+  assert shown.messages(inp) == [
+      {"role": "user", "content": SEARCH_R1_TEMPLATE.format(example="Beijing",
+                                                            question=DEMO_QUESTION)},
+      {"role": "assistant", "content": DEMO_TRAJECTORY}, asked[0]]
+  assert shown.plain_prompt(inp).endswith(plain.plain_prompt(inp))
+  assert DEMO_TRAJECTORY in shown.plain_prompt(inp)
+  # the worked example is itself a valid trajectory of the protocol
+  from ragjax.rl.rewards import is_valid_search_r1_format
+  assert is_valid_search_r1_format(DEMO_TRAJECTORY)
+  direct = get_protocol("direct", demonstration=True)
+  assert direct.max_turns == 0 and direct.stop_sequences == ("</answer>",)
+  user = direct.messages(inp)[-1]["content"]
+  assert "without searching" in user and "<search>" not in user
+  assert direct.messages(inp)[1] == {"role": "assistant", "content": "<answer> Argentina </answer>"}
+  assert direct.parse("<answer> Frank Herbert </answer>", final=True).answer == "Frank Herbert"
+  assert direct.parse("<search> Dune </search>", final=True).kind == Kind.END
