@@ -29,7 +29,12 @@ class RLConfig:
   clip_high: float = 0.2              # > clip_low is DAPO's clip-higher
   dual_clip: Optional[float] = None   # c > 1 caps negative-advantage losses at -A*c
   clip_ratio: bool = True             # False: the plain ratio, no clip (UR²'s paper's reading)
-  loss_agg: str = "token-mean"        # token-mean | seq-mean-token-mean | seq-mean-token-sum
+  # token-mean (one mean over the update's tokens) | token-mean-per-micro-batch (verl: the mean
+  # of each `loss_agg_rows` consecutive sequences' token mean) | seq-mean-token-mean (OpenRLHF,
+  # TRL: the mean of each sequence's token mean) | seq-mean-token-sum
+  loss_agg: str = "token-mean"
+  loss_agg_rows: int = 0              # sequences per micro-batch of token-mean-per-micro-batch
+  critic_loss_agg: str = ""           # the critic's value loss ("" = loss_agg)
   kl_coef: float = 0.001
   kl_estimator: str = "k3"            # k1 | k2 | k3 (k3 = verl low_var_kl)
   kl_in_reward: bool = False          # True: per-token -kl_coef*KL in the reward (PPO), no KL loss
@@ -77,8 +82,13 @@ class RLConfig:
       registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
     registry.check("signature", self.signatures, "rl.signatures")
-    if self.loss_agg not in AGG_MODES:
-      raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
+    for name in ("loss_agg", "critic_loss_agg"):
+      mode = getattr(self, name)
+      if mode not in AGG_MODES and not (name == "critic_loss_agg" and mode == ""):
+        raise ValueError(f"rl.{name}={mode!r}; known: {AGG_MODES}")
+      if mode == "token-mean-per-micro-batch" and self.loss_agg_rows < 1:
+        raise ValueError(f"rl.{name}={mode!r} needs rl.loss_agg_rows >= 1 (sequences per "
+                         f"micro-batch), got {self.loss_agg_rows}")
     if self.kl_estimator not in KL_ESTIMATORS:
       raise ValueError(f"rl.kl_estimator={self.kl_estimator!r}; known: {KL_ESTIMATORS}")
     if self.dual_clip is not None and self.dual_clip <= 1.0:
