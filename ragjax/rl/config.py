@@ -14,6 +14,7 @@ import math
 from typing import Any, Mapping, Optional
 
 from ragjax import registry
+from ragjax.rl.advantages import WHITENINGS
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -25,6 +26,9 @@ class RLConfig:
   advantage: str = "grpo"             # registered estimator (grpo, drgrpo, rloo, ...) or gae
   group_size: int = 5                 # samples per prompt
   adv_eps: float = 1e-6               # GRPO std denominator epsilon
+  # GAE advantages whitened over the step's trained tokens: "" (not), "verl" (masked_whiten:
+  # unbiased variance + 1e-8) or "openrlhf" (the replay buffer's normalize: biased, >= 1e-8)
+  adv_whiten: str = ""
   clip_low: float = 0.2
   clip_high: float = 0.2              # > clip_low is DAPO's clip-higher
   dual_clip: Optional[float] = None   # c > 1 caps negative-advantage losses at -A*c
@@ -89,6 +93,10 @@ class RLConfig:
       if mode == "token-mean-per-micro-batch" and self.loss_agg_rows < 1:
         raise ValueError(f"rl.{name}={mode!r} needs rl.loss_agg_rows >= 1 (sequences per "
                          f"micro-batch), got {self.loss_agg_rows}")
+    if self.adv_whiten and (self.adv_whiten not in WHITENINGS or self.advantage != "gae"):
+      raise ValueError(f"rl.adv_whiten={self.adv_whiten!r} whitens GAE advantages "
+                       f"(rl.advantage='gae'; known: {sorted(WHITENINGS)} or ''), got "
+                       f"rl.advantage={self.advantage!r}")
     if self.kl_estimator not in KL_ESTIMATORS:
       raise ValueError(f"rl.kl_estimator={self.kl_estimator!r}; known: {KL_ESTIMATORS}")
     if self.dual_clip is not None and self.dual_clip <= 1.0:
