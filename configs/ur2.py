@@ -121,7 +121,6 @@ def plan(c):
   if mcq:
     out["mcq_sources"] = mcq
   out["lr_schedule_span"] = int(c.optim.total_steps)
-  out["top_p"] = c.sampler.top_p
   out["cache_tokens"] = int(c.sampler.max_cache_length)
   return out
 

@@ -7,10 +7,14 @@ sequences and optimizer updates per RL step and in total, the LR schedule, token
 retrieval depth.  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
 stages, evaluation protocols).  The paper's values live in `configs/paper_plans/<config>.json`:
 
-    {"<config argument>": {"<quantity>": {"paper": 10, "source": "§ / code file",
+    {"<config argument>": {"<quantity>": {"paper": 10, "from": "text" | "code" | "both",
+                                          "source": "§ / code file and line",
                                           "deviation": "why ragjax differs; the field"}}}
 
-`deviation` is there only where ragjax deliberately differs (a reading of the authors' code
+`from` says where the value was read: the paper's text, the authors' code (scripts, defaults
+of the framework they ran), or both; the plan marks an agreeing row "= paper" only where the
+text says it ("= paper (code)", "= paper (text, code)").  `deviation` is there only where
+ragjax deliberately differs (a reading of the authors' code
 over the text, a setting this machine forces); every other paper value must equal the derived
 one (`tests/test_paper_plans.py`).  The method's ledger (`docs/methods/<method>.md`) says why.
 """
@@ -44,6 +48,12 @@ LABELS = {
     "clip_high": "clip (high)",
     "entropy_coef": "entropy coefficient",
     "temperature": "sampling temperature",
+    "top_p": "sampling top-p",
+    "loss_agg": "loss aggregation",
+    "critic_loss_agg": "critic loss aggregation",
+    "adv_whiten": "advantage whitening",
+    "value_clip": "critic value clip",
+    "best_checkpoint": "final policy",
     "max_turns": "searches per trajectory",
     "tokens_per_turn": "generated tokens per turn",
     "obs_tokens": "tokens per observation",
@@ -69,6 +79,10 @@ def derived(c) -> dict[str, Any]:
   per = updates_per_step(rl, tr)
   critic = {} if run.critic_optim is None else {"critic_lr": run.critic_optim.lr,
                                                  "critic_lr_warmup": run.critic_optim.warmup}
+  if rl.uses_critic:
+    critic.update(critic_loss_agg=loss_agg_name(rl.critic_loss_agg or rl.loss_agg,
+                                                rl.loss_agg_rows),
+                  adv_whiten=rl.adv_whiten or "none", value_clip=rl.value_clip)
   return {
       "prompts_per_step": tr.batch_prompts, "group_size": rl.group_size,
       "sequences_per_step": tr.batch_prompts * rl.group_size,
@@ -77,12 +91,26 @@ def derived(c) -> dict[str, Any]:
       "lr": opt.lr, "lr_schedule": opt.schedule, "lr_clock": opt.clock, "lr_warmup": opt.warmup,
       "kl_coef": rl.kl_coef, "kl_estimator": rl.kl_estimator, "clip_low": rl.clip_low,
       "clip_high": rl.clip_high, "entropy_coef": rl.entropy_coef,
-      "temperature": c.sampler.temperature, "max_turns": c.protocol.get("max_turns"),
+      "temperature": c.sampler.temperature, "top_p": c.sampler.top_p,
+      "loss_agg": loss_agg_name(rl.loss_agg, rl.loss_agg_rows),
+      "best_checkpoint": best_checkpoint(tr), "max_turns": c.protocol.get("max_turns"),
       "tokens_per_turn": c.sampler.max_new_tokens,
       "obs_tokens": c.protocol.get("obs_max_tokens"),
       "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
       "sft_steps": c.sft.steps, **critic,
   }
+
+
+def loss_agg_name(mode: str, rows: int) -> str:
+  """`rl.loss_agg` as the plan shows it: the micro-batch's rows with token-mean-per-micro-batch."""
+  return f"{mode} ({rows} sequences)" if mode == "token-mean-per-micro-batch" else mode
+
+
+def best_checkpoint(tr) -> str:
+  """Which policy the run ends with: the last, or the best dev checkpoint of the evaluations."""
+  if not tr.keep_best:
+    return "last"
+  return f"best {tr.keep_best_metric} (evaluated every {tr.eval_every} steps)"
 
 
 def eval_plan(c, suite: str) -> dict[str, Any]:
@@ -100,6 +128,10 @@ def eval_plan(c, suite: str) -> dict[str, Any]:
                            f"T={s.get('temperature')}, top_p={s.get('top_p')}"}
 
 
+ORIGINS = ("text", "code", "both")
+ORIGIN_NOTE = {"text": "", "code": " (code)", "both": " (text, code)"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
   key: str
@@ -107,6 +139,8 @@ class Row:
   paper: Any = None
   source: str = ""
   deviation: str = ""
+  origin: str = ""            # the paper plan's "from": text | code | both
+
 
   @property
   def known(self) -> bool:
@@ -121,7 +155,7 @@ class Row:
     if not self.known:
       return ""
     if self.agrees:
-      return "= paper"
+      return "= paper" + ORIGIN_NOTE.get(self.origin, "")
     return f"deviates: {self.deviation}" if self.deviation else "DIFFERS (undocumented)"
 
 
@@ -171,11 +205,13 @@ def plan_rows(c, config_file: Optional[str] = None, arg: str = "") -> list[Row]:
   rows = []
   for key, value in ours.items():
     p = paper.get(key, {})
-    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), p.get("deviation", ""),
+                    p.get("from", "")))
   for key in paper:
     if key not in ours:
       p = paper[key]
-      rows.append(Row(key, None, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+      rows.append(Row(key, None, p.get("paper"), p.get("source", ""), p.get("deviation", ""),
+                      p.get("from", "")))
   return rows
 
 
