@@ -124,6 +124,8 @@ def get_config(arg: str = "tiny"):
   # its row in configs/paper_results.json (`--suite autorefine`; the paper reports 3B only)
   c.eval.method = "" if tiny else ("AutoRefine-Instruct" if arg.endswith("instruct")
                                    else "AutoRefine-Base")
+  if not tiny:   # §3 and retrieval_launch.sh: E5-base-v2, e5_Flat.index over wiki-18
+    common.pin_wiki18_e5(c)
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

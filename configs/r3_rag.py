@@ -170,6 +170,8 @@ def get_config(arg: str = "tiny"):
     # PolicyLoss / ValueLoss: masked_mean(dim=-1).mean() (models/loss.py); the replay buffer
     # whitens the step's advantages before the update (ppo_trainer.py, replay_buffer.py)
     c.rl.update(dict(loss_agg="seq-mean-token-mean", adv_whiten="openrlhf"))
+    # startup/retriever_service.py: e5_Flat.index over Tevatron's wikipedia-nq-corpus (DPR)
+    common.pin_wiki18_e5(c)
   c.rl.rewards = {"r3_rag": 1.0}
   # lambda_T = gamma (the paper); the relevance judge reads the documents as the policy did
   c.rl.reward_kwargs = {"r3_rag": dict(judge="judge", process=True, answer_judge=True,

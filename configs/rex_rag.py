@@ -161,4 +161,5 @@ def get_config(arg: str = "tiny"):
                         save_every=50, max_to_keep=2, keep_best_metric="dev/em"))
   c.eval.batch_size = 64
   c.eval.method = "REX-RAG"      # its row in configs/paper_results.json (`--suite rex_rag`)
+  common.pin_wiki18_e5(c)        # App. C.3 and scripts/search_engine/build_index.sh (Flat)
   return c

@@ -166,6 +166,10 @@ def get_config(arg: str = "tiny"):
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
   c.retriever.noise.update(PAPER_NOISE if paper else dict(kind="", p=0.0, seed=0))
   c.eval.batch_size = 32
+  if not tiny:   # the experiment-era code: NoInstruct-small over the 341 report chunks, FAISS
+    # from_documents (a flat, exact index; src/embeddings.py, scripts/generate_data.py)
+    c.retriever.pin.update(dict(encoder="NoInstruct-small-Embedding-v0", index="exact",
+                                passages=341))
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short chats
     common.tiny_world(c)
     # ReZero's long instruction is ~750 tokens under the world's small tokenizer

@@ -98,6 +98,8 @@ def get_config(arg: str = "tiny"):
   # The published row `python -m ragjax.evaluate --suite search_r1` compares with
   # (configs/paper_results.json; the size is model.preset).
   c.eval.method = "" if tiny else "Search-R1-base"
+  if not tiny:   # retrieval_launch.sh: e5-base-v2, e5_Flat.index over wiki-18.jsonl
+    common.pin_wiki18_e5(c)
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

@@ -4,7 +4,9 @@
 
 `derived(c)` computes, from the config alone, the quantities a reproduction turns on:
 sequences and optimizer updates per RL step and in total, the LR schedule, token budgets,
-retrieval depth.  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
+retrieval depth, sampling, loss aggregation, the critic's whitening and clip, which policy the
+run ends with, and the retriever (read from the manifest of the index the run will open:
+`ragjax.planning.retriever`).  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
 stages, evaluation protocols).  The paper's values live in `configs/paper_plans/<config>.json`:
 
     {"<config argument>": {"<quantity>": {"paper": 10, "from": "text" | "code" | "both",
@@ -27,6 +29,7 @@ import json
 import os
 from typing import Any, Mapping, Optional
 
+from ragjax.planning.retriever import KEYS as RETRIEVER_KEYS, retriever_rows
 from ragjax.rl.config import parse_run_config, updates_per_step
 
 # quantity -> how the plan names it (the order is the table's)
@@ -54,6 +57,10 @@ LABELS = {
     "adv_whiten": "advantage whitening",
     "value_clip": "critic value clip",
     "best_checkpoint": "final policy",
+    "retriever_read": "retriever rows read from",
+    "retriever_encoder": "retriever encoder",
+    "retriever_index": "retriever index (exact / approximate)",
+    "retriever_passages": "retriever corpus (passages)",
     "max_turns": "searches per trajectory",
     "tokens_per_turn": "generated tokens per turn",
     "obs_tokens": "tokens per observation",
@@ -97,7 +104,7 @@ def derived(c) -> dict[str, Any]:
       "tokens_per_turn": c.sampler.max_new_tokens,
       "obs_tokens": c.protocol.get("obs_max_tokens"),
       "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
-      "sft_steps": c.sft.steps, **critic,
+      "sft_steps": c.sft.steps, **critic, **retriever_rows(c),
   }
 
 
@@ -128,6 +135,7 @@ def eval_plan(c, suite: str) -> dict[str, Any]:
                            f"T={s.get('temperature')}, top_p={s.get('top_p')}"}
 
 
+INDEX_KEYS = RETRIEVER_KEYS[1:]        # encoder, index kind, passages: read from the index
 ORIGINS = ("text", "code", "both")
 ORIGIN_NOTE = {"text": "", "code": " (code)", "both": " (text, code)"}
 
@@ -205,7 +213,12 @@ def plan_rows(c, config_file: Optional[str] = None, arg: str = "") -> list[Row]:
   rows = []
   for key, value in ours.items():
     p = paper.get(key, {})
-    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), p.get("deviation", ""),
+    deviation = p.get("deviation", "")
+    if key in INDEX_KEYS and "paper" in p and not deviation and not same(value, p["paper"]):
+      # the index the user gave, not a config's choice: a deviation the plan names
+      deviation = (f"the index this run searches is not the paper's ({ours['retriever_read']}); "
+                   f"--config.retriever.index / --config.retriever.url choose another")
+    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), deviation,
                     p.get("from", "")))
   for key in paper:
     if key not in ours:

@@ -200,7 +200,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "trainer.dump_every",   # logging only
-                  "retriever.timeout", "retriever.deadline",
+                  "retriever.timeout", "retriever.deadline", "retriever.pin.",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
