@@ -14,7 +14,7 @@ import optax
 import pytest
 
 from ragjax.wiring.config_files import load_config
-from ragjax.planning.plan import config_module, derived, plan_rows
+from ragjax.planning.plan import ORIGINS, config_module, derived, plan_rows
 from ragjax.rl.config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
                               updates_per_step)
 from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate
@@ -39,6 +39,8 @@ def test_every_paper_value_is_derived_or_its_deviation_is_named(method, arg):
   assert rows, f"{method}:{arg} has no paper values"
   for r in rows:
     assert r.source, f"{method}:{arg} {r.key}: no source"
+    assert r.origin in ORIGINS, f"{method}:{arg} {r.key}: 'from' must be one of {ORIGINS}"
+    assert r.verdict != "= paper" or r.origin == "text" or not r.agrees
     assert r.ours is not None, f"{method}:{arg} {r.key}: the paper's value is not derived"
     if r.deviation:
       assert not r.agrees, f"{method}:{arg} {r.key}: a deviation note but the values agree"

@@ -245,7 +245,8 @@ def plan_table(rows, title: str) -> str:
   undocumented = [r for r in flagged if not r.deviation]
   out.append(f"{sum(r.known for r in rows)} quantities with a paper value: "
              f"{len(flagged) - len(undocumented)} deviate (documented), "
-             f"{len(undocumented)} differ without a reason")
+             f"{len(undocumented)} differ without a reason ('= paper': the paper's text says "
+             f"it; '(code)': only the authors' code does; '(text, code)': both)")
   return "\n".join(out)
 
 
