@@ -233,3 +233,23 @@ def test_retriever_rows_read_the_manifest_of_the_index_the_run_opens(tmp_path):
                                         "paper's"), (over, k, rows[k].ours)
   rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": minilm})
   assert [rows[k].ours for k in keys] == ["all-MiniLM-L6-v2", "approximate", 5000]
+
+
+# each round-2 plan row and the words its ledger row carries
+LEDGER_WORDS = {"top_p": "top-p", "loss_agg": "loss aggregation",
+                "critic_loss_agg": "loss aggregation", "adv_whiten": "whitening",
+                "value_clip": "value clip", "retriever_encoder": "retriever encoder",
+                "retriever_index": "retriever encoder, index", "retriever_passages": "corpus",
+                "best_checkpoint": "final policy", "keep_multiple": "keep multiple",
+                "judge_input": "whole last message"}
+
+
+@pytest.mark.parametrize("path", PLANS, ids=os.path.basename)
+def test_every_ledger_lists_every_new_plan_row(path):
+  method = os.path.splitext(os.path.basename(path))[0]
+  with open(path) as f:
+    keys = {k for rows in json.load(f).values() for k in rows}
+  with open(os.path.join(ROOT, "docs", "methods", f"{method}.md")) as f:
+    ledger = f.read().lower()
+  missing = sorted(k for k in keys & set(LEDGER_WORDS) if LEDGER_WORDS[k] not in ledger)
+  assert not missing, f"docs/methods/{method}.md lacks rows for {missing}"
