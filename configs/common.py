@@ -95,6 +95,10 @@ def get_config() -> ConfigDict:
   # index and url are empty (the world's corpus is its own).
   c.retriever = ConfigDict(dict(index="", url="", corpus="", backend="scann", encoder_dir="",
                                 cache_size=4096, timeout=30.0, deadline=120.0))
+  # pin: the index the paper searched (encoder name, index "exact" | "approximate", passages);
+  # `--dry_run` compares the manifest of retriever.index with the paper's and shows the pin
+  # while no index is set (ragjax.planning.retriever).  Empty: nothing pinned.
+  c.retriever.pin = ConfigDict(dict(encoder="", index="", passages=0))
   # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
   # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
   # probability p); seeded, a deterministic function of (seed, query).
@@ -184,6 +188,13 @@ def config_arg(arg: str, known, default: str = "tiny") -> str:
   if arg not in known:
     raise ValueError(f"unknown config argument {arg!r}; use one of {sorted(known)}")
   return arg
+
+
+def pin_wiki18_e5(c) -> None:
+  """The retriever of Search-R1 and the papers built on it: e5-base-v2 embeddings in an exact
+  (FAISS Flat, inner product) index over wiki-18, the DPR December-2018 Wikipedia dump in
+  21,015,324 100-word passages."""
+  c.retriever.pin.update(dict(encoder="e5-base-v2", index="exact", passages=21015324))
 
 
 def tiny_world(c) -> None:

@@ -69,7 +69,6 @@ def plan(c):
   out["doc_cut"] = c.protocol.get("doc_cut", "joined")
   out["temperatures"] = [float(t) for t in c.sampler.get("temperatures", ())]
   out["gae"] = [float(c.rl.gamma), float(c.rl.lam)]
-  out["value_clip"] = c.rl.value_clip
   out["adam_betas"] = [float(c.optim.b1), float(c.optim.b2)]
   out["relevance_judge"] = c.judge.model
   out["acc_judge"] = (c.eval.judge.model or "(none: ACC not computed)"
@@ -167,6 +166,12 @@ def get_config(arg: str = "tiny"):
       logprob_chunk=8192, ppo_epochs=1, mini_batch_size=64,
       micro_batch_size=4, reward_kwargs={}))
   c.rl.step_samples = True
+  if not small:   # OpenRLHF as R3-RAG runs it (tiny and world keep their flat token mean)
+    # PolicyLoss / ValueLoss: masked_mean(dim=-1).mean() (models/loss.py); the replay buffer
+    # whitens the step's advantages before the update (ppo_trainer.py, replay_buffer.py)
+    c.rl.update(dict(loss_agg="seq-mean-token-mean", adv_whiten="openrlhf"))
+    # startup/retriever_service.py: e5_Flat.index over Tevatron's wikipedia-nq-corpus (DPR)
+    common.pin_wiki18_e5(c)
   c.rl.rewards = {"r3_rag": 1.0}
   # lambda_T = gamma (the paper); the relevance judge reads the documents as the policy did
   c.rl.reward_kwargs = {"r3_rag": dict(judge="judge", process=True, answer_judge=True,

@@ -62,7 +62,8 @@ def plan(c):
   r = c.get("rex_rag")
   if r is not None:
     out.update(resample_p=r.p, keep_ratio_initial=r.keep_ratio, keep_ratio_rule=(
-        f"ewm(alpha={r.ewm_alpha})" if r.adaptive_keep else "fixed"))
+        f"ewm(alpha={r.ewm_alpha})" if r.adaptive_keep else "fixed"),
+               keep_multiple=r.keep_multiple)
   return out
 
 
@@ -150,6 +151,7 @@ def get_config(arg: str = "tiny"):
       mini_batch_size=256, micro_batch_size=8))
   c.rl.rewards = {"em": 1.0}
   add_rex_rag(c, keep_ratio=0.12 if dapo else 0.08)
+  c.rex_rag.keep_multiple = 8    # ray_trainer.py: keep_num less keep_num % n_gpus_per_node (8)
   # 2560 originals + the kept clones (~8-12%) in mini-batches of 256: 10 + 1 or 2 optimiser
   # updates per RL step; verl steps its LR scheduler once per RL step (optim.clock "rl_step"),
   # so warmup is int(0.285 x 1005) = 286 RL steps whatever the clones add.
@@ -159,4 +161,5 @@ def get_config(arg: str = "tiny"):
                         save_every=50, max_to_keep=2, keep_best_metric="dev/em"))
   c.eval.batch_size = 64
   c.eval.method = "REX-RAG"      # its row in configs/paper_results.json (`--suite rex_rag`)
+  common.pin_wiki18_e5(c)        # App. C.3 and scripts/search_engine/build_index.sh (Flat)
   return c

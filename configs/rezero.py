@@ -39,7 +39,8 @@ commit):
     gradient clipping at 0.1, 1 prompt x 8 samples per step, 1000 steps;
   - LoRA rank 64, alpha 64 on q, k, v, o, gate, up, down (init seed 3407).
 Decisions ([D] in the spec): `</search>` is a stop string; the end-of-turn token is trained
-on; the judge sees the `<answer>` content only; the prompt date is pinned to the paper's runs
+on; the judge sees the whole last message as the code's judge did (`judge_input=answer`: the
+`<answer>` content only, which a `<think>` cannot talk round; the tiny config's); the prompt date is pinned to the paper's runs
 (04 Apr 2025; the code writes today's date, which would change a resumed run's prompt); the
 base weights are bf16, not 4-bit (no QLoRA here); evaluation reports EM/F1 beside the judge.
 
@@ -83,6 +84,8 @@ def plan(c):
           "retry_counting": retry.get("retry_counting", "all_searches")
                             if "rezero_retry" in weights else "none",
           "noise_injection": bool(c.retriever.noise.kind), "judge": c.judge.kind,
+          "judge_input": dict(c.rl.reward_kwargs.get("rezero_correctness", {}) or {}).get(
+              "judge_input", "answer"),
           "lora_rank": c.model.lora.rank, "lora_alpha": c.model.lora.alpha,
           "eval_every": c.trainer.eval_every, "eval_questions": c.trainer.eval_prompts}
 
@@ -138,7 +141,9 @@ def get_config(arg: str = "tiny"):
       entropy_coef=0.0, use_sampler_logprobs=False, ppo_epochs=1,
       mini_batch_size=0, micro_batch_size=0))
   c.rl.rewards = dict(PAPER_REWARDS if paper else CODE_REWARDS)
-  c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
+  # the judge reads the whole last message, as src/rewards.py did for Figure 2 (tiny: the
+  # <answer> content only, --config.rl.reward_kwargs.rezero_correctness.judge_input=answer)
+  c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer" if tiny else "message"},
                         "rezero_retry": {"retry_counting": "after_first" if paper
                                          else "all_searches"}}
   c.judge.update(dict(kind="base", model="rezero-judge", max_batch=8 if tiny else 16,
@@ -161,6 +166,10 @@ def get_config(arg: str = "tiny"):
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)
   c.retriever.noise.update(PAPER_NOISE if paper else dict(kind="", p=0.0, seed=0))
   c.eval.batch_size = 32
+  if not tiny:   # the experiment-era code: NoInstruct-small over the 341 report chunks, FAISS
+    # from_documents (a flat, exact index; src/embeddings.py, scripts/generate_data.py)
+    c.retriever.pin.update(dict(encoder="NoInstruct-small-Embedding-v0", index="exact",
+                                passages=341))
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short chats
     common.tiny_world(c)
     # ReZero's long instruction is ~750 tokens under the world's small tokenizer

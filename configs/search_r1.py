@@ -9,9 +9,11 @@ Real sizes need `model.checkpoint` (an HF directory), `data.train_files` / `data
 (FlashRAG jsonl or verl parquet: NQ + HotpotQA train) and `retriever.index` or
 `retriever.url` (a Search-R1 /retrieve server).  Hyperparameters follow the Search-R1 scripts
 as summarised in shared/research/anchors_rag_rl.md §1.1 and seeds_rex_autorefine_r3.md §0.2:
-512 prompts x 5, lr 1e-6, warmup ratio 0.285, KL 0.001 (k3 = low_var_kl, as a loss),
-token-mean, clip 0.2, temperature 1, 4 turns, 500 tokens per turn and per observation, top-3
-retrieval, 1005 steps.  The schema and its other defaults are in configs/common.py.
+512 prompts x 5, lr 1e-6, warmup ratio 0.285, KL 0.001 (k3 = low_var_kl, as a loss), the
+token mean of each 8-sequence micro-batch averaged over them (verl), clip 0.2, temperature 1,
+top-p 0.95 (GRPO; PPO 1.0), 4 turns, 500 tokens per turn and per observation, top-3
+retrieval, 1005 steps; PPO whitens its GAE advantages and clips values at 0.5.  The ledger:
+docs/methods/search_r1.md.  The schema and its other defaults are in configs/common.py.
 """
 
 from ragjax.wiring.config_files import sibling
@@ -45,12 +47,12 @@ def get_config(arg: str = "tiny"):
 
   c.rl.update(dict(
       advantage="gae" if algo == "ppo" else "grpo", group_size=1 if algo == "ppo" else 5,
-      clip_low=0.2, clip_high=0.2, loss_agg="token-mean", kl_coef=0.001,
+      clip_low=0.2, clip_high=0.2, kl_coef=0.001,
       entropy_coef=0.001,    # verl's actor.entropy_coeff default; the scripts keep it
       # verl PPO: KL penalty in the reward, algorithm.kl_penalty "kl" (k1); GRPO: a KL loss,
       # kl_loss_type low_var_kl (k3)
       kl_in_reward=algo == "ppo", kl_estimator="k1" if algo == "ppo" else "k3",
-      value_clip=0.2, gamma=1.0, lam=1.0, use_sampler_logprobs=False, logprob_chunk=8192,
+      gamma=1.0, lam=1.0, use_sampler_logprobs=False, logprob_chunk=8192,
       ppo_epochs=1,
       # verl's ppo_mini_batch_size counts sequences of the expanded batch (fsdp_workers.py
       # multiplies it by rollout.n, which is 1: groups come from n_agent=5), so 512 x 5 rows
@@ -58,6 +60,15 @@ def get_config(arg: str = "tiny"):
       # make 2.  `--dry_run` prints the derived plan against the paper's.
       mini_batch_size=((10 if algo == "grpo" else 2) if tiny else 256),
       micro_batch_size=((5 if algo == "grpo" else 1) if tiny else 8)))
+  if not tiny:   # verl as the scripts run it (the tiny configs keep their flat token mean)
+    c.rl.update(dict(
+        # dp_actor: each micro-batch's token mean / gradient-accumulation steps; the scripts'
+        # ppo_micro_batch_size 64 is global, 8 sequences per GPU on 8 GPUs (fsdp_workers.py)
+        loss_agg="token-mean-per-micro-batch", loss_agg_rows=8,
+        # the critic's ppo_micro_batch_size 8 is 1 sequence per GPU: a per-sequence mean
+        critic_loss_agg="seq-mean-token-mean" if algo == "ppo" else "",
+        # compute_gae_advantage_return ends with masked_whiten; cliprange_value 0.5
+        adv_whiten="verl" if algo == "ppo" else "", value_clip=0.5))
   c.rl.rewards = {"search_r1_em": 1.0}
   # verl steps its LR scheduler once per RL step: warmup int(0.285 x 1005) = 286 RL steps
   # (optim.clock "rl_step"; total_steps 0 = the run's RL steps).
@@ -76,7 +87,10 @@ def get_config(arg: str = "tiny"):
   # Search-R1 trains on NQ + HotpotQA train; keep-best is chosen on dev, never test.
   c.data.source = "world" if tiny else "files"
   c.protocol.update(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
-  c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0, top_p=1.0,
+  # top-p: verl's rollout default 0.95 (ppo_trainer.yaml), which train_grpo.sh keeps and
+  # train_ppo.sh sets to 1.0
+  c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0,
+                        top_p=0.95 if algo == "grpo" and not tiny else 1.0,
                         prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   c.rollout.widths = (512, 1024, 2048, 3072, 4096)
   c.rollout.kv_budget_gb = 24.0     # per device: rollouts run in waves (see --dry_run)
@@ -84,6 +98,8 @@ def get_config(arg: str = "tiny"):
   # The published row `python -m ragjax.evaluate --suite search_r1` compares with
   # (configs/paper_results.json; the size is model.preset).
   c.eval.method = "" if tiny else "Search-R1-base"
+  if not tiny:   # retrieval_launch.sh: e5-base-v2, e5_Flat.index over wiki-18.jsonl
+    common.pin_wiki18_e5(c)
   if tiny:   # the synthetic world (no weights or corpus to download), BM25, short turns
     common.tiny_world(c)
     common.tiny_rollout(c)

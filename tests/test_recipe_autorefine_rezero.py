@@ -119,8 +119,11 @@ def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
   if "autorefine" in spec:
     assert (run.trainer.batch_prompts, run.rl.group_size, run.optim.lr, run.rl.kl_coef) == \
         (256, 5, 1e-6, 0.001)
-    # §B.1's 200 steps; verl mini-batches of 256 sequences: 1,280 / 256 = 5 updates per step
-    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 200)
+    # cmd/train.sh's 300 steps, best evaluation kept; verl mini-batches of 256 sequences:
+    # 1,280 / 256 = 5 updates per step, in micro-batches of 8 sequences for the loss
+    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 300)
+    assert run.trainer.keep_best and (run.rl.loss_agg, run.rl.loss_agg_rows) == \
+        ("token-mean-per-micro-batch", 8)
     assert run.rl.mini_batch_size == 256
     assert (proto.max_turns, proto.final_turn, proto.obs_max_tokens, proto.top_k) == \
         (5, True, 512, 3)

@@ -2,6 +2,7 @@
 UR^2's REINFORCE++-baseline, GAE with retrieved tokens skipped)."""
 
 import math
+from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +10,10 @@ import pytest
 
 from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
                                   reinforce_pp_baseline_advantages,
-                                  reinforce_pp_group_norm_advantages, rloo_advantages)
+                                  reinforce_pp_group_norm_advantages, rloo_advantages,
+                                  whiten_advantages)
+from ragjax.rl.config import RLConfig
+from ragjax.rl.step_batch import step_advantages
 from ragjax.rollout.token_rewards import place_rewards
 
 # Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
@@ -115,6 +119,31 @@ def test_gae_hand_numbers_discounted_with_retrieved_block_skipped():
   adv, ret = gae(r, v, m, 0.9, 0.5)
   np.testing.assert_allclose(adv, [[-0.1265, 0.43, 0.0, 0.0, 0.6]], rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(ret, [[0.3735, 0.63, 0.0, 0.0, 1.0]], rtol=1e-5, atol=1e-7)
+
+
+def test_gae_advantages_are_whitened_over_the_steps_tokens_as_verl_and_openrlhf_do():
+  """Two rows, rewards 1 and 0 on their last token, values 0.5 / 0.2 / 0.4 and 0.1 / 0.3
+  (gamma = lambda = 1): GAE gives [0.5, 0.8, 0.6] and [-0.1, -0.3]; the returns stay GAE's.
+  Mean 0.3; squared deviations .04 + .25 + .09 + .16 + .36 = .9.  verl (unbiased): var .9/4,
+  std .474342; OpenRLHF (biased): var .9/5, std .424264."""
+  sb = SimpleNamespace(step_rewards=[[1.0], [0.0]], step_ends=[[], []],
+                       loss_mask=np.array([[1, 1, 1], [1, 1, 0]], np.float32),
+                       values=np.array([[0.5, 0.2, 0.4], [0.1, 0.3, 7.0]], np.float32),
+                       old_logprobs=None, ref_logprobs=None)
+  raw = np.array([[0.5, 0.8, 0.6], [-0.1, -0.3, 0.0]])
+  mask = sb.loss_mask.astype(bool)
+  for kind, std in (("", None), ("verl", math.sqrt(0.9 / 4)), ("openrlhf", math.sqrt(0.9 / 5))):
+    rl = RLConfig(advantage="gae", group_size=1, kl_coef=0.0, adv_whiten=kind)
+    adv, ret = step_advantages(sb, rl)
+    want = raw if std is None else np.where(mask, (raw - 0.3) / std, 0.0)
+    np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-6, err_msg=kind)
+    np.testing.assert_allclose(ret, [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], atol=1e-6)
+  # one trained token: nothing to whiten against (verl raises; ragjax gives 0)
+  assert not whiten_advantages(np.array([[2.0]]), np.array([[1.0]]), "verl").any()
+  with pytest.raises(ValueError, match="rl.adv_whiten='verl' whitens GAE advantages"):
+    RLConfig(adv_whiten="verl")
+  with pytest.raises(ValueError, match="unknown advantage whitening 'z'"):
+    whiten_advantages(raw, sb.loss_mask, "z")
 
 
 def test_reward_placement():

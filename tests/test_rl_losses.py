@@ -10,7 +10,8 @@ import pytest
 from ragjax.rl.batch import make_train_batch
 from ragjax.rollout.labels import Source
 from ragjax.rl.config import RLConfig
-from ragjax.rl.losses import aggregate, clipped_surrogate, clipped_value_loss, kl_penalty
+from ragjax.rl.losses import (AGG_MODES, agg_denominator, aggregate, clipped_surrogate,
+                              clipped_value_loss, kl_penalty)
 from ragjax.rl.train_step import policy_objective
 
 RATIOS = np.array([1.5, 0.5, 1.1, 0.7, 5.0])
@@ -59,6 +60,39 @@ def test_aggregation_modes():
     aggregate(x, m, "mean")
 
 
+def test_the_three_authors_aggregations_differ_on_one_batch_as_computed_by_hand():
+  """Rows with 1, 3, 3 and 2 trained tokens (sums 2, 3, 6, 12):
+  token-mean (one mean over the update) = 23 / 9;
+  seq-mean-token-mean (OpenRLHF) = (2/1 + 3/3 + 6/3 + 12/2) / 4 = 11 / 4;
+  token-mean-per-micro-batch of 2 rows (verl) = ((2+3)/4 + (6+12)/5) / 2 = 2.425.
+  Split into strided micro-batches with their rows' normalisers, the parts sum to the whole."""
+  x = jnp.array([[2.0, 9, 9], [1, 1, 1], [4, 0, 2], [6, 6, 9]])
+  m = jnp.array([[1, 0, 0], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
+  token = float(aggregate(x, m, "token-mean"))
+  seq = float(aggregate(x, m, "seq-mean-token-mean"))
+  micro = float(aggregate(x, m, "token-mean-per-micro-batch", rows=2))
+  assert token == pytest.approx(23 / 9)
+  assert seq == pytest.approx(11 / 4)
+  assert micro == pytest.approx((5 / 4 + 18 / 5) / 2)
+  assert len({round(v, 6) for v in (token, seq, micro)}) == 3
+  # one row per micro-batch is the sequence mean; the whole batch as one is the token mean
+  assert float(aggregate(x, m, "token-mean-per-micro-batch", rows=1)) == pytest.approx(seq)
+  assert float(aggregate(x, m, "token-mean-per-micro-batch", rows=4)) == pytest.approx(token)
+  # a micro-batch with no trained token counts for nothing (rows 0-1 emptied: (6+12)/5)
+  empty = m.at[:2].set(0)
+  assert float(aggregate(x, empty, "token-mean-per-micro-batch", rows=2)) == pytest.approx(3.6)
+  for mode in AGG_MODES:
+    d = agg_denominator(m, mode, 2)
+    parts = sum(float(aggregate(x[i::2], m[i::2], mode, d[i::2])) for i in range(2))
+    assert parts == pytest.approx(float(aggregate(x, m, mode, rows=2)), rel=1e-6), mode
+  with pytest.raises(ValueError, match="rows of a micro-batch"):
+    aggregate(x, m, "token-mean-per-micro-batch")
+  with pytest.raises(ValueError, match="rl.loss_agg_rows >= 1"):
+    RLConfig(loss_agg="token-mean-per-micro-batch")
+  with pytest.raises(ValueError, match="rl.critic_loss_agg='mean'"):
+    RLConfig(critic_loss_agg="mean")
+
+
 def test_kl_estimators():
   logp, ref = jnp.array([-1.0]), jnp.array([-2.0])     # log ratio 1
   assert kl_penalty(logp, ref, "k1")[0] == pytest.approx(1.0)
@@ -91,12 +125,13 @@ def _batch_with_retrieval():
                           train_on=("policy", "injected"))
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                 "token-mean-per-micro-batch"])
 @pytest.mark.parametrize("kl", ["k1", "k2", "k3"])
 def test_retrieved_tokens_get_exactly_zero_gradient(agg, kl):
   batch = _batch_with_retrieval()
-  rl = RLConfig(loss_agg=agg, kl_estimator=kl, kl_coef=0.1, entropy_coef=0.01, clip_high=0.28,
-                dual_clip=3.0)
+  rl = RLConfig(loss_agg=agg, loss_agg_rows=1, kl_estimator=kl, kl_coef=0.1, entropy_coef=0.01,
+                clip_high=0.28, dual_clip=3.0)
   logp = batch.old_logprobs + 0.3 * jnp.sin(jnp.arange(20.0).reshape(2, 10))
   ent = jnp.abs(jnp.cos(jnp.arange(20.0).reshape(2, 10)))
 

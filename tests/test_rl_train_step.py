@@ -157,3 +157,24 @@ def test_gathered_policy_loss_equals_full_loss():
     state = init_train_state(jax.tree.map(jnp.copy, params), opt)
     states.append(jax.device_get(jax.jit(update)(state, batch)[0].params))
   _close(states[0], states[1], tol=1e-5)
+
+
+def test_micro_batch_token_means_accumulate_to_the_full_batch_update():
+  """token-mean-per-micro-batch (verl): its per-row normalisers travel with their rows, so four
+  strided micro-batches give the update of one full batch, and the loss differs from the flat
+  token mean on a batch of uneven rows."""
+  cfg, params = tiny_cfg(), tiny_params()
+  batch = random_rl_batch(cfg, params)
+  rl = dataclasses.replace(RL, loss_agg="token-mean-per-micro-batch", loss_agg_rows=2)
+  loss_fn, denom = policy_loss_fn(cfg, rl)
+  flat_fn, flat_denom = policy_loss_fn(cfg, RL)
+  assert abs(float(loss_fn(params, batch, denom(batch))[0])
+             - float(flat_fn(params, batch, flat_denom(batch))[0])) > 1e-4
+  states = []
+  for micro in (1, 4):
+    opt = optax.sgd(0.5)
+    state = init_train_state(jax.tree.map(jnp.copy, params), opt)
+    states.append(jax.device_get(jax.jit(make_update(loss_fn, denom, opt, micro))(state, batch)[0]
+                                 .params))
+  _close(states[0], states[1], tol=1e-5)
+

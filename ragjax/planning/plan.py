@@ -4,13 +4,19 @@
 
 `derived(c)` computes, from the config alone, the quantities a reproduction turns on:
 sequences and optimizer updates per RL step and in total, the LR schedule, token budgets,
-retrieval depth.  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
+retrieval depth, sampling, loss aggregation, the critic's whitening and clip, which policy the
+run ends with, and the retriever (read from the manifest of the index the run will open:
+`ragjax.planning.retriever`).  A config module may add method-specific ones with `plan(c) -> dict` (UR²'s
 stages, evaluation protocols).  The paper's values live in `configs/paper_plans/<config>.json`:
 
-    {"<config argument>": {"<quantity>": {"paper": 10, "source": "§ / code file",
+    {"<config argument>": {"<quantity>": {"paper": 10, "from": "text" | "code" | "both",
+                                          "source": "§ / code file and line",
                                           "deviation": "why ragjax differs; the field"}}}
 
-`deviation` is there only where ragjax deliberately differs (a reading of the authors' code
+`from` says where the value was read: the paper's text, the authors' code (scripts, defaults
+of the framework they ran), or both; the plan marks an agreeing row "= paper" only where the
+text says it ("= paper (code)", "= paper (text, code)").  `deviation` is there only where
+ragjax deliberately differs (a reading of the authors' code
 over the text, a setting this machine forces); every other paper value must equal the derived
 one (`tests/test_paper_plans.py`).  The method's ledger (`docs/methods/<method>.md`) says why.
 """
@@ -23,6 +29,7 @@ import json
 import os
 from typing import Any, Mapping, Optional
 
+from ragjax.planning.retriever import KEYS as RETRIEVER_KEYS, retriever_rows
 from ragjax.rl.config import parse_run_config, updates_per_step
 
 # quantity -> how the plan names it (the order is the table's)
@@ -44,6 +51,16 @@ LABELS = {
     "clip_high": "clip (high)",
     "entropy_coef": "entropy coefficient",
     "temperature": "sampling temperature",
+    "top_p": "sampling top-p",
+    "loss_agg": "loss aggregation",
+    "critic_loss_agg": "critic loss aggregation",
+    "adv_whiten": "advantage whitening",
+    "value_clip": "critic value clip",
+    "best_checkpoint": "final policy",
+    "retriever_read": "retriever rows read from",
+    "retriever_encoder": "retriever encoder",
+    "retriever_index": "retriever index (exact / approximate)",
+    "retriever_passages": "retriever corpus (passages)",
     "max_turns": "searches per trajectory",
     "tokens_per_turn": "generated tokens per turn",
     "obs_tokens": "tokens per observation",
@@ -69,6 +86,10 @@ def derived(c) -> dict[str, Any]:
   per = updates_per_step(rl, tr)
   critic = {} if run.critic_optim is None else {"critic_lr": run.critic_optim.lr,
                                                  "critic_lr_warmup": run.critic_optim.warmup}
+  if rl.uses_critic:
+    critic.update(critic_loss_agg=loss_agg_name(rl.critic_loss_agg or rl.loss_agg,
+                                                rl.loss_agg_rows),
+                  adv_whiten=rl.adv_whiten or "none", value_clip=rl.value_clip)
   return {
       "prompts_per_step": tr.batch_prompts, "group_size": rl.group_size,
       "sequences_per_step": tr.batch_prompts * rl.group_size,
@@ -77,12 +98,26 @@ def derived(c) -> dict[str, Any]:
       "lr": opt.lr, "lr_schedule": opt.schedule, "lr_clock": opt.clock, "lr_warmup": opt.warmup,
       "kl_coef": rl.kl_coef, "kl_estimator": rl.kl_estimator, "clip_low": rl.clip_low,
       "clip_high": rl.clip_high, "entropy_coef": rl.entropy_coef,
-      "temperature": c.sampler.temperature, "max_turns": c.protocol.get("max_turns"),
+      "temperature": c.sampler.temperature, "top_p": c.sampler.top_p,
+      "loss_agg": loss_agg_name(rl.loss_agg, rl.loss_agg_rows),
+      "best_checkpoint": best_checkpoint(tr), "max_turns": c.protocol.get("max_turns"),
       "tokens_per_turn": c.sampler.max_new_tokens,
       "obs_tokens": c.protocol.get("obs_max_tokens"),
       "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
-      "sft_steps": c.sft.steps, **critic,
+      "sft_steps": c.sft.steps, **critic, **retriever_rows(c),
   }
+
+
+def loss_agg_name(mode: str, rows: int) -> str:
+  """`rl.loss_agg` as the plan shows it: the micro-batch's rows with token-mean-per-micro-batch."""
+  return f"{mode} ({rows} sequences)" if mode == "token-mean-per-micro-batch" else mode
+
+
+def best_checkpoint(tr) -> str:
+  """Which policy the run ends with: the last, or the best dev checkpoint of the evaluations."""
+  if not tr.keep_best:
+    return "last"
+  return f"best {tr.keep_best_metric} (evaluated every {tr.eval_every} steps)"
 
 
 def eval_plan(c, suite: str) -> dict[str, Any]:
@@ -100,6 +135,11 @@ def eval_plan(c, suite: str) -> dict[str, Any]:
                            f"T={s.get('temperature')}, top_p={s.get('top_p')}"}
 
 
+INDEX_KEYS = RETRIEVER_KEYS[1:]        # encoder, index kind, passages: read from the index
+ORIGINS = ("text", "code", "both")
+ORIGIN_NOTE = {"text": "", "code": " (code)", "both": " (text, code)"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
   key: str
@@ -107,6 +147,8 @@ class Row:
   paper: Any = None
   source: str = ""
   deviation: str = ""
+  origin: str = ""            # the paper plan's "from": text | code | both
+
 
   @property
   def known(self) -> bool:
@@ -121,7 +163,7 @@ class Row:
     if not self.known:
       return ""
     if self.agrees:
-      return "= paper"
+      return "= paper" + ORIGIN_NOTE.get(self.origin, "")
     return f"deviates: {self.deviation}" if self.deviation else "DIFFERS (undocumented)"
 
 
@@ -171,11 +213,18 @@ def plan_rows(c, config_file: Optional[str] = None, arg: str = "") -> list[Row]:
   rows = []
   for key, value in ours.items():
     p = paper.get(key, {})
-    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+    deviation = p.get("deviation", "")
+    if key in INDEX_KEYS and "paper" in p and not deviation and not same(value, p["paper"]):
+      # the index the user gave, not a config's choice: a deviation the plan names
+      deviation = (f"the index this run searches is not the paper's ({ours['retriever_read']}); "
+                   f"--config.retriever.index / --config.retriever.url choose another")
+    rows.append(Row(key, value, p.get("paper"), p.get("source", ""), deviation,
+                    p.get("from", "")))
   for key in paper:
     if key not in ours:
       p = paper[key]
-      rows.append(Row(key, None, p.get("paper"), p.get("source", ""), p.get("deviation", "")))
+      rows.append(Row(key, None, p.get("paper"), p.get("source", ""), p.get("deviation", ""),
+                      p.get("from", "")))
   return rows
 
 
@@ -196,7 +245,8 @@ def plan_table(rows, title: str) -> str:
   undocumented = [r for r in flagged if not r.deviation]
   out.append(f"{sum(r.known for r in rows)} quantities with a paper value: "
              f"{len(flagged) - len(undocumented)} deviate (documented), "
-             f"{len(undocumented)} differ without a reason")
+             f"{len(undocumented)} differ without a reason ('= paper': the paper's text says "
+             f"it; '(code)': only the authors' code does; '(text, code)': both)")
   return "\n".join(out)
 
 

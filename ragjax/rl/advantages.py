@@ -68,6 +68,32 @@ def masked_whiten(x: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndar
   return ((x - mean) / np.sqrt(max(var, eps)) * m).astype(np.float32)
 
 
+def verl_masked_whiten(x: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+  """(x - mean) * rsqrt(var + eps) over masked entries, the variance unbiased (n - 1), as
+  verl's `masked_whiten` runs it at the end of GAE.  Zero off the mask, and everywhere when
+  fewer than two entries are masked (verl raises there)."""
+  x, m = np.asarray(x, np.float64), np.asarray(mask, np.float64)
+  n = m.sum()
+  if n < 2:
+    return np.zeros_like(x, np.float32)
+  mean = (x * m).sum() / n
+  var = (((x - mean) ** 2) * m).sum() / (n - 1)
+  return ((x - mean) / np.sqrt(var + eps) * m).astype(np.float32)
+
+
+# rl.adv_whiten: how GAE advantages are whitened over the step's trained tokens ("" = not)
+WHITENINGS = {"verl": verl_masked_whiten, "openrlhf": masked_whiten}
+
+
+def whiten_advantages(advantages: np.ndarray, mask: np.ndarray, kind: str) -> np.ndarray:
+  """The step's GAE advantages whitened by `kind` (a WHITENINGS name), or unchanged for ""."""
+  if not kind:
+    return np.asarray(advantages)
+  if kind not in WHITENINGS:
+    raise ValueError(f"unknown advantage whitening {kind!r}; known: {sorted(WHITENINGS)}")
+  return WHITENINGS[kind](advantages, mask)
+
+
 def reinforce_pp_baseline_advantages(rewards, group_ids, loss_mask, eps: float = 1e-8) -> np.ndarray:
   """UR^2 / OpenRLHF `reinforce_baseline` (seeds_ur2_rezero.md §A4.2): subtract the group
   mean (no std), give every trained token of the row that value (gamma = 1, no KL reward),

@@ -14,6 +14,7 @@ import math
 from typing import Any, Mapping, Optional
 
 from ragjax import registry
+from ragjax.rl.advantages import WHITENINGS
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -25,11 +26,19 @@ class RLConfig:
   advantage: str = "grpo"             # registered estimator (grpo, drgrpo, rloo, ...) or gae
   group_size: int = 5                 # samples per prompt
   adv_eps: float = 1e-6               # GRPO std denominator epsilon
+  # GAE advantages whitened over the step's trained tokens: "" (not), "verl" (masked_whiten:
+  # unbiased variance + 1e-8) or "openrlhf" (the replay buffer's normalize: biased, >= 1e-8)
+  adv_whiten: str = ""
   clip_low: float = 0.2
   clip_high: float = 0.2              # > clip_low is DAPO's clip-higher
   dual_clip: Optional[float] = None   # c > 1 caps negative-advantage losses at -A*c
   clip_ratio: bool = True             # False: the plain ratio, no clip (UR²'s paper's reading)
-  loss_agg: str = "token-mean"        # token-mean | seq-mean-token-mean | seq-mean-token-sum
+  # token-mean (one mean over the update's tokens) | token-mean-per-micro-batch (verl: the mean
+  # of each `loss_agg_rows` consecutive sequences' token mean) | seq-mean-token-mean (OpenRLHF,
+  # TRL: the mean of each sequence's token mean) | seq-mean-token-sum
+  loss_agg: str = "token-mean"
+  loss_agg_rows: int = 0              # sequences per micro-batch of token-mean-per-micro-batch
+  critic_loss_agg: str = ""           # the critic's value loss ("" = loss_agg)
   kl_coef: float = 0.001
   kl_estimator: str = "k3"            # k1 | k2 | k3 (k3 = verl low_var_kl)
   kl_in_reward: bool = False          # True: per-token -kl_coef*KL in the reward (PPO), no KL loss
@@ -77,8 +86,17 @@ class RLConfig:
       registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
     registry.check("metric", self.metrics, "rl.metrics")
     registry.check("signature", self.signatures, "rl.signatures")
-    if self.loss_agg not in AGG_MODES:
-      raise ValueError(f"rl.loss_agg={self.loss_agg!r}; known: {AGG_MODES}")
+    for name in ("loss_agg", "critic_loss_agg"):
+      mode = getattr(self, name)
+      if mode not in AGG_MODES and not (name == "critic_loss_agg" and mode == ""):
+        raise ValueError(f"rl.{name}={mode!r}; known: {AGG_MODES}")
+      if mode == "token-mean-per-micro-batch" and self.loss_agg_rows < 1:
+        raise ValueError(f"rl.{name}={mode!r} needs rl.loss_agg_rows >= 1 (sequences per "
+                         f"micro-batch), got {self.loss_agg_rows}")
+    if self.adv_whiten and (self.adv_whiten not in WHITENINGS or self.advantage != "gae"):
+      raise ValueError(f"rl.adv_whiten={self.adv_whiten!r} whitens GAE advantages "
+                       f"(rl.advantage='gae'; known: {sorted(WHITENINGS)} or ''), got "
+                       f"rl.advantage={self.advantage!r}")
     if self.kl_estimator not in KL_ESTIMATORS:
       raise ValueError(f"rl.kl_estimator={self.kl_estimator!r}; known: {KL_ESTIMATORS}")
     if self.dual_clip is not None and self.dual_clip <= 1.0:
@@ -182,7 +200,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
                   "trainer.step_retries", "trainer.dump_every",   # logging only
-                  "retriever.timeout", "retriever.deadline",
+                  "retriever.timeout", "retriever.deadline", "retriever.pin.",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on

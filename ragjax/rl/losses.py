@@ -1,6 +1,6 @@
 """Policy, KL, entropy and value losses, each a pure function of [B, T] arrays and a mask.
 
-Every reduction goes through `aggregate`, whose denominator can be fixed from the *whole*
+Every reduction goes through `aggregate`, whose per-row normalisers are fixed from the *whole*
 batch: summing micro-batch losses then equals the full-batch loss exactly, which is what
 makes gradient accumulation (and sharded vs unsharded) agree.
 """
@@ -11,35 +11,50 @@ from typing import Optional
 
 import jax.numpy as jnp
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGG_MODES = ("token-mean", "token-mean-per-micro-batch", "seq-mean-token-mean",
+             "seq-mean-token-sum")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def agg_denominator(mask: jnp.ndarray, mode: str) -> jnp.ndarray:
-  """The normaliser `aggregate` uses for `mode` when computed on this (full) batch."""
+def agg_denominator(mask: jnp.ndarray, mode: str, rows: int = 0) -> jnp.ndarray:
+  """[B] per-row normalisers `aggregate` divides each row's masked sum by, computed on this
+  (full) batch, so that any split of its rows sums to the batch's loss.
+
+  token-mean: the batch's trained tokens.  token-mean-per-micro-batch (verl: the token mean of
+  each micro-batch of `rows` consecutive rows, averaged over the micro-batches): the trained
+  tokens of the row's micro-batch times the micro-batches that have any.  seq-mean-token-mean
+  (OpenRLHF, TRL): the row's trained tokens times the rows that have any.  seq-mean-token-sum:
+  the rows that have any."""
   m = mask.astype(jnp.float32)
+  per_row = m.sum(axis=1)
+  b = m.shape[0]
+  live_rows = jnp.maximum((per_row > 0).sum().astype(jnp.float32), 1.0)
   if mode == "token-mean":
-    return jnp.maximum(m.sum(), 1.0)
-  if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
-    return jnp.maximum((m.sum(axis=1) > 0).sum().astype(jnp.float32), 1.0)
+    return jnp.full((b,), jnp.maximum(per_row.sum(), 1.0))
+  if mode == "token-mean-per-micro-batch":
+    if rows < 1:
+      raise ValueError(f"loss aggregation {mode!r} needs the rows of a micro-batch (>= 1), "
+                       f"got {rows}")
+    n = -(-b // rows)
+    chunk = jnp.pad(per_row, (0, n * rows - b)).reshape(n, rows).sum(axis=1)
+    live = jnp.maximum((chunk > 0).sum().astype(jnp.float32), 1.0)
+    return jnp.repeat(jnp.maximum(chunk, 1.0), rows)[:b] * live
+  if mode == "seq-mean-token-mean":
+    return jnp.maximum(per_row, 1.0) * live_rows
+  if mode == "seq-mean-token-sum":
+    return jnp.full((b,), live_rows)
   raise ValueError(f"unknown loss aggregation {mode!r}; known: {AGG_MODES}")
 
 
 def aggregate(x: jnp.ndarray, mask: jnp.ndarray, mode: str,
-              denom: Optional[jnp.ndarray] = None) -> jnp.ndarray:
-  """token-mean: sum / #tokens; seq-mean-token-mean: mean over rows of row means;
-  seq-mean-token-sum: mean over rows of row sums.  Rows with no trained token count as 0."""
+              denom: Optional[jnp.ndarray] = None, rows: int = 0) -> jnp.ndarray:
+  """Sum over rows of (the row's masked sum / its normaliser, `agg_denominator`): token-mean,
+  the mean of micro-batch token means, the mean of row means, the mean of row sums.  Rows
+  with no trained token count as 0."""
   m = mask.astype(jnp.float32)
   if denom is None:
-    denom = agg_denominator(m, mode)
-  xm = x * m
-  if mode == "token-mean":
-    return xm.sum() / denom
-  if mode == "seq-mean-token-mean":
-    return (xm.sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)).sum() / denom
-  if mode == "seq-mean-token-sum":
-    return xm.sum() / denom
-  raise ValueError(f"unknown loss aggregation {mode!r}; known: {AGG_MODES}")
+    denom = agg_denominator(m, mode, rows)
+  return ((x * m).sum(axis=1) / denom).sum()
 
 
 def clipped_surrogate(logprobs, behaviour_logprobs, advantages, *, clip_low: float,

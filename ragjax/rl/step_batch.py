@@ -123,8 +123,9 @@ def build_step_batch(rollout: RolloutBatch, results: Sequence[RewardResult], *,
 
 def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]]:
   """([N, T] advantages, [N, T] critic returns or None): GAE over the placed token rewards
-  (less the KL penalty with `rl.kl_in_reward`) when the run has a critic, else the registered
-  outcome estimator over each group's rewards."""
+  (less the KL penalty with `rl.kl_in_reward`), whitened over the step's trained tokens as
+  `rl.adv_whiten` says, when the run has a critic, else the registered outcome estimator over
+  each group's rewards."""
   if not rl.uses_critic:
     return adv_lib.outcome_advantages(rl.advantage, sb.rewards, sb.group_id, sb.loss_mask,
                                       eps=rl.adv_eps), None
@@ -134,7 +135,8 @@ def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]
         kl_penalty(jnp.asarray(sb.old_logprobs), jnp.asarray(sb.ref_logprobs), "k1")) * sb.loss_mask
   a, ret = adv_lib.gae(jnp.asarray(token_r), jnp.asarray(sb.values), jnp.asarray(sb.loss_mask),
                        rl.gamma, rl.lam)
-  return np.asarray(a), np.asarray(ret)
+  # the returns the critic regresses on are GAE's own; only the advantages are whitened
+  return adv_lib.whiten_advantages(np.asarray(a), sb.loss_mask, rl.adv_whiten), np.asarray(ret)
 
 
 def to_train_batch(sb: StepBatch, advantages: np.ndarray, rl, *,

@@ -2,8 +2,9 @@
 
 `make_update` is generic over the loss (policy, critic, SFT all use it).  Micro-batches are
 strided slices of the batch (row i goes to micro-batch i % M), so with the batch sharded over
-devices every micro-batch keeps rows on every device.  Loss denominators are computed once on
-the whole batch, which makes the accumulated gradient equal the full-batch gradient.
+devices every micro-batch keeps rows on every device.  Loss normalisers are computed once per
+row on the whole batch (`ragjax.rl.losses.agg_denominator`) and travel with their rows, which
+makes the accumulated gradient equal the full-batch gradient.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Call
   """Clipped surrogate + KL (k1|k2|k3) as a loss + entropy bonus, on TrainBatch."""
 
   def denom(batch: TrainBatch):
-    return agg_denominator(batch.loss_mask, rl.loss_agg)
+    return agg_denominator(batch.loss_mask, rl.loss_agg, rl.loss_agg_rows)
 
   def loss_fn(params, batch: TrainBatch, d):
     if batch.loss_index is not None:
@@ -96,7 +97,7 @@ def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
   pg, clipped = clipped_surrogate(logp, denom_, batch.advantages, clip_low=rl.clip_low,
                                   clip_high=rl.clip_high, dual_clip=rl.dual_clip,
                                   clip=rl.clip_ratio)
-  agg = lambda x: aggregate(x, mask, rl.loss_agg, d)
+  agg = lambda x: aggregate(x, mask, rl.loss_agg, d, rl.loss_agg_rows)
   pg_loss = agg(pg)
   entropy = agg(ent)
   loss = pg_loss - rl.entropy_coef * entropy
@@ -114,17 +115,20 @@ def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
 
 
 def value_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Callable]:
-  """Clipped value loss for the PPO critic (a Decoder with the value head)."""
+  """Clipped value loss for the PPO critic (a Decoder with the value head), aggregated by
+  `rl.critic_loss_agg` (the policy's `rl.loss_agg` when empty)."""
+
+  agg_mode = rl.critic_loss_agg or rl.loss_agg
 
   def denom(batch: TrainBatch):
-    return agg_denominator(batch.loss_mask, rl.loss_agg)
+    return agg_denominator(batch.loss_mask, agg_mode, rl.loss_agg_rows)
 
   def loss_fn(params, batch: TrainBatch, d):
     v = sequence_values(model_cfg, params, batch.tokens, batch.positions, batch.attention_mask)
     per_tok, clipped = clipped_value_loss(v, batch.old_values, batch.returns, rl.value_clip)
-    loss = aggregate(per_tok, batch.loss_mask, rl.loss_agg, d)
+    loss = aggregate(per_tok, batch.loss_mask, agg_mode, d)
     return loss, {"value_loss": loss,
-                  "value_clip_frac": aggregate(clipped, batch.loss_mask, rl.loss_agg, d)}
+                  "value_clip_frac": aggregate(clipped, batch.loss_mask, agg_mode, d)}
 
   return loss_fn, denom
 
@@ -157,15 +161,15 @@ def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTr
     if num_micro == 1:
       (_, metrics), grads = grad_fn(state.params, batch, d)
     else:
-      micro = _split_micro(batch, num_micro)
+      micro = _split_micro((batch, d), num_micro)     # rows and their normalisers
       zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
       first = jax.tree.map(lambda x: x[0], micro)
-      _, m_shape = jax.eval_shape(lambda: grad_fn(state.params, first, d))[0]
+      _, m_shape = jax.eval_shape(lambda: grad_fn(state.params, *first))[0]
       m_zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape)
 
-      def body(carry, mb):
+      def body(carry, mb_d):
         g_acc, m_acc = carry
-        (_, m), g = grad_fn(state.params, mb, d)
+        (_, m), g = grad_fn(state.params, *mb_d)
         g_acc = jax.tree.map(lambda a, x: a + x.astype(jnp.float32), g_acc, g)
         return (g_acc, jax.tree.map(jnp.add, m_acc, m)), None
 
