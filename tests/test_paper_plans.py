@@ -253,3 +253,17 @@ def test_every_ledger_lists_every_new_plan_row(path):
     ledger = f.read().lower()
   missing = sorted(k for k in keys & set(LEDGER_WORDS) if LEDGER_WORDS[k] not in ledger)
   assert not missing, f"docs/methods/{method}.md lacks rows for {missing}"
+
+
+def test_retriever_rows_of_a_corpus_indexed_in_the_workdir(tmp_path):
+  from ragjax.planning.retriever import retriever_rows
+  from ragjax.wiring.config_files import load_config
+  corpus = tmp_path / "passages.jsonl"
+  corpus.write_text('{"id": "0", "contents": "\\"A\\"\\nx"}\n\n{"id": "1", "contents": "\\"B\\"\\ny"}\n')
+  c = load_config("configs/smollm2.py:tiny")
+  c.retriever.corpus = str(corpus)
+  rows = retriever_rows(c)
+  assert rows["retriever_encoder"] == "none (bm25)" and rows["retriever_index"] == "bm25"
+  assert rows["retriever_passages"] == 2 and str(corpus) in rows["retriever_read"]
+  c.retriever.backend = "scann"
+  assert retriever_rows(c)["retriever_encoder"] == "all-MiniLM-L6-v2"

@@ -4,6 +4,7 @@ an approximate search or another corpus shows as a difference before the run sta
 
     retriever.index = DIR   DIR/index.json: its encoder, its backend, its passage count
     retriever.url = URL     a server: nothing to read (the rows say so, and differ)
+    retriever.corpus = F    a passage file indexed in the workdir: its backend and line count
     neither                 the config's pin, `retriever.pin` (the index the paper used, which
                             the run still needs), or "none set"
 
@@ -64,6 +65,22 @@ def retriever_rows(c) -> dict[str, Any]:
             "retriever_encoder": pin.get("encoder") or None,
             "retriever_index": pin.get("index") or None,
             "retriever_passages": int(pin.get("passages") or 0) or None}
+  corpus = r.get("corpus", "")
+  if corpus and c.data.source != "world":   # indexed under the workdir when the run starts
+    encoder = ("none (bm25)" if r.backend == "bm25" else
+               encoder_name(r.encoder_dir) if r.encoder_dir else "all-MiniLM-L6-v2")
+    return {"retriever_read": f"{corpus}: indexed in the workdir with {r.backend}",
+            "retriever_encoder": encoder, "retriever_index": KIND.get(r.backend, r.backend),
+            "retriever_passages": count_lines(corpus)}
   where = ("the world's corpus, indexed in the workdir" if c.data.source == "world"
-           else "none set (retriever.index or retriever.url)")
+           else "none set (retriever.index, retriever.url or retriever.corpus)")
   return {"retriever_read": where}
+
+
+def count_lines(path: str):
+  """Non-empty lines of a jsonl passage file (its passages), or None when it cannot be read."""
+  try:
+    with open(path, "rb") as f:
+      return sum(1 for line in f if line.strip())
+  except OSError:
+    return None
