@@ -40,9 +40,11 @@ def get_config(arg: str = "default"):
   c = common.get_config()
   c.recipe = "qa"        # ragjax/recipes/qa.py: the table before and after RL
   c.workdir = f"runs/smollm2_{arg}"
-  # scan_layers: one layer compiled, not 30 (compiles of the sampler and the update in seconds)
+  # scan_layers: one layer compiled, not 30 (compiles of the sampler and the update in seconds);
+  # remat: the update keeps each layer's input only (without it, 30 layers' attention
+  # probabilities of 8 rows x 1,280 positions asked for 26.5 GB and the first update failed)
   c.model.update(dict(checkpoint=installed_gguf(*SMOLLM2_135M), dtype="float32",
-                      param_dtype="float32", scan_layers=True))
+                      param_dtype="float32", scan_layers=True, remat=True, remat_policy="full"))
   c.model.lora.update(dict(rank=16, alpha=32.0))
 
   c.data.source = "files"
@@ -63,7 +65,7 @@ def get_config(arg: str = "default"):
   c.rl.update(dict(advantage="grpo", group_size=2 if tiny else 4, clip_low=0.2, clip_high=0.2,
                    loss_agg="token-mean", kl_coef=0.0, entropy_coef=0.0,
                    use_sampler_logprobs=True, gather=True, logprob_chunk=4096, ppo_epochs=1,
-                   mini_batch_size=0, micro_batch_size=0 if tiny else 8))
+                   mini_batch_size=0, micro_batch_size=0 if tiny else 4))
   c.rl.rewards = {"search_r1_em": 1.0}
   c.rl.metrics = ("search_r1",)      # search rate, valid format, gold recall per step
   c.optim.update(dict(lr=1e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,

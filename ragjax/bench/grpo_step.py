@@ -21,6 +21,14 @@ the unembedding counted only at trained positions when `rl.gather` is on, times
 `rl.ppo_epochs`.  The reference is a square matmul timed in the same run (float32 1024 on CPU,
 bfloat16 8192 on accelerators).  `--retriever bm25` swaps the config's dense index for BM25
 (skips the MiniLM encoding of the corpus; the retrieval share of the rollout changes).
+
+`--hf-reference N` (a config with `model.checkpoint`: an HF directory or a GGUF file) also
+times the rollout of N training questions both ways, greedy, on the same weights and prompts
+(the config's chat rendering), each after a warm-up run: ragjax's engine (the trainer's greedy
+engine) and the transformers loop of `ragjax.bench.hf_loop` (`generate` per turn on the
+re-tokenised history, with the config's protocol, budget and retriever):
+
+    python -m ragjax.bench.grpo_step --config configs/smollm2.py --steps 3 --hf-reference 16
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
   trainer = parts.make_trainer(c, run, cfg, params, tok, setup, mesh)
+  reference = (hf_reference(c, trainer.eval_engine, setup, args.hf_reference)
+               if args.hf_reference else {})
   steps = [trainer.train_step(s) for s in range(1, args.steps + 1)]
   trainer.ckpt.close()
   # A step whose padded width is new compiles the scoring and update programs for it: time
@@ -101,7 +111,70 @@ def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
       "update_model_tflops_per_s": round(flops / upd_s / 1e12, 5),
       "measured_matmul_peak_tflops": round(peak / 1e12, 4),
       "update_fraction_of_peak": round(flops / upd_s / peak, 4),
-      "load_avg_1min": round(os.getloadavg()[0], 2)}
+      "load_avg_1min": round(os.getloadavg()[0], 2), **reference}
+
+
+class ChatRendered:
+  """The protocol with `plain_prompt` replaced by the engine's own prompt text (the chat
+  template when the engine uses one), so the transformers loop prompts exactly as ragjax."""
+
+  def __init__(self, protocol, renderer):
+    self._protocol, self._renderer = protocol, renderer
+
+  def plain_prompt(self, inp):
+    return self._renderer.prompt_text(inp)
+
+  def __getattr__(self, name):
+    return getattr(self._protocol, name)
+
+
+def hf_reference(c, engine, setup, n: int) -> dict:
+  """Greedy rollouts of `n` training questions by ragjax's engine and by the transformers loop
+  on the same weights (each timed after a warm-up run): seconds, policy tokens, tokens/s."""
+  import collections
+  import time
+  import torch
+  from transformers import AutoModelForCausalLM
+  from ragjax.bench.hf_loop import hf_rollout
+  from ragjax.models.gguf_io import is_gguf
+  from ragjax.models.hf_io import load_tokenizer
+  from ragjax.rollout.labels import Source
+  if not c.model.checkpoint:
+    raise ValueError("--hf-reference needs model.checkpoint (an HF directory or a GGUF file)")
+  records = setup.splits["train"][:n]
+  engine.run(records)                                       # compiles
+  t0 = time.perf_counter()
+  batch = engine.run(records)
+  ours_s = time.perf_counter() - t0
+  ours_tokens = int((batch.traj.labels == Source.POLICY).sum())
+  path = c.model.checkpoint
+  kw = dict(dtype=torch.float32, local_files_only=True)
+  if is_gguf(path):
+    folder, name = os.path.split(os.path.abspath(path))
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **kw).eval()
+  else:
+    model = AutoModelForCausalLM.from_pretrained(path, **kw).eval()
+  tok = load_tokenizer(path)
+  if tok.pad_token_id is None:
+    tok.pad_token = tok.eos_token
+  protocol = ChatRendered(engine.protocol, engine.renderer)
+  budget = c.sampler.max_new_tokens
+  hf_rollout(model, tok, protocol, engine.retriever, records[:2], budget,
+             collections.Counter())                          # warm-up
+  timings = collections.Counter()
+  t0 = time.perf_counter()
+  texts = hf_rollout(model, tok, protocol, engine.retriever, records, budget, timings)
+  hf_s = time.perf_counter() - t0
+  prompts = [len(tok(protocol.plain_prompt(r["question"]))["input_ids"]) for r in records]
+  # the policy's tokens: everything after the prompt less the documents and messages the loop
+  # inserted (counted from the text, as the loop keeps no labels)
+  hf_tokens = sum(len(tok(t)["input_ids"]) - p for t, p in zip(texts, prompts))
+  return {"reference_questions": len(records), "ragjax_greedy_rollout_s": round(ours_s, 2),
+          "ragjax_policy_tokens": ours_tokens, "transformers_rollout_s": round(hf_s, 2),
+          "transformers_generate_s": round(timings["generate_s"], 2),
+          "transformers_tokens_after_prompt": hf_tokens,
+          "rollout_speedup_vs_transformers": round(hf_s / ours_s, 2),
+          "torch_threads": torch.get_num_threads()}
 
 
 def main(argv=None):
@@ -114,6 +187,9 @@ def main(argv=None):
                   help="RL steps per config (steps at a new batch shape compile)")
   ap.add_argument("--retriever", choices=("config", "bm25"), default="config")
   ap.add_argument("--workdir", default=None, help="data and index go here (reused if present)")
+  ap.add_argument("--hf-reference", type=int, default=0, metavar="N",
+                  help="also time N questions' greedy rollout in ragjax and in a transformers "
+                       "generate loop on the same weights (needs model.checkpoint)")
   args = ap.parse_args(argv)
   if args.steps < 1:
     ap.error("--steps must be >= 1")

@@ -64,12 +64,24 @@ def per_question(result, records) -> dict:
   return out
 
 
+# Config fields that never change a greedy evaluation: how the policy is trained (the weights'
+# tag says which weights are evaluated) and the resumable fields.
+TRAINING_ONLY = ("rl.", "optim.", "critic_optim.", "trainer.", "sft.", "judge.", "model.remat",
+                 "model.lora.")
+
+
+def eval_fingerprint(c) -> dict:
+  """The config fields an evaluation's result depends on (a cached evaluation is reused only
+  when they are equal)."""
+  return {k: v for k, v in config_fingerprint(c).items() if not k.startswith(TRAINING_ONLY)}
+
+
 def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, weights=""):
   """One system's greedy rollouts of `records`, cached under `<workdir>/eval/` (reused when
   the config, the system, the weights' tag and the questions are the same); returns
   (per-question stats, result or None when cached, sampler)."""
   path = os.path.join(workdir, EVAL_DIR, name.replace(" ", "_").replace("/", "-") + ".json")
-  key = json_safe({"config": config_fingerprint(engine_config), "system": name,
+  key = json_safe({"config": eval_fingerprint(engine_config), "system": name,
                    "weights": weights,
                    "questions": [r.get("id", r["question"]) for r in records]})
   if os.path.exists(path):
