@@ -93,6 +93,44 @@ def cases(tmp):
       (["ragjax.services.chat_server", "--checkpoint", missing, "--port", "0"], missing),
       (["ragjax.services.proxy", "--index", missing, "--chat-url", "http://127.0.0.1:9/v1",
         "--chat-model", "m", "--port", "0"], missing),
+  ] + ISSUE_56(tmp)
+
+
+def ISSUE_56(tmp):  # noqa: N802  (issue 56: inputs checked before any work)
+  return [
+      # item 4: an empty workdir is refused, nothing is written into the current directory
+      (["ragjax.train", TINY, "--config.workdir="], "workdir", f"{ROOT}/world"),
+      # item 6: the index, the split, the seed and eval.batch_size, before the world is made
+      (["ragjax.train", TINY, f"--config.retriever.index={tmp}/missing_index",
+        f"--config.workdir={tmp}/w6a"], ("retriever.index", f"{tmp}/missing_index"),
+       f"{tmp}/w6a"),
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/empty", "--split=nosuch",
+        f"--config.workdir={tmp}/w6b"], ("--split", "nosuch"), f"{tmp}/w6b"),
+      (["ragjax.train", TINY, "--config.seed=-1", f"--config.workdir={tmp}/w6c"], "seed",
+       f"{tmp}/w6c"),
+      (["ragjax.train", TINY, "--config.eval.batch_size=0", f"--config.workdir={tmp}/w6d"],
+       "eval.batch_size", f"{tmp}/w6d"),
+      (["ragjax.evaluate", TINY, "--checkpoint", f"{tmp}/empty", "--config.eval.batch_size=0",
+        f"--config.workdir={tmp}/w6e"], "eval.batch_size", f"{tmp}/w6e"),
+      # item 7: silent runs that did nothing, now refused
+      (["ragjax.evaluate", TINY, "--suite", "search_r1", "--checkpoint", f"{tmp}/empty",
+        "--config.eval.batch_size=-4", f"--config.workdir={tmp}/w7a"], "eval.batch_size",
+       f"{tmp}/w7a"),
+      (["ragjax.evaluate", TINY, "--suite", "search_r1", "--checkpoint", f"{tmp}/empty",
+        f"--add_dataset=x={tmp}/nonexistent.jsonl", "--out", f"{tmp}/o7b"],
+       ("--add_dataset x", f"{tmp}/nonexistent.jsonl"), f"{tmp}/o7b"),
+      # item 8: an index.json without `backend`; dumps whose spans / turns are not lists
+      (["ragjax.retrieval.server", "--index", f"{tmp}/no_backend"],
+       (f"{tmp}/no_backend/index.json", "backend")),
+      (["ragjax.retrieval.evaluate", "--index", f"{tmp}/no_backend", "--questions",
+        f"{tmp}/q.jsonl"], (f"{tmp}/no_backend/index.json", "backend")),
+      (["ragjax.rollout.viewer", f"{tmp}/spans_int.jsonl"], (f"{tmp}/spans_int.jsonl", "spans"),
+       f"{tmp}/spans_int.html"),
+      (["ragjax.rollout.viewer", f"{tmp}/spans_null.jsonl"], "spans", f"{tmp}/spans_null.html"),
+      (["ragjax.rollout.viewer", f"{tmp}/turns_int.jsonl", "--terminal"], "turn 0"),
+      # item 9: a retrieval URL where no server listens is said at once, before the world
+      (["ragjax.train", TINY, "--config.retriever.url=http://127.0.0.1:9/retrieve",
+        f"--config.workdir={tmp}/w9"], "http://127.0.0.1:9/retrieve", f"{tmp}/w9"),
   ]
 
 
@@ -113,6 +151,15 @@ def write_inputs(tmp: str) -> None:
     with open(f"{tmp}/{name}/model.safetensors", "wb") as f:   # a header length past the file
       f.write((2 ** 62).to_bytes(8, "little") + b"{}")
   os.makedirs(f"{tmp}/bad_json")
+  os.makedirs(f"{tmp}/no_backend")
+  dump = {"row": 0, "group_id": 0, "stop_reason": "answer", "turns": [],
+          "spans": [{"label": "POLICY", "text": "x"}]}
+  for name, rec in (("no_backend/index.json", {"num_passages": 3}),
+                    ("spans_int.jsonl", {**dump, "spans": 3}),
+                    ("spans_null.jsonl", {**dump, "spans": None}),
+                    ("turns_int.jsonl", {**dump, "turns": [1]})):
+    with open(f"{tmp}/{name}", "w") as f:
+      f.write(json.dumps(rec) + "\n")
   for name, data in (("a_file", b"x"), ("empty.py", b""), ("empty.jsonl", b""),
                      ("bad_json/config.json", b"{not json"),
                      ("binary.jsonl", bytes(range(256)) * 4)):

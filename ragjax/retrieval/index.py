@@ -63,8 +63,17 @@ def read_meta(directory: str) -> dict:
   if not os.path.exists(path):
     raise FileNotFoundError(f"{directory} is not a ragjax index (missing {META}); build one with "
                             f"python -m ragjax.retrieval.build")
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path) as f:
+      meta = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path}: not a JSON index record ({e}); rebuild the index with "
+                     f"python -m ragjax.retrieval.build") from None
+  if not isinstance(meta, dict) or meta.get("backend") not in BACKENDS:
+    got = meta.get("backend") if isinstance(meta, dict) else type(meta).__name__
+    raise ValueError(f"{path}: 'backend' must be one of {BACKENDS}, got {got!r}; rebuild the "
+                     f"index with python -m ragjax.retrieval.build")
+  return meta
 
 
 def _ingest(corpus: list, out_dir: str, on_error: str) -> dict:

@@ -23,6 +23,7 @@ from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.wiring.chat_services import check_chat, make_services
+from ragjax.wiring.checks import check_run_inputs
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
@@ -44,7 +45,7 @@ def validate(c) -> RunConfig:
   """Every registry key and typed section of the config, checked before any data, index or
   training work (a typo fails in a second, not after minutes of set-up)."""
   run = parse_run_config(c)
-  check_workdir(c.workdir)
+  check_run_inputs(c)
   sampler_config(c, protocol_from_config(c), (), greedy=False)
   if c.model.get("checkpoint"):
     check_decoder_dir(c.model.checkpoint)
@@ -60,16 +61,6 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not c.data.train_files:
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
   return run
-
-
-def check_workdir(workdir: str) -> None:
-  """`workdir`, or the nearest of its parents that exists, must be a directory."""
-  path = os.path.abspath(workdir)
-  while not os.path.exists(path):
-    path = os.path.dirname(path)
-  if not os.path.isdir(path):
-    raise NotADirectoryError(f"workdir {os.path.abspath(workdir)}: {path} is a file, not a "
-                             f"directory")
 
 
 def check_resume(c) -> None:
