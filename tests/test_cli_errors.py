@@ -220,3 +220,15 @@ def test_every_entry_point_reports_bad_input_in_one_line(tmp_path):
   print(f"\nBAD_INPUTS tried={len(results)} clean_errors={len(results) - len(bad)} "
         + " ".join(f"{k}={v}" for k, v in kinds.items()))
   assert not bad, bad
+
+
+def test_a_read_only_workdir_is_refused_before_any_work(tmp_path):
+  """Issue 56, item 2: a workdir on a read-only filesystem (a read-only tmpfs; a mode-0555
+  directory where mounting is not allowed) is one line naming it, not `OSError: [Errno 30]`
+  from deep in the world's set-up."""
+  from _fs_helpers import read_only_directory
+  with read_only_directory(str(tmp_path / "ro")) as ro:
+    (cmd, want, absent, rc, err), = run_all([
+        (["ragjax.train", TINY, f"--config.workdir={ro}/run"], ("workdir", f"{ro}/run",
+                                                                 "not writable"))])
+    assert failure(want, absent, rc, err) is None, err[-800:]
