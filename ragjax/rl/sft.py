@@ -161,14 +161,14 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
   if ckpt_dir and sft.save_every > 0:
     ckpt = Checkpointer(ckpt_dir, dict(fingerprint or {}, **{"sft.rows": len(rows_t)}),
                         max_to_keep=1)
-    first = ckpt.latest_step()
-  if first is not None:       # resume: the state, and the sampler's RNG where it stood
-    try:
-      state, extra = ckpt.restore(state, first)
+    try:                      # resume: the state, and the sampler's RNG where it stood
+      first, restored, extra = ckpt.restore_intact(state)
     except ConfigMismatchError as e:
       raise ConfigMismatchError(f"{e}. This is a killed cold start's SFT under another config: "
                                 f"delete {ckpt_dir} to train it afresh") from None
-    rng.bit_generator.state = extra["rng"]
+    if first is not None:
+      state = restored
+      rng.bit_generator.state = extra["rng"]
   log.truncate(first)         # drops the lines of steps past the checkpoint (all when none)
   history = log.read()
   try:
