@@ -128,7 +128,8 @@ def check_inputs(f) -> None:
   """The config's seed, `eval` sizes and retriever, the split, and the workdir when this run
   writes there (the world and its index, a suite's default output): before the backend, the
   world or the model."""
-  from ragjax.wiring.checks import check_eval_section, check_retriever, check_seed, check_workdir
+  from ragjax.wiring.checks import (check_eval_section, check_retriever,
+                                    check_retriever_numbers, check_seed, check_workdir)
   c = f.config
   if not f.suite and not f.data and f.split not in SPLITS:
     raise ValueError(f"--split={f.split!r}: the config's data has the splits {SPLITS}")
@@ -137,6 +138,7 @@ def check_inputs(f) -> None:
   if (f.suite and not f.out) or (not f.suite and not f.data and c.data.source == "world"):
     check_workdir(c.workdir)
   r = c.retriever
+  check_retriever_numbers(r)
   index, url = (f.index or "", f.url or "") if (f.index or f.url) else (r.index, r.url)
   check_retriever(index, url, timeout=r.timeout)
 

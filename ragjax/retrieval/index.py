@@ -125,6 +125,7 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
   """
   if backend not in BACKENDS:
     raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+  created = not os.path.exists(out_dir)
   os.makedirs(out_dir, exist_ok=True)
   corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
   gather = gather or (lambda obj: [obj])
@@ -134,6 +135,8 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
       ingest = _ingest(corpus, out_dir, on_error)
     except (OSError, ValueError) as e:
       error = f"{type(e).__name__}: {e}"
+      if created and not os.listdir(out_dir):   # a refused corpus leaves no empty index dir
+        os.rmdir(out_dir)
       if process_count == 1:
         raise
   error = gather(error)[0]

@@ -14,6 +14,7 @@ cold-start config is refused naming the fields (`fingerprint`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping, Optional, Sequence
 
 import flax.struct
@@ -129,6 +130,20 @@ class SFTConfig:
   context_weight: float = 0.0         # LM auxiliary on prompt and documents (see sft_loss_fn)
   log_every: int = 10
   save_every: int = 100               # checkpoint cadence when the recipe gives a ckpt_dir; 0: never
+
+  def __post_init__(self):
+    for name, low in (("steps", 0), ("batch_size", 1), ("warmup_steps", 0), ("log_every", 1),
+                      ("save_every", 0)):
+      v = getattr(self, name)
+      if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    for name, strict, high in (("lr", True, math.inf), ("min_lr_ratio", False, 1.0),
+                               ("weight_decay", False, math.inf),
+                               ("context_weight", False, math.inf)):
+      v = getattr(self, name)
+      if not (math.isfinite(v) and (v > 0 if strict else v >= 0) and v <= high):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} 0"
+                         + (f" and <= {high:g}" if high != math.inf else "") + f", got {v}")
 
 
 def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],

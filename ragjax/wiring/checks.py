@@ -16,11 +16,23 @@ def check_run_inputs(c, *, index: Optional[str] = None, url: Optional[str] = Non
   check_seed(c.seed)
   check_eval_section(c.eval)
   r = c.retriever
+  check_retriever_numbers(r)
   if index or url:
     index, url = index or "", url or ""
   else:
     index, url = r.index, r.url
   check_retriever(index, url, timeout=r.timeout)
+
+
+def check_retriever_numbers(r) -> None:
+  """`retriever.timeout` and `retriever.deadline` > 0 (seconds), `retriever.cache_size` >= 0."""
+  for name, strict in (("timeout", True), ("deadline", True), ("cache_size", False)):
+    v = r.get(name, 1)
+    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
+          and (v > 0 if strict else v >= 0) and v != float("inf"))
+    if not ok:
+      raise ValueError(f"retriever.{name} must be a finite number {'>' if strict else '>='} 0, "
+                       f"got {v!r}")
 
 
 def check_workdir(workdir) -> None:
@@ -67,3 +79,46 @@ def check_retriever(index: str, url: str, timeout: float = 30.0) -> None:
   if url:
     from ragjax.retrieval.client import check_reachable
     check_reachable(url, timeout=min(float(timeout), 10.0))
+
+
+def check_world(c) -> None:
+  """With `data.source='world'`: the `world` section (every field's range) and the tokenizer
+  trained on it, before the world is generated and written: questions to train on, and a
+  `tokenizer.vocab_size` that holds the special, byte and protocol tokens."""
+  if c.data.source != "world":
+    return
+  from ragjax.data.tokenizer import PROTOCOL_TAGS, min_vocab_size
+  from ragjax.data.world import WorldConfig
+  from ragjax.typed_config import from_dict
+  world = from_dict(WorldConfig, c.world, "world")
+  if world.num_train < 1:
+    raise ValueError(f"world.num_train must be >= 1 for training, got {world.num_train} (the "
+                     f"training set would be empty)")
+  t = c.tokenizer
+  need = min_vocab_size(PROTOCOL_TAGS + tuple(t.get("extra_tags", ())))
+  if isinstance(t.vocab_size, bool) or not isinstance(t.vocab_size, int) or t.vocab_size < need:
+    raise ValueError(f"tokenizer.vocab_size must be an integer >= {need} (the special, byte and "
+                     f"protocol tokens), got {t.vocab_size!r}")
+
+
+def check_data_files(c) -> None:
+  """With `data.source='files'`: every `data.{train,dev,test}_files` entry is a file."""
+  if c.data.source != "files":
+    return
+  for split in ("train", "dev", "test"):
+    for path in c.data.get(f"{split}_files", ()) or ():
+      if not isinstance(path, str) or not os.path.isfile(path):
+        raise FileNotFoundError(f"data.{split}_files: {path!r} is not a file")
+
+
+def check_mesh(section) -> None:
+  """Each of `mesh.data`, `mesh.fsdp`, `mesh.tensor` a positive size or -1 (at most one -1);
+  whether the devices fit is known once the backend is up."""
+  sizes = {}
+  for axis in ("data", "fsdp", "tensor"):
+    v = section.get(axis, 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v == 0 or v < -1:
+      raise ValueError(f"mesh.{axis} must be a positive size or -1, got {v!r}")
+    sizes[axis] = v
+  if list(sizes.values()).count(-1) > 1:
+    raise ValueError(f"mesh: at most one axis may be -1, got {sizes}")

@@ -23,7 +23,7 @@ from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.wiring.chat_services import check_chat, make_services
-from ragjax.wiring.checks import check_run_inputs
+from ragjax.wiring.checks import check_data_files, check_mesh, check_run_inputs, check_world
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
@@ -58,8 +58,11 @@ def validate(c) -> RunConfig:
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
+  check_world(c)
   if c.data.source == "files" and not c.data.train_files:
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
+  check_data_files(c)
+  check_mesh(c.mesh)
   return run
 
 
