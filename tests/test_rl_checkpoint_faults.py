@@ -10,7 +10,7 @@ import pytest
 
 from _fs_helpers import small_filesystem
 from ragjax.errors import StorageError
-from ragjax.rl.checkpoint import CheckpointDamagedError, Checkpointer
+from ragjax.rl.checkpoint import CheckpointDamagedError, Checkpointer, check_resume
 
 
 def state(seed: int, n: int = 5000):
@@ -67,6 +67,9 @@ def test_a_truncated_latest_checkpoint_resumes_from_the_newest_intact_one(tmp_pa
   for step in (1, 2):
     ckpt.save(step, state(step), {"step": step})
   truncate_largest_file(os.path.join(d, "latest", "2"))
+  with open(os.path.join(d, "latest", "2", "meta", "metadata"), "r+b") as f:
+    f.truncate(10)                                  # its JSON part cut too
+  assert check_resume(d, {"a": 1}) == 1             # the check before any work skips it
   said = []
   step, got, extra = ckpt.restore_intact(state(0), log=said.append)
   assert step == 1 and extra["step"] == 1 and same(got, state(1))

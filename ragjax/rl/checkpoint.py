@@ -60,10 +60,15 @@ def check_resume(directory: str, fingerprint: Mapping[str, Any]) -> Optional[int
     return None
   ckpt = Checkpointer(directory, fingerprint)
   try:
-    step = ckpt.latest_step()
-    if step is not None:
-      ckpt.check_fingerprint(step)
-    return step
+    for step in ckpt.steps():
+      try:
+        ckpt.check_fingerprint(step)
+        return step
+      except ConfigMismatchError:
+        raise
+      except Exception:  # noqa: BLE001  (a damaged step: the trainer reports and sets it aside)
+        continue
+    return None
   finally:
     ckpt.close()
 
@@ -139,6 +144,10 @@ class Checkpointer:
   def latest_step(self) -> Optional[int]:
     return self._mngr.latest_step()
 
+  def steps(self) -> list[int]:
+    """The committed steps, newest first."""
+    return sorted(self._mngr.all_steps(), reverse=True)
+
   def save(self, step: int, state: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
     """`state`: pytree of arrays (train state, critic, rng); `extra`: JSON-able host state.
 
@@ -198,7 +207,7 @@ class Checkpointer:
     checkpoint of another config is refused as ever (`ConfigMismatchError`).  None readable:
     `CheckpointDamagedError` naming each step and its fault."""
     faults = []
-    for step in sorted(self._mngr.all_steps(), reverse=True):
+    for step in self.steps():
       try:
         state, extra = self.restore(target, step)
         return step, state, extra
