@@ -194,10 +194,21 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
   meta = read_meta(directory)
   refuse_pickles(directory, allow_pickle)
   backend = backend or meta["backend"]
-  store = PassageStore(directory)
+  try:                               # a file cut short or overwritten: name the index
+    store = PassageStore(directory)
+    bm25 = None
+    if backend == "bm25":
+      from ragjax.retrieval.bm25 import BM25Index
+      bm25 = BM25Index.load(os.path.join(directory, "bm25"))
+  except (OSError, ValueError, KeyError) as e:
+    if isinstance(e, FileNotFoundError) and directory in str(e):
+      raise
+    raise ValueError(f"index {directory} is damaged ({type(e).__name__}: "
+                     f"{' '.join(str(e).split())[:200]}); rebuild it with python -m "
+                     f"ragjax.retrieval.build (a run's own <workdir>/index: delete it and "
+                     f"rerun)") from None
   if backend == "bm25":
-    from ragjax.retrieval.bm25 import BM25Index
-    retriever = BM25Retriever(store, BM25Index.load(os.path.join(directory, "bm25")))
+    retriever = BM25Retriever(store, bm25)
   elif backend in ("scann", "exact"):
     if "encoder" not in meta:
       raise ValueError(f"{directory} is a {meta['backend']} index without embeddings; "
