@@ -414,7 +414,10 @@ def test_hunt_of_interrupted_writes(tmp_path):
                  capture_output=True, timeout=900)
   digest = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest()  # noqa: E731
   outcomes = {}
+  only = os.environ.get("RAGJAX_HUNT_ONLY", "")
   for name, cut in INTERRUPTED.items():
+    if only not in name:
+      continue
     w = str(tmp_path / name.split(" ")[0].replace("/", "_"))
     shutil.copytree(base, w)
     cut(w)
@@ -437,6 +440,9 @@ def test_hunt_of_interrupted_writes(tmp_path):
       kind = f"unclear (exit {p.returncode})"
     outcomes[name] = kind
     print(f"{kind:28s} {name}\n    {lines[-1][:240] if lines else ''}", flush=True)
+    if kind == "traceback":
+      at = p.stderr.index("Traceback")
+      print(p.stderr[max(0, at - 600):at + 3000], flush=True)
   bad = {k: v for k, v in outcomes.items() if v.startswith(("traceback", "unclear"))
          or "ANOTHER" in v}
   print(f"\nINTERRUPTED tried={len(outcomes)} resumed="

@@ -121,6 +121,26 @@ def _orbax_errors_quiet():
       x.removeFilter(quiet)
 
 
+def _quiet_failed_reads() -> None:
+  """A failed restore leaves orbax's read coroutines holding exceptions nobody retrieves;
+  whenever they are collected (later, on orbax's own schedule) Python prints each as
+  `Exception ignored in: <coroutine …>` with a traceback, though the restore's own error has
+  said it once.  From the first failed restore on, those (and only those: any other
+  unraisable exception still reaches the hook) are dropped; `RAGJAX_TRACEBACK=1` keeps them."""
+  import inspect
+  import sys
+  if os.environ.get("RAGJAX_TRACEBACK") or getattr(sys.unraisablehook, "_ragjax", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(u):
+    code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
+    if code is None or "orbax" not in code.co_filename:
+      previous(u)
+  hook._ragjax = True
+  sys.unraisablehook = hook
+
+
 class Checkpointer:
   """Latest-N checkpoints for resuming, plus the best params by a dev metric."""
 
@@ -214,6 +234,7 @@ class Checkpointer:
       except ConfigMismatchError:
         raise
       except Exception as e:  # noqa: BLE001  (any read fault of a committed step is damage)
+        _quiet_failed_reads()
         cause = " ".join(str(e).split())[:300] or type(e).__name__
         faults.append(f"step {step}: {cause}")
         log(f"checkpoint step {step} in {self.directory}/latest is damaged ({cause}); moved "
