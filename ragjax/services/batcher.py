@@ -105,8 +105,13 @@ class RequestBatcher:
     """Runs a compiled group here; one that would compile goes to the compile thread."""
     temperature, top_p, stop, _ = items[0].key
     probe = getattr(self.model, "is_compiled", None)
-    if probe is None or probe([it.prompt for it in items], [it.max_tokens for it in items],
-                              temperature, stop or None, top_p):
+    try:
+      compiled = probe is None or probe([it.prompt for it in items],
+                                        [it.max_tokens for it in items], temperature,
+                                        stop or None, top_p)
+    except Exception:  # noqa: BLE001  (a bad request: `_run` answers it with the error)
+      compiled = True
+    if compiled:
       self._run(items)
       return
     with self._lock:
