@@ -140,7 +140,7 @@ def ISSUE_56(tmp):  # noqa: N802  (issue 56: inputs checked before any work)
        "tokenizer.vocab_size", f"{tmp}/x2"),
       (["ragjax.train", TINY, "--config.data.source=files",
         f"--config.data.train_files=('{tmp}/missing.jsonl',)", f"--config.workdir={tmp}/x3"],
-       ("data.train_files", f"{tmp}/missing.jsonl"), f"{tmp}/x3"),
+       f"{tmp}/missing.jsonl", f"{tmp}/x3"),
       (["ragjax.train", TINY, "--config.mesh.data=0", f"--config.workdir={tmp}/x4"],
        "mesh.data", f"{tmp}/x4"),
       (["ragjax.train", TINY, "--config.sft.steps=-1", f"--config.workdir={tmp}/x5"],

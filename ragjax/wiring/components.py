@@ -46,6 +46,9 @@ def validate(c) -> RunConfig:
   training work (a typo fails in a second, not after minutes of set-up)."""
   run = parse_run_config(c)
   check_run_inputs(c)
+  check_world(c)
+  check_data_files(c)
+  check_mesh(c.mesh)
   sampler_config(c, protocol_from_config(c), (), greedy=False)
   if c.model.get("checkpoint"):
     check_decoder_dir(c.model.checkpoint)
@@ -58,11 +61,8 @@ def validate(c) -> RunConfig:
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
-  check_world(c)
   if c.data.source == "files" and not c.data.train_files:
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet)")
-  check_data_files(c)
-  check_mesh(c.mesh)
   return run
 
 
