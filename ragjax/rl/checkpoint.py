@@ -5,6 +5,11 @@ the RNG key, and a JSON part: data position, method state (REX-RAG keep-ratio hi
 curriculum, ...), the last metrics and a config fingerprint.  Restoring under a config whose
 fingerprint differs raises `ConfigMismatchError` naming every differing field.  Best-by-dev
 params live in a separate manager under `best/` so keep-best never deletes the resume point.
+
+Storage faults: a save is waited for, so a full disk or read-only filesystem is a
+`StorageError` (one line: the directory, the room needed and free) before another step
+trains, the committed checkpoints intact; a committed step that no longer reads back (a file
+cut short) is set aside under `damaged/` and the next older one restored (`restore_intact`).
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def check_resume(directory: str, fingerprint: Mapping[str, Any]) -> Optional[int
   checking that checkpoint's config fingerprint against `fingerprint`: `ConfigMismatchError`
   naming every differing field.  Recipes call it before any data, index or model work, so a
   changed config is refused in seconds, not after the set-up (the trainer checks again when it
-  restores)."""
+  restores).  A step whose metadata does not read back is skipped here: the trainer reports it
+  and sets it aside."""
   if not os.path.isdir(os.path.join(os.path.abspath(directory), "latest")):
     return None
   ckpt = Checkpointer(directory, fingerprint)
