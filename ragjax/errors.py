@@ -4,7 +4,8 @@ traceback, a non-zero exit; `RAGJAX_TRACEBACK=1` shows the traceback for debuggi
 User mistakes are the errors ragjax raises on purpose with a message meant for the user: bad
 config fields and registry names (ValueError / KeyError), a checkpoint from another config
 (`ConfigMismatchError`), missing files, bad data records (`DataError`), an unreachable service
-(`RetrievalError`, `ChatServiceError`), a diverged update (`NonFiniteError`: lower the lr).
+(`RetrievalError`, `ChatServiceError`), a diverged update (`NonFiniteError`: lower the lr), a
+full disk or read-only filesystem met while writing (`StorageError`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,22 @@ class ServiceUnavailable(RuntimeError):
   trainer retries the step from its start (`trainer.step_retries`) instead of dying."""
 
 
+class StorageError(RuntimeError):
+  """Writing the run's files failed for want of room or rights (a full disk or quota, a
+  read-only filesystem): the run stops at once, naming the directory; what was committed
+  before (the last checkpoint) is intact, and the same command resumes once there is room."""
+
+
+STORAGE_ERRNOS = (28, 30, 122)    # ENOSPC, EROFS, EDQUOT
+
+
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
                PermissionError, ConnectionError, FloatingPointError)
 
 
 def _is_user_error(e: BaseException) -> bool:
   name = type(e).__name__
-  return (isinstance(e, USER_ERRORS + (ServiceUnavailable,))
+  return (isinstance(e, USER_ERRORS + (ServiceUnavailable, StorageError))
           or name in ("RetrievalError", "ChatServiceError"))
 
 

@@ -95,6 +95,7 @@ def main(argv):
       raise app.UsageError("--data needs --index or --url (or retriever.index / retriever.url "
                            "in the config)", exitcode=2)
   with exit_on_user_error("ragjax.evaluate"):
+    check_inputs(f)
     pin_config(f.config)     # before JAX's CPU backend starts
     start("ragjax.evaluate", f.config)     # backend line; no CPU fallback of a GPU / TPU run
   if f.suite:
@@ -118,6 +119,28 @@ def main(argv):
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
         temperature=f.temperature, metric=f.metric), qtypes, groups))
+
+
+SPLITS = ("train", "dev", "test")
+
+
+def check_inputs(f) -> None:
+  """The config's seed, `eval` sizes and retriever, the split, and the workdir when this run
+  writes there (the world and its index, a suite's default output): before the backend, the
+  world or the model."""
+  from ragjax.wiring.checks import (check_eval_section, check_retriever,
+                                    check_retriever_numbers, check_seed, check_workdir)
+  c = f.config
+  if not f.suite and not f.data and f.split not in SPLITS:
+    raise ValueError(f"--split={f.split!r}: the config's data has the splits {SPLITS}")
+  check_seed(c.seed)
+  check_eval_section(c.eval)
+  if (f.suite and not f.out) or (not f.suite and not f.data and c.data.source == "world"):
+    check_workdir(c.workdir)
+  r = c.retriever
+  check_retriever_numbers(r)
+  index, url = (f.index or "", f.url or "") if (f.index or f.url) else (r.index, r.url)
+  check_retriever(index, url, timeout=r.timeout)
 
 
 def parse_flags(argv):

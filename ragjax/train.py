@@ -56,7 +56,12 @@ def run(config) -> dict:
   for path in gin_files:
     import gin
     from ragjax import registry  # noqa: F401  (defines the gin-configurable `user_plugins`)
-    gin.parse_config_file(path)
+    try:
+      gin.parse_config_file(path)
+    except (SyntaxError, UnicodeDecodeError) as e:   # not a gin file: one line naming it
+      msg = e.msg if isinstance(e, SyntaxError) else str(e)
+      where = f" line {e.lineno}" if getattr(e, "lineno", None) else ""
+      raise ValueError(f"--gin_file {path}{where}: not a gin file ({msg})") from None
   return recipe_module(config).run(config)
 
 

@@ -151,6 +151,43 @@ def test_sharded_weight_map_cannot_leave_the_checkpoint_directory(qwen_dir, tmp_
     load_decoder(out)
 
 
+def test_shard_linked_outside_the_directory_and_unknown_dtype_are_refused(qwen_dir, tmp_path):
+  """Issue 56 item 5: a shard that is a symlink to a file outside the checkpoint was followed
+  (its header read, its size reported), and a tensor of dtype `F99` passed `check_decoder_dir`.
+  A Hugging Face cache snapshot (`snapshots/REV/x -> ../../blobs/H`) still loads."""
+  from ragjax.models.hf_io import check_decoder_dir
+  cfg, params = load_decoder(qwen_dir)
+  out = str(tmp_path / "sharded")
+  save_decoder(out, cfg, params, max_shard_bytes=20_000)
+  with open(os.path.join(out, "model.safetensors.index.json")) as f:
+    shard = sorted(set(json.load(f)["weight_map"].values()))[0]
+  outside = str(tmp_path / "outside.safetensors")
+  os.replace(os.path.join(out, shard), outside)
+  os.symlink(outside, os.path.join(out, shard))
+  with pytest.raises(CheckpointError, match=rf"{shard}.*a link to {outside}, outside the "
+                     r"checkpoint directory"):
+    check_decoder_dir(out)
+  single = _copy_dir(qwen_dir, tmp_path / "single")
+  st = os.path.join(single, "model.safetensors")
+  os.replace(st, outside)
+  os.symlink(outside, st)
+  with pytest.raises(CheckpointError, match="outside the checkpoint directory"):
+    check_decoder_dir(single)
+  # the Hugging Face cache's layout: the snapshot's files link into the cache's blobs/
+  snap = tmp_path / "models--x" / "snapshots" / "rev"
+  os.makedirs(tmp_path / "models--x" / "blobs")
+  _copy_dir(qwen_dir, snap)
+  os.replace(snap / "model.safetensors", tmp_path / "models--x" / "blobs" / "h1")
+  os.symlink("../../blobs/h1", snap / "model.safetensors")
+  check_decoder_dir(str(snap))
+  # a dtype safetensors does not have
+  d = _copy_dir(qwen_dir, tmp_path / "f99")
+  tensor = json.dumps({"w": {"dtype": "F99", "shape": [2], "data_offsets": [0, 8]}}).encode()
+  _write_header(os.path.join(d, "model.safetensors"), len(tensor), tensor, b"\0" * 8)
+  with pytest.raises(CheckpointError, match=r"tensor 'w' has unknown dtype 'F99'"):
+    check_decoder_dir(d)
+
+
 def test_truncated_safetensors_names_the_file_and_the_tensor(qwen_dir, tmp_path):
   """Issue 46 item 16: a cut file said `cannot reshape array of size 0 into shape (64,)`."""
   d = _copy_dir(qwen_dir, tmp_path / "t")

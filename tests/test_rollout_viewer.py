@@ -142,3 +142,23 @@ def test_viewer_escapes_every_dump_field(tmp_path):
                      capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
   assert r.returncode == 0, r.stderr
   assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e]", re.sub(r"\x1b\[\d+m", "", r.stdout))
+
+
+def test_a_dump_of_odd_shapes_is_refused_or_shown_never_a_traceback(tmp_path):
+  """Issue 56 item 8 and its hunt: `spans` an int or null, a turn that is an int, a `row`
+  that is a list (asked for with --rows), `doc_ids` a number.  Malformed shapes are one
+  `DumpError` naming the file, line and field; odd values are shown as text."""
+  from ragjax.rollout.viewer import select
+  good = {"row": 0, "group_id": 0, "stop_reason": "x", "turns": [], "spans": []}
+  p = tmp_path / "odd.jsonl"
+  for bad, match in (({"spans": 3}, "'spans' must be a list, got int"),
+                     ({"spans": None}, "'spans' must be a list, got NoneType"),
+                     ({"turns": [1]}, "turn 0 must be an object, got int")):
+    p.write_text(json.dumps({**good, **bad}) + "\n")
+    with pytest.raises(DumpError, match=rf"odd.jsonl:1: {re.escape(match)}"):
+      read_jsonl(str(p))
+  p.write_text(json.dumps({**good, "row": [1], "turns": [{"turn": 0, "doc_ids": 5}]}) + "\n")
+  recs = read_jsonl(str(p))
+  assert "<td>5</td>" in page_html(recs) and "row [1]" in terminal_text(recs, color=False)
+  with pytest.raises(KeyError, match=r"rows \[0\] are not in the dump"):
+    select(recs, [0])

@@ -283,3 +283,59 @@ def test_serve_cli_validates_the_port(capsys):
     with pytest.raises(SystemExit):
       serve_main(["--checkpoint", checkpoint_dir(), "--port", bad])
     assert "argument --port" in capsys.readouterr().err
+
+
+def test_a_request_that_compiles_does_not_hold_up_compiled_ones():
+  """Issue 56 item 11: on a fresh server the first request needing a program not compiled
+  yet (here a first top-p request, with a longer prompt, a 32-byte stop string and a new
+  budget) compiled on the batching thread and stalled every client's compiled requests for
+  its whole compilation.  Now it compiles on the compile thread: compiled requests sent while
+  it compiles are answered before it (ordering, not timing), and `is_compiled` is never True
+  for a call that compiles (JAX's backend-compile events)."""
+  import threading
+  import jax
+  from ragjax.services.local import LocalChatModel
+  model = LocalChatModel.from_checkpoint(checkpoint_dir(), name="judge", max_batch=4,
+                                         max_prompt_tokens=512, max_new_tokens=32)
+  warm = {"messages": conversations(1, offset=400)[0], "max_tokens": 8, "temperature": 0}
+  long_conv = [{"role": "user", "content": " ".join(f"passage {i} of Quillport"
+                                                      for i in range(30))}]
+  cold = {"messages": long_conv, "max_tokens": 32, "temperature": 0.7, "top_p": 0.5,
+          "stop": ["\u2603" * 9], "seed": 3}
+  with ServerThread(make_app(model, max_wait_ms=5)) as srv:
+    post = lambda body: requests.post(srv.url + "/v1/chat/completions", json=body,  # noqa: E731
+                                      timeout=300)
+    first = post(warm).json()["choices"][0]["message"]["content"]   # compiles the warm kind
+    assert srv_stats(srv)["cold_groups"] == 1
+    done = []
+    worker = threading.Thread(target=lambda: done.append(("cold", post(cold).status_code)))
+    worker.start()
+    for _ in range(3000):                     # until the cold group is on the compile thread
+      if srv_stats(srv).get("compiling") or done:
+        break
+      threading.Event().wait(0.01)
+    for _ in range(2):                        # compiled requests, answered meanwhile
+      r = post(warm)
+      assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == first
+      done.append(("warm", r.status_code))
+    worker.join(timeout=300)
+    assert done == [("warm", 200), ("warm", 200), ("cold", 200)], done
+    stats = srv_stats(srv)
+    assert stats["cold_groups"] == 2 and stats["compiling"] == 0, stats
+  compiles = []
+
+  def count(name, secs, **kw):
+    if name == "/jax/core/compile/backend_compile_duration":
+      compiles.append(name)
+  prompts = [model.encode(warm["messages"]), model.encode(cold["messages"])]
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    for prompt, kw in ((prompts[0], dict(max_tokens=8)),
+                       (prompts[1], dict(max_tokens=32, temperature=0.7, top_p=0.5,
+                                         stop=cold["stop"]))):
+      assert model.is_compiled([prompt], **kw)
+      model.generate_tokens([prompt], **kw)
+    assert compiles == [], f"{len(compiles)} compilations of calls said to be compiled"
+    assert not model.is_compiled([prompts[1]], max_tokens=32, temperature=0.7)  # top_p 1
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)

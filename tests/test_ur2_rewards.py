@@ -82,6 +82,10 @@ def test_answer_scores_per_task():
   assert ans(ctx("\\boxed{Jean-Luc Picard}", "Picard", "qa"), binary=True) == 0.0
   assert ans(ctx("\\boxed{the Jean_Luc picard}", "Jean-Luc Picard", "qa"), binary=True) == 2.0
   assert ans(ctx("the correct answer is: b", "B", "mcq"), binary=True) == 2.0
+  # an answer that normalises to "" (only articles / punctuation) is never exact
+  assert ans(ctx("\\boxed{The}", "A", "qa"), binary=True) == 0.0
+  assert ans(ctx("\\boxed{an}", ["the"], "qa"), binary=True) == 0.0
+  assert ans(ctx("\\boxed{?!}", ["..."], "qa"), binary=True) == 0.0
 
 
 def test_math_judge_scores_partial_answers_over_http():

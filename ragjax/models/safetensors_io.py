@@ -18,7 +18,8 @@ import numpy as np
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
-    "BOOL": np.bool_,
+    "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_,
+    "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2,
 }
 
 
@@ -37,6 +38,7 @@ class SafetensorsReader:
       files = _shard_files(index)
     elif os.path.exists(single):
       files = ["model.safetensors"]
+      check_inside(model_dir, "model.safetensors", single)
     else:
       raise FileNotFoundError(
           f"no model.safetensors or model.safetensors.index.json in {model_dir!r}")
@@ -94,7 +96,22 @@ def _shard_files(index: str) -> list[str]:
                             f"checkpoint directory")
     if not os.path.isfile(os.path.join(os.path.dirname(index), norm)):
       raise CheckpointError(f"{index}: weight_map[{key!r}] names {name!r}, which is missing")
+    check_inside(os.path.dirname(index), name, f"{index}: weight_map[{key!r}]")
   return sorted(set(weight_map.values()))
+
+
+def check_inside(model_dir: str, name: str, where: str) -> None:
+  """`model_dir/name`, symlinks resolved, lies inside `model_dir`, or (a Hugging Face cache
+  snapshot, `…/snapshots/REV/`) in the cache's `…/blobs/`; a link to any other file is
+  refused before it is opened."""
+  real = os.path.realpath(os.path.join(model_dir, name))
+  home = os.path.realpath(model_dir)
+  roots = [home]
+  if os.path.basename(os.path.dirname(home)) == "snapshots":
+    roots.append(os.path.join(os.path.dirname(os.path.dirname(home)), "blobs"))
+  if not any(os.path.commonpath([real, r]) == r for r in roots):
+    raise CheckpointError(f"{where}: {name!r} is a link to {real}, outside the checkpoint "
+                          f"directory {model_dir}")
 
 
 def _read_header(path: str) -> tuple[dict, int]:
@@ -136,14 +153,16 @@ def _tensor_end(path: str, key: str, info) -> int:
   except (KeyError, TypeError, ValueError):
     raise CheckpointError(f"{path}: tensor {key!r} needs dtype, shape and data_offsets, got "
                           f"{str(info)[:200]}") from None
+  if dtype not in _DTYPES:
+    raise CheckpointError(f"{path}: tensor {key!r} has unknown dtype {str(dtype)[:40]!r} "
+                          f"(safetensors dtypes: {', '.join(_DTYPES)})")
   if min(shape, default=0) < 0 or not 0 <= begin <= end:
     raise CheckpointError(f"{path}: tensor {key!r} has shape {shape} and data_offsets "
                           f"{[begin, end]}")
-  if dtype in _DTYPES:
-    want = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
-    if end - begin != want:
-      raise CheckpointError(f"{path}: tensor {key!r} of shape {shape} ({dtype}) needs {want} "
-                            f"bytes, its data_offsets hold {end - begin}")
+  want = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
+  if end - begin != want:
+    raise CheckpointError(f"{path}: tensor {key!r} of shape {shape} ({dtype}) needs {want} "
+                          f"bytes, its data_offsets hold {end - begin}")
   return end
 
 

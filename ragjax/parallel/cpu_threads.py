@@ -48,11 +48,12 @@ def cpu_only() -> bool:
 def pin(n: int, isa: str = "") -> int:
   """Narrows this process's CPU affinity to n cores (the lowest-numbered it may use) and caps
   XLA's generated code at instruction set `isa`, before JAX's CPU backend starts; returns the
-  cores it runs on.  n <= 0: all cores; isa "": the CPU's best; an accelerator run: neither.
+  cores it runs on.  n = 0: all cores (n < 0 is refused); isa "": the CPU's best; an accelerator run: neither.
   Fewer than n cores: all of them, with a warning (the numbers will differ from an n-core
   run).  The entry points call it first thing: once the backend has started its pool is
   sized and its flags read, and pinning then changes nothing."""
-  n = int(n)
+  if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    raise ValueError(f"cpu_threads must be an integer >= 0 (0: all cores), got {n!r}")
   isa = str(isa or "").upper()
   if isa and isa not in X86_ISAS:
     raise ValueError(f"cpu_isa={isa!r} is not an instruction set XLA knows; use one of "

@@ -95,13 +95,18 @@ def tabulate(c, suite, directory: str, *, sizes=None, missing=None, info=None, f
 def build_suite(c, opts: SuiteOptions):
   """(the suite with the `--add_dataset`s, the part of it to run: `--datasets` and the added
   ones); refuses a command-line override of a setting the suite pins."""
-  from ragjax.eval.suites import add_datasets, check_overrides, get_suite, select_datasets
+  from ragjax.eval.suites import (add_datasets, check_overrides, data_root, get_suite,
+                                  select_datasets)
   own = get_suite(c.eval, opts.suite)
   suite = add_datasets(own, opts.add_datasets)
   check_overrides(suite, opts.overrides)
+  added = [k for k in suite.keys if k not in own.keys]
+  root = data_root(c.eval, opts.data_root)
+  for spec in suite.datasets:       # a file named on the command line must be there
+    if spec.key in added and spec.path(root) is None:
+      raise FileNotFoundError(f"--add_dataset {spec.key}: {spec.wanted(root)} not found")
   if not opts.datasets:
     return suite, suite
-  added = [k for k in suite.keys if k not in own.keys]
   return suite, select_datasets(suite, list(opts.datasets) + added)
 
 
@@ -141,6 +146,11 @@ def _run(c, suite, subset, opts: SuiteOptions, directory: str) -> str:
                      "or --url of a Search-R1 /retrieve server")
   read_hf_config(opts.checkpoint)    # a directory that is not a checkpoint fails here
   plan = plan_suite(c, subset, root, directory, opts.limit, log)
+  if not plan.todo:                  # nothing to run: an error, not a table of MISSING
+    raise FileNotFoundError(
+        f"suite {suite.name}: none of its datasets is under the data root {root} ("
+        + ", ".join(f"{k}: {p}" for k, p in plan.missing.items())
+        + "); give --data_root or set eval.data_root")
   retriever = None
   if c.retriever.url:                # a server: cheap to open, known by its /health
     retriever = open_retriever(c, os.path.abspath(c.workdir))

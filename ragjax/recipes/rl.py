@@ -26,6 +26,9 @@ def start(c) -> parts.Start:
     if c.data.source != "world":
       raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
                        "scripted from the world's hop chains)")
+    if "traces" not in c:
+      raise ValueError("sft.steps > 0 needs a `traces` section (the scripted cold-start "
+                       "traces' shares, as configs/world.py sets); this config has none")
     from ragjax.recipes import world
     return world.start(c)
   workdir = os.path.abspath(c.workdir)

@@ -49,6 +49,19 @@ def parse_result(payload: dict, n_queries: int, url: str) -> list[list[Hit]]:
   return out
 
 
+def check_reachable(url: str, timeout: float = 10.0) -> None:
+  """Refuses at once a URL where no server answers (refused connection, unknown host, no
+  answer within `timeout`): any HTTP answer, even a 404, means a server is there."""
+  if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    raise ValueError(f"retriever.url must be an http(s) URL, got {url!r}")
+  try:
+    requests.get(url[: -len("/retrieve")] + "/health" if url.endswith("/retrieve") else url,
+                 timeout=timeout)
+  except requests.RequestException as e:
+    raise RetrievalError(f"retriever.url {url}: no server answers ({type(e).__name__}); start "
+                         f"the retrieval server first (python -m ragjax.retrieval.server)") from None
+
+
 class SearchClient:
   """`SearchClient("http://127.0.0.1:8000").search(queries, k)`."""
 

@@ -63,8 +63,17 @@ def read_meta(directory: str) -> dict:
   if not os.path.exists(path):
     raise FileNotFoundError(f"{directory} is not a ragjax index (missing {META}); build one with "
                             f"python -m ragjax.retrieval.build")
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path) as f:
+      meta = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path}: not a JSON index record ({e}); rebuild the index with "
+                     f"python -m ragjax.retrieval.build") from None
+  if not isinstance(meta, dict) or meta.get("backend") not in BACKENDS:
+    got = meta.get("backend") if isinstance(meta, dict) else type(meta).__name__
+    raise ValueError(f"{path}: 'backend' must be one of {BACKENDS}, got {got!r}; rebuild the "
+                     f"index with python -m ragjax.retrieval.build")
+  return meta
 
 
 def _ingest(corpus: list, out_dir: str, on_error: str) -> dict:
@@ -116,6 +125,7 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
   """
   if backend not in BACKENDS:
     raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+  created = not os.path.exists(out_dir)
   os.makedirs(out_dir, exist_ok=True)
   corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
   gather = gather or (lambda obj: [obj])
@@ -125,6 +135,8 @@ def build_index(corpus: str | Iterable[str], out_dir: str, backend: str = "scann
       ingest = _ingest(corpus, out_dir, on_error)
     except (OSError, ValueError) as e:
       error = f"{type(e).__name__}: {e}"
+      if created and not os.listdir(out_dir):   # a refused corpus leaves no empty index dir
+        os.rmdir(out_dir)
       if process_count == 1:
         raise
   error = gather(error)[0]
@@ -182,10 +194,21 @@ def open_index(directory: str, *, backend: Optional[str] = None, encoder=None, m
   meta = read_meta(directory)
   refuse_pickles(directory, allow_pickle)
   backend = backend or meta["backend"]
-  store = PassageStore(directory)
+  try:                               # a file cut short or overwritten: name the index
+    store = PassageStore(directory)
+    bm25 = None
+    if backend == "bm25":
+      from ragjax.retrieval.bm25 import BM25Index
+      bm25 = BM25Index.load(os.path.join(directory, "bm25"))
+  except (OSError, ValueError, KeyError) as e:
+    if isinstance(e, FileNotFoundError) and directory in str(e):
+      raise
+    raise ValueError(f"index {directory} is damaged ({type(e).__name__}: "
+                     f"{' '.join(str(e).split())[:200]}); rebuild it with python -m "
+                     f"ragjax.retrieval.build (a run's own <workdir>/index: delete it and "
+                     f"rerun)") from None
   if backend == "bm25":
-    from ragjax.retrieval.bm25 import BM25Index
-    retriever = BM25Retriever(store, BM25Index.load(os.path.join(directory, "bm25")))
+    retriever = BM25Retriever(store, bm25)
   elif backend in ("scann", "exact"):
     if "encoder" not in meta:
       raise ValueError(f"{directory} is a {meta['backend']} index without embeddings; "

@@ -5,11 +5,19 @@ the RNG key, and a JSON part: data position, method state (REX-RAG keep-ratio hi
 curriculum, ...), the last metrics and a config fingerprint.  Restoring under a config whose
 fingerprint differs raises `ConfigMismatchError` naming every differing field.  Best-by-dev
 params live in a separate manager under `best/` so keep-best never deletes the resume point.
+
+Storage faults: a save is waited for, so a full disk or read-only filesystem is a
+`StorageError` (one line: the directory, the room needed and free) before another step
+trains, the committed checkpoints intact; a committed step that no longer reads back (a file
+cut short) is set aside under `damaged/` and the next older one restored (`restore_intact`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 from typing import Any, Mapping, Optional
 
 import jax
@@ -17,12 +25,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
+from ragjax.errors import STORAGE_ERRNOS, StorageError
 from ragjax.rl.config import resume_mutable
 from ragjax.typed_config import json_safe
 
 
 class ConfigMismatchError(ValueError):
   pass
+
+
+class CheckpointDamagedError(ValueError):
+  """No committed checkpoint of a run could be read back (each step's cause named)."""
+
+
+DAMAGED_DIR = "damaged"         # where a step that could not be read back is moved, kept
 
 
 def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -44,17 +60,91 @@ def check_resume(directory: str, fingerprint: Mapping[str, Any]) -> Optional[int
   checking that checkpoint's config fingerprint against `fingerprint`: `ConfigMismatchError`
   naming every differing field.  Recipes call it before any data, index or model work, so a
   changed config is refused in seconds, not after the set-up (the trainer checks again when it
-  restores)."""
+  restores).  A step whose metadata does not read back is skipped here: the trainer reports it
+  and sets it aside."""
   if not os.path.isdir(os.path.join(os.path.abspath(directory), "latest")):
     return None
   ckpt = Checkpointer(directory, fingerprint)
   try:
-    step = ckpt.latest_step()
-    if step is not None:
-      ckpt.check_fingerprint(step)
-    return step
+    for step in ckpt.steps():
+      try:
+        ckpt.check_fingerprint(step)
+        return step
+      except ConfigMismatchError:
+        raise
+      except Exception:  # noqa: BLE001  (a damaged step: the trainer reports and sets it aside)
+        continue
+    return None
   finally:
     ckpt.close()
+
+
+def _size(n: float) -> str:
+  for unit in ("bytes", "KiB", "MiB", "GiB"):
+    if n < 1024 or unit == "GiB":
+      return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+    n /= 1024
+
+
+def is_storage_failure(e: BaseException) -> bool:
+  """A write that failed for want of room or rights: an OSError with such an errno, or
+  tensorstore's `RESOURCE_EXHAUSTED` / `PERMISSION_DENIED` as orbax re-raises it."""
+  while e is not None:
+    if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+      return True
+    text = str(e)
+    if any(m in text for m in ("No space left on device", "Read-only file system",
+                               "Disk quota exceeded", "RESOURCE_EXHAUSTED: Error writing",
+                               "PERMISSION_DENIED")):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+class _DropOrbaxErrors(logging.Filter):
+  def filter(self, record):
+    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+@contextlib.contextmanager
+def _orbax_errors_quiet():
+  """Orbax logs a failed background write as several tracebacks before it re-raises it; the
+  save reports it once (`RAGJAX_TRACEBACK=1` keeps orbax's logs)."""
+  if os.environ.get("RAGJAX_TRACEBACK"):
+    yield
+    return
+  quiet = _DropOrbaxErrors()
+  loggers = [logging.getLogger("absl"), logging.getLogger()]
+  for lg in loggers:
+    lg.addFilter(quiet)
+  handlers = [h for lg in loggers for h in lg.handlers]
+  for h in handlers:
+    h.addFilter(quiet)
+  try:
+    yield
+  finally:
+    for x in loggers + handlers:
+      x.removeFilter(quiet)
+
+
+def _quiet_failed_reads() -> None:
+  """A failed restore leaves orbax's read coroutines holding exceptions nobody retrieves;
+  whenever they are collected (later, on orbax's own schedule) Python prints each as
+  `Exception ignored in: <coroutine …>` with a traceback, though the restore's own error has
+  said it once.  From the first failed restore on, those (and only those: any other
+  unraisable exception still reaches the hook) are dropped; `RAGJAX_TRACEBACK=1` keeps them."""
+  import inspect
+  import sys
+  if os.environ.get("RAGJAX_TRACEBACK") or getattr(sys.unraisablehook, "_ragjax", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(u):
+    code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
+    if code is None or "orbax" not in code.co_filename:
+      previous(u)
+  hook._ragjax = True
+  sys.unraisablehook = hook
 
 
 class Checkpointer:
@@ -80,12 +170,51 @@ class Checkpointer:
   def latest_step(self) -> Optional[int]:
     return self._mngr.latest_step()
 
+  def steps(self) -> list[int]:
+    """The committed steps, newest first."""
+    return sorted(self._mngr.all_steps(), reverse=True)
+
   def save(self, step: int, state: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
-    """`state`: pytree of arrays (train state, critic, rng); `extra`: JSON-able host state."""
+    """`state`: pytree of arrays (train state, critic, rng); `extra`: JSON-able host state.
+
+    Waits until the step is committed, so a save that fails (a full disk, a read-only
+    filesystem) is a `StorageError` now, before another step trains, naming the directory and
+    the room needed; its partial files are removed and the checkpoints committed before it
+    (which orbax deletes only after a commit) stay as they were."""
     meta = {"fingerprint": self.fingerprint, "extra": json_safe(dict(extra))}
-    self._mngr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(serialization.to_state_dict(state)),
-        meta=ocp.args.JsonSave(meta)))
+    state_dict = serialization.to_state_dict(state)
+    try:
+      with _orbax_errors_quiet():
+        self._mngr.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state_dict), meta=ocp.args.JsonSave(meta)))
+        self._mngr.wait_until_finished()
+    except Exception as e:  # noqa: BLE001  (a storage failure is named; anything else re-raised)
+      if not is_storage_failure(e):
+        raise
+      raise self._save_failed(step, state_dict, e) from e
+
+  def _save_failed(self, step: int, state_dict, e: BaseException) -> StorageError:
+    latest = os.path.join(self.directory, "latest")
+    if jax.process_index() == 0 and os.path.isdir(latest):   # the uncommitted step's files
+      for name in os.listdir(latest):
+        if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+          shutil.rmtree(os.path.join(latest, name), ignore_errors=True)
+    need = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state_dict))
+    try:
+      free = f"{_size(shutil.disk_usage(latest).free)} free there"
+    except OSError:
+      free = "free space unknown"
+    committed = self._mngr.all_steps()
+    last = (f"the last committed checkpoint, step {max(committed)}, is intact" if committed
+            else "no checkpoint was committed yet")
+    cause = " ".join(str(e).split())
+    cause = next((m for m in ("No space left on device", "Read-only file system",
+                              "Disk quota exceeded", "Permission denied") if m in cause),
+                 cause[:200])
+    return StorageError(
+        f"saving checkpoint step {step} to {latest} failed: {cause} (a checkpoint needs about "
+        f"{_size(need)}; {free}); {last}; the run stopped: make room and rerun the "
+        f"same command to resume")
 
   def check_fingerprint(self, step: int) -> dict:
     meta = self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
@@ -95,6 +224,44 @@ class Checkpointer:
           f"checkpoint {self.directory}/latest/{step} was written with a different config; "
           f"mismatched field(s): " + "; ".join(diff))
     return meta
+
+  def restore_intact(self, target: Mapping[str, Any], log=print):
+    """(step, state, extra) of the newest committed checkpoint that reads back whole; (None,
+    None, None) when there is none.  A step that fails to read (a truncated or missing file:
+    a disk fault, a partial copy) is reported, moved to `<directory>/damaged/<step>` (kept for
+    a look, out of the way of the step's next save) and the next older kept step is tried; a
+    checkpoint of another config is refused as ever (`ConfigMismatchError`).  None readable:
+    `CheckpointDamagedError` naming each step and its fault."""
+    faults = []
+    for step in self.steps():
+      try:
+        state, extra = self.restore(target, step)
+        return step, state, extra
+      except ConfigMismatchError:
+        raise
+      except Exception as e:  # noqa: BLE001  (any read fault of a committed step is damage)
+        _quiet_failed_reads()
+        cause = " ".join(str(e).split())[:300] or type(e).__name__
+        faults.append(f"step {step}: {cause}")
+        log(f"checkpoint step {step} in {self.directory}/latest is damaged ({cause}); moved "
+            f"to {self.directory}/{DAMAGED_DIR}/{step}; trying the next older one")
+        self._set_aside(step)
+    if faults:
+      raise CheckpointDamagedError(
+          f"no intact checkpoint in {self.directory}/latest (moved to "
+          f"{self.directory}/{DAMAGED_DIR}/): " + "; ".join(faults) + "; delete "
+          f"{self.directory} to start the run afresh")
+    return None, None, None
+
+  def _set_aside(self, step: int) -> None:
+    if jax.process_index() == 0:
+      aside = os.path.join(self.directory, DAMAGED_DIR)
+      os.makedirs(aside, exist_ok=True)
+      dest = os.path.join(aside, str(step))
+      if os.path.exists(dest):
+        shutil.rmtree(dest)
+      os.replace(os.path.join(self.directory, "latest", str(step)), dest)
+    self._mngr.reload()
 
   def restore(self, target: Mapping[str, Any], step: Optional[int] = None):
     """Returns (state like `target`, placed with target's shardings; extra dict)."""

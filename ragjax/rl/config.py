@@ -72,6 +72,9 @@ class RLConfig:
     if self.advantage != "gae":
       registry.check("advantage", [self.advantage], "rl.advantage")
     registry.check("reward", self.rewards, "rl.rewards")
+    if not self.rewards:
+      raise ValueError("rl.rewards is empty: every trajectory would score 0 and nothing would be "
+                       "learnt; name at least one registered reward and its weight")
     for name, weight in dict(self.rewards).items():
       if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
           or not math.isfinite(weight):
@@ -161,6 +164,25 @@ class OptimConfig:
       raise ValueError(f"optim.schedule={self.schedule!r}; known: ('constant', 'cosine')")
     if self.clock not in CLOCKS:
       raise ValueError(f"optim.clock={self.clock!r}; known: {CLOCKS}")
+    # (name, value, low, high, low included): a negative or non-finite value would train
+    # the wrong way or diverge only after the whole set-up
+    for name, v, lo, hi, closed in (
+        ("lr", self.lr, 0.0, math.inf, True), ("warmup_ratio", self.warmup_ratio, 0.0, 1.0, True),
+        ("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, True), ("b1", self.b1, 0.0, 1.0, True),
+        ("b2", self.b2, 0.0, 1.0, True), ("eps", self.eps, 0.0, math.inf, False),
+        ("weight_decay", self.weight_decay, 0.0, math.inf, True)):
+      if not (math.isfinite(v) and (lo <= v if closed else lo < v) and v <= hi):
+        raise ValueError(f"{name} must be a finite number {'>=' if closed else '>'} {lo:g}"
+                         + (f" and <= {hi:g}" if hi != math.inf else "") + f", got {v}")
+    for name in ("b1", "b2"):               # Adam's bias correction divides by 1 - b**t
+      if getattr(self, name) >= 1.0:
+        raise ValueError(f"{name} must be < 1, got {getattr(self, name)}")
+    for name in ("warmup_steps", "total_steps"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    if self.grad_clip is not None and not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
+      raise ValueError(f"grad_clip must be a finite number > 0 (or None), got "
+                       f"{self.grad_clip}")
 
   @property
   def warmup(self) -> int:

@@ -14,6 +14,7 @@ cold-start config is refused naming the fields (`fingerprint`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping, Optional, Sequence
 
 import flax.struct
@@ -130,6 +131,20 @@ class SFTConfig:
   log_every: int = 10
   save_every: int = 100               # checkpoint cadence when the recipe gives a ckpt_dir; 0: never
 
+  def __post_init__(self):
+    for name, low in (("steps", 0), ("batch_size", 1), ("warmup_steps", 0), ("log_every", 1),
+                      ("save_every", 0)):
+      v = getattr(self, name)
+      if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    for name, strict, high in (("lr", True, math.inf), ("min_lr_ratio", False, 1.0),
+                               ("weight_decay", False, math.inf),
+                               ("context_weight", False, math.inf)):
+      v = getattr(self, name)
+      if not (math.isfinite(v) and (v > 0 if strict else v >= 0) and v <= high):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} 0"
+                         + (f" and <= {high:g}" if high != math.inf else "") + f", got {v}")
+
 
 def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
             rows_l: Sequence[np.ndarray], sft: SFTConfig, widths: Sequence[int], *, seed: int,
@@ -161,14 +176,14 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
   if ckpt_dir and sft.save_every > 0:
     ckpt = Checkpointer(ckpt_dir, dict(fingerprint or {}, **{"sft.rows": len(rows_t)}),
                         max_to_keep=1)
-    first = ckpt.latest_step()
-  if first is not None:       # resume: the state, and the sampler's RNG where it stood
-    try:
-      state, extra = ckpt.restore(state, first)
+    try:                      # resume: the state, and the sampler's RNG where it stood
+      first, restored, extra = ckpt.restore_intact(state)
     except ConfigMismatchError as e:
       raise ConfigMismatchError(f"{e}. This is a killed cold start's SFT under another config: "
                                 f"delete {ckpt_dir} to train it afresh") from None
-    rng.bit_generator.state = extra["rng"]
+    if first is not None:
+      state = restored
+      rng.bit_generator.state = extra["rng"]
   log.truncate(first)         # drops the lines of steps past the checkpoint (all when none)
   history = log.read()
   try:

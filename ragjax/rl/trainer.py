@@ -40,7 +40,7 @@ import numpy as np
 import tqdm
 
 from ragjax import registry
-from ragjax.errors import ServiceUnavailable
+from ragjax.errors import STORAGE_ERRNOS, ServiceUnavailable, StorageError
 from ragjax.metrics import answer_metrics
 from ragjax.models.config import DecoderConfig
 from ragjax.parallel.distributed import global_array, is_main, to_host
@@ -67,6 +67,11 @@ from ragjax.rollout.trajectory import RolloutBatch
 # A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
 # rl.micro_batch_size), so a variable row count compiles a few update shapes, not one per count.
 ROW_MULTIPLE = 8
+
+
+def _log_line(msg: str) -> None:
+  if is_main():
+    print(f"[ragjax {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 class DataCursor:
@@ -189,13 +194,14 @@ class Trainer:
     return tree
 
   def maybe_resume(self) -> int:
-    """Restores the latest finished checkpoint (0 when none) and trims the metrics log to it."""
-    step = self.ckpt.latest_step()
+    """Restores the newest finished checkpoint that reads back whole (0 when none; a damaged
+    one is reported and set aside, `Checkpointer.restore_intact`) and trims the metrics log
+    to it."""
+    step, tree, extra = self.ckpt.restore_intact(self._ckpt_tree(), log=_log_line)
     if step is None:
       if self.main:
         self.log.truncate(None)
       return 0
-    tree, extra = self.ckpt.restore(self._ckpt_tree(), step)
     self.state, self.key = tree["train"], jnp.asarray(extra["rng"], jnp.uint32)
     self.critic = tree.get("critic", self.critic)
     self.cursor = DataCursor(len(self.train_data), self.seed, **extra["data_position"])
@@ -498,6 +504,15 @@ class Trainer:
           if on_checkpoint is not None:
             self.ckpt.wait()
             on_checkpoint(step)
+    except OSError as e:           # the metrics log, a dump, TensorBoard: no room or rights
+      if e.errno not in STORAGE_ERRNOS:
+        raise
+      last = self.ckpt.latest_step()
+      raise StorageError(
+          f"writing {e.filename or self.workdir} failed: {e.strerror}; "
+          + (f"the last committed checkpoint, step {last}, is intact" if last is not None
+             else "no checkpoint was committed yet")
+          + "; the run stopped: make room and rerun the same command to resume") from e
     finally:
       self.ckpt.wait()
       if writer is not None:

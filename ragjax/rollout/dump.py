@@ -111,6 +111,14 @@ def read_jsonl(path: str) -> list[dict]:
       for key in REQUIRED:
         if key not in rec:
           raise DumpError(f"{path}:{line_no}: trajectory record has no '{key}' field")
+      for key in ("spans", "turns"):
+        if not isinstance(rec[key], list):
+          raise DumpError(f"{path}:{line_no}: '{key}' must be a list, got "
+                          f"{type(rec[key]).__name__}")
+      for t_no, turn in enumerate(rec["turns"]):
+        if not isinstance(turn, dict):
+          raise DumpError(f"{path}:{line_no}: turn {t_no} must be an object, got "
+                          f"{type(turn).__name__}")
       for s_no, span in enumerate(rec["spans"]):
         if not isinstance(span, dict) or "label" not in span or "text" not in span:
           raise DumpError(f"{path}:{line_no}: span {s_no} needs 'label' and 'text'")

@@ -81,7 +81,8 @@ def _fmt(x) -> str:
 
 
 def _doc_ids(turn: dict) -> str:
-  return ", ".join(map(str, turn.get("doc_ids") or []))
+  ids = turn.get("doc_ids") or []
+  return ", ".join(map(str, ids)) if isinstance(ids, (list, tuple)) else str(ids)
 
 
 def trajectory_html(rec: dict, show_prompt: bool = False) -> str:
@@ -164,7 +165,10 @@ def terminal_text(records: Sequence[dict], show_prompt: bool = False, color: boo
 def select(records: Sequence[dict], rows: Optional[Sequence[int]]) -> list[dict]:
   if rows is None:
     return list(records)
-  by_row = {r["row"]: r for r in records}
+  by_row = {}                     # a row that is not a number (another's dump) is never asked for
+  for r in records:
+    if isinstance(r["row"], int) and not isinstance(r["row"], bool):
+      by_row.setdefault(r["row"], r)
   missing = [i for i in rows if i not in by_row]
   if missing:
     raise KeyError(f"rows {missing} are not in the dump (it has rows {sorted(by_row)[:20]}...)")
@@ -189,14 +193,20 @@ def main(argv=None) -> int:
     rows = None if not args.rows else [int(x) for x in args.rows.split(",") if x.strip()]
     records = select(records, rows)
   except (DumpError, KeyError, ValueError, IsADirectoryError, PermissionError) as e:
-    print(f"error: {visible(e)}", file=sys.stderr)
+    print(f"error: {visible(e.args[0] if isinstance(e, KeyError) and e.args else e)}",
+          file=sys.stderr)
     return 2
   if args.terminal:
     sys.stdout.write(terminal_text(records, args.show_prompt, color=not args.no_color))
     return 0
   out = args.html or os.path.splitext(args.file)[0] + ".html"
-  with open(out, "w", encoding="utf-8") as f:
-    f.write(page_html(records, title=os.path.basename(args.file), show_prompt=args.show_prompt))
+  page = page_html(records, title=os.path.basename(args.file), show_prompt=args.show_prompt)
+  try:
+    with open(out, "w", encoding="utf-8") as f:
+      f.write(page)
+  except OSError as e:             # a missing or read-only directory, a full disk
+    print(f"error: cannot write the page {visible(out)}: {e.strerror}", file=sys.stderr)
+    return 2
   print(out)
   if args.open:
     webbrowser.open("file://" + os.path.abspath(out))

@@ -293,12 +293,15 @@ class Sampler:
     return state, None
 
   def decode(self, state: SamplerState, steps: Optional[int] = None,
-             top_p: Optional[float] = None) -> tuple[SamplerState, TurnOutput]:
+             top_p: Optional[float] = None, stop_table=None) -> tuple[SamplerState, TurnOutput]:
     """The live rows' next turn, or its next `steps` tokens (rows still mid-turn then come
     back PAUSED and the next call resumes them).  `top_p` replaces the config's (a runtime
-    value: one program for every top_p below 1)."""
+    value: one program for every top_p below 1).  `stop_table`: a `self.stop_table` read
+    earlier (what `set_stop_strings` installed then), for a caller that decodes from several
+    threads while another installs other strings; default the one installed now."""
     state, window, steps, top_p = self._decode_args(state, steps, top_p)
-    return self._decode(self._run_params, self.stop_table, state, np.float32(top_p),
+    table = self.stop_table if stop_table is None else stop_table
+    return self._decode(self._run_params, table, state, np.float32(top_p),
                         window=window, steps=steps,
                         nucleus=top_p < 1.0 and not self.config.greedy)
 

@@ -7,7 +7,13 @@ runs one `generate_tokens` per group, answering each request's future.  While a 
 new requests queue up and form the next batch, so under load batches fill without waiting.
 `submit` raises `Overloaded` when `max_queue` requests are already waiting.
 
-Counters: `requests` (submitted), `batches` (model calls), `rows` (requests answered).
+A group the model has not compiled programs for (`model.is_compiled` False: a first top-p or
+greedy request, a new stop width, a longer prompt bucket) is handed to a compile thread and
+decoded there once compiled, so its seconds of compilation never hold up the groups the model
+has compiled already, which the batching thread keeps serving.
+
+Counters: `requests` (submitted), `batches` (model calls), `rows` (requests answered),
+`compiling` (groups on the compile thread now), `cold_groups` (groups ever sent there).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class RequestBatcher:
     self._closed = threading.Event()
     self._lock = threading.Lock()
     self.requests = self.batches = self.rows = 0
+    self.compiling = self.cold_groups = 0
+    self._cold = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chat-compile")
     self._thread = threading.Thread(target=self._loop, name="chat-batcher", daemon=True)
     self._thread.start()
 
@@ -93,6 +101,31 @@ class RequestBatcher:
         break
     return batch
 
+  def _dispatch(self, items: list[_Item]) -> None:
+    """Runs a compiled group here; one that would compile goes to the compile thread."""
+    temperature, top_p, stop, _ = items[0].key
+    probe = getattr(self.model, "is_compiled", None)
+    try:
+      compiled = probe is None or probe([it.prompt for it in items],
+                                        [it.max_tokens for it in items], temperature,
+                                        stop or None, top_p)
+    except Exception:  # noqa: BLE001  (a bad request: `_run` answers it with the error)
+      compiled = True
+    if compiled:
+      self._run(items)
+      return
+    with self._lock:
+      self.compiling += 1
+      self.cold_groups += 1
+    self._cold.submit(self._run_cold, items)
+
+  def _run_cold(self, items: list[_Item]) -> None:
+    try:
+      self._run(items)
+    finally:
+      with self._lock:
+        self.compiling -= 1
+
   def _run(self, items: list[_Item]) -> None:
     temperature, top_p, stop, seed = items[0].key
     try:
@@ -116,12 +149,13 @@ class RequestBatcher:
       for it in batch:
         groups.setdefault(it.key, []).append(it)
       for items in groups.values():
-        self._run(items)
+        self._dispatch(items)
 
   def close(self) -> None:
     """Stops the thread; requests still queued get a RuntimeError."""
     self._closed.set()
     self._thread.join(timeout=30)
+    self._cold.shutdown(wait=True)
     while True:
       try:
         it = self._queue.get_nowait()
@@ -132,4 +166,5 @@ class RequestBatcher:
   def stats(self) -> dict:
     with self._lock:
       return {"requests": self.requests, "batches": self.batches, "rows": self.rows,
-              "pending": self.pending()}
+              "pending": self.pending(), "compiling": self.compiling,
+              "cold_groups": self.cold_groups}

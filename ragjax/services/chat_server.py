@@ -18,7 +18,10 @@ body over `--max-body-bytes` (413, refused before it is read whole); another mod
 (404); a full queue (503, which clients retry).  Temperature, top_p, stop strings and seed are
 runtime values of the model's samplers: a new value compiles nothing
 (`ragjax.services.local`), and message content is tokenised as text (a `<|im_end|>` in it is
-not a control token).  `GET /health` reports the model and the batcher's counters;
+not a control token).  A request that needs a program the model has not compiled yet (a first top-p or greedy
+request, a new stop width, a longer prompt bucket) is compiled and decoded on the batcher's
+compile thread, so it never holds up other clients' compiled requests.
+`GET /health` reports the model and the batcher's counters (`compiling`: groups compiling now);
 `GET /v1/models` lists the one model.  Binds 127.0.0.1 unless --host says otherwise;
 `--port 0` takes any free port (the address is printed).  No API docs pages are served.
 """

@@ -23,7 +23,8 @@ bounded, at most `MAX_STOPS` of at most `MAX_STOP_BYTES` bytes (UTF-8): their ta
 to `MAX_STOPS` rows and to 8 or 32 bytes, and the tables of the last `MAX_STOP_TABLES` stop
 tuples are kept (the server builds a request's table in its own thread, not the batcher's).
 `calls` and `decode_calls` count `generate` calls and batched decodes (what the server's
-batching saves).
+batching saves).  `is_compiled` says whether a call would run only programs run before; calls
+may come from several threads (the server runs one that compiles off its batching thread).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class LocalChatModel:
     self.prompt_buckets = _powers_of_two(min(32, max_prompt_tokens), max_prompt_tokens)
     self.batch_buckets = _powers_of_two(1, max_batch)
     self._samplers: collections.OrderedDict = collections.OrderedDict()
+    self._warm: dict = {}                   # (budget, greedy) -> the programs it has run
     self._stop_tables: collections.OrderedDict = collections.OrderedDict()
     self._token_bytes = None
     self._stop_lock = threading.Lock()
@@ -150,23 +152,65 @@ class LocalChatModel:
       b *= 2
     return min(b, self.max_new_tokens)
 
+  def _sampler_config(self, budget: int, greedy: bool) -> SamplerConfig:
+    return SamplerConfig(
+        max_cache_length=self.max_prompt_tokens + budget, max_new_tokens=budget,
+        prompt_buckets=self.prompt_buckets, extend_buckets=(min(16, self.max_prompt_tokens),),
+        greedy=greedy, temperature=1.0, top_p=1.0, eos_ids=self.eos_ids, pad_id=0,
+        forbid_stop_overhang=False)
+
   def _sampler(self, budget: int, greedy: bool) -> Sampler:
     key = (budget, greedy)
     s = self._samplers.get(key)
     if s is not None:
       self._samplers.move_to_end(key)
       return s
-    config = SamplerConfig(
-        max_cache_length=self.max_prompt_tokens + budget, max_new_tokens=budget,
-        prompt_buckets=self.prompt_buckets, extend_buckets=(min(16, self.max_prompt_tokens),),
-        greedy=greedy, temperature=1.0, top_p=1.0, eos_ids=self.eos_ids, pad_id=0,
-        forbid_stop_overhang=False)
-    s = Sampler(self.cfg, self.params, self.tokenizer, config, mesh=self.mesh,
-                stop_rows=MAX_STOPS)
+    s = Sampler(self.cfg, self.params, self.tokenizer, self._sampler_config(budget, greedy),
+                mesh=self.mesh, stop_rows=MAX_STOPS)
     self._samplers[key] = s
+    self._warm[key] = set()
     while len(self._samplers) > self.max_samplers:
-      self._samplers.popitem(last=False)
+      old, _ = self._samplers.popitem(last=False)
+      self._warm.pop(old, None)
     return s
+
+  # ---- which calls compile ----
+  def _programs(self, prompts: Sequence[Sequence[int]], budget: int, greedy: bool,
+                top_p: float, stop_width: int) -> list[tuple]:
+    """One key per batch chunk of a call, at least as fine as what selects its compiled
+    programs: rows (padded), prompt bucket, the decode's attention window, the stop table's
+    width, nucleus or not."""
+    config = self._sampler_config(budget, greedy)
+    nucleus = not greedy and top_p < 1.0
+    keys = []
+    for start in range(0, len(prompts), self.max_batch):
+      lens = [len(p) for p in prompts[start:start + self.max_batch]]
+      rows = next(b for b in self.batch_buckets if b >= len(lens))
+      bucket = next((b for b in self.prompt_buckets if b >= max(lens)), max(lens))
+      keys.append((rows, bucket, config.attend_window(max(lens) + budget), stop_width,
+                   nucleus))
+    return keys
+
+  def is_compiled(self, prompts: Sequence[Sequence[int]],
+                  max_tokens: Union[int, Sequence[int]] = 256, temperature: float = 0.0,
+                  stop: Optional[Sequence[str]] = None, top_p: float = 1.0) -> bool:
+    """Whether `generate_tokens` with these arguments runs only programs this model has run
+    before (False: it compiles first, for seconds; the server runs such a call off its
+    batching thread).  Never True for a call that compiles; may be False for one that does
+    not."""
+    if not prompts:
+      return True
+    limits = [max_tokens] if isinstance(max_tokens, int) else list(max_tokens)
+    budget, greedy = self._budget(max(limits)), temperature == 0.0
+    try:
+      width = self.stop_table(stop).shape[1]
+    except ValueError:
+      return False                          # refused by generate_tokens, wherever it runs
+    with self._lock:
+      warm = self._warm.get((budget, greedy))
+      if warm is None:
+        return False
+      return all(k in warm for k in self._programs(prompts, budget, greedy, top_p, width))
 
   def stop_table(self, stop: Sequence[str]) -> np.ndarray:
     """The padded stop table of `stop` (bounded by `check_stop_bounds`), from the cache of
@@ -224,28 +268,38 @@ class LocalChatModel:
     if not n:
       return []
     greedy = temperature == 0.0
+    budget = self._budget(max(limits))
+    programs = self._programs(prompts, budget, greedy, top_p, table.shape[1])
+    # Under the lock only what is shared: the sampler, its stop strings (this call keeps the
+    # device table it installed) and the seed count.  Prefill and decode run outside it, so a
+    # call that compiles (on the server's compile thread) does not hold up compiled calls.
     with self._lock:
-      sampler = self._sampler(self._budget(max(limits)), greedy)
+      sampler = self._sampler(budget, greedy)
       sampler.set_stop_strings(stop, table)
+      device_table = sampler.stop_table
+      warm = self._warm[(budget, greedy)]
       base_seed = self.seed + self.calls if seed is None else seed
       self.calls += 1
-      out: list[Completion] = []
-      for start in range(0, n, self.max_batch):
-        chunk = [list(p) for p in prompts[start:start + self.max_batch]]
-        width = next(b for b in self.batch_buckets if b >= len(chunk))
-        padded = chunk + [chunk[0]] * (width - len(chunk))
-        state = sampler.prefill(padded, samples_per_prompt=1,
-                                seed=(base_seed + start) % SEED_RANGE,
-                                temperature=None if greedy else float(temperature))
-        _, turn = sampler.decode(state, top_p=1.0 if greedy else float(top_p))
+    out: list[Completion] = []
+    for start, program in zip(range(0, n, self.max_batch), programs):
+      chunk = [list(p) for p in prompts[start:start + self.max_batch]]
+      width = next(b for b in self.batch_buckets if b >= len(chunk))
+      padded = chunk + [chunk[0]] * (width - len(chunk))
+      state = sampler.prefill(padded, samples_per_prompt=1,
+                              seed=(base_seed + start) % SEED_RANGE,
+                              temperature=None if greedy else float(temperature))
+      _, turn = sampler.decode(state, top_p=1.0 if greedy else float(top_p),
+                               stop_table=device_table)
+      toks = turn.token_lists()
+      reasons, stop_ids = np.asarray(turn.stop_reason), np.asarray(turn.stop_id)
+      with self._lock:
         self.decode_calls += 1
         self.rows += len(chunk)
-        toks = turn.token_lists()
-        reasons, stop_ids = np.asarray(turn.stop_reason), np.asarray(turn.stop_id)
-        for j, p in enumerate(chunk):
-          out.append(self._finish(toks[j], int(reasons[j]), int(stop_ids[j]),
-                                  limits[start + j], stop, len(p)))
-      return out
+        warm.add(program)
+      for j, p in enumerate(chunk):
+        out.append(self._finish(toks[j], int(reasons[j]), int(stop_ids[j]),
+                                limits[start + j], stop, len(p)))
+    return out
 
   def generate(self, messages_list, max_tokens: int = 256, temperature: float = 0.0,
                stop: Optional[Sequence[str]] = None, top_p: float = 1.0,

@@ -24,6 +24,7 @@ from ragjax.models.lora import adapter_from_config
 from ragjax.parallel.distributed import one_writer
 from ragjax.parallel.mesh import mesh_from_config
 from ragjax.wiring.chat_services import check_chat, make_services
+from ragjax.wiring.checks import check_data_files, check_mesh, check_run_inputs, check_world
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
@@ -45,7 +46,10 @@ def validate(c) -> RunConfig:
   """Every registry key and typed section of the config, checked before any data, index or
   training work (a typo fails in a second, not after minutes of set-up)."""
   run = parse_run_config(c)
-  check_workdir(c.workdir)
+  check_run_inputs(c)
+  check_world(c)
+  check_data_files(c)
+  check_mesh(c.mesh)
   sampler_config(c, protocol_from_config(c), (), greedy=False)
   if c.model.get("checkpoint"):
     check_decoder_dir(c.model.checkpoint)
@@ -69,16 +73,6 @@ def validate(c) -> RunConfig:
   if corpus and not os.path.isfile(corpus):
     raise FileNotFoundError(f"retriever.corpus: {corpus!r} does not exist")
   return run
-
-
-def check_workdir(workdir: str) -> None:
-  """`workdir`, or the nearest of its parents that exists, must be a directory."""
-  path = os.path.abspath(workdir)
-  while not os.path.exists(path):
-    path = os.path.dirname(path)
-  if not os.path.isdir(path):
-    raise NotADirectoryError(f"workdir {os.path.abspath(workdir)}: {path} is a file, not a "
-                             f"directory")
 
 
 def check_resume(c) -> None:

@@ -93,9 +93,11 @@ def math_judge(ctx: RewardContext, judge_url: str = "", judge_model: str = "",
 
 
 def qa_exact(pred: str, golds) -> float:
-  """1.0 iff the prediction equals a gold alias under the reward server's normalisation."""
+  """1.0 iff the prediction equals a gold alias under the reward server's normalisation.  An
+  answer or alias that normalises to the empty string never matches (articles are dropped, so
+  "The" and the gold "A" would both be ""), as in `ragjax.metrics.answer.exact_match`."""
   norm = normalize_answer_spaced(pred)
-  return float(any(norm == normalize_answer_spaced(g)
+  return float(bool(norm) and any(norm == normalize_answer_spaced(g)
                    for g in ([golds] if isinstance(golds, str) else golds)))
 
 

@@ -1,0 +1,59 @@
+"""Config values checked before any work (issue 56's hunt): each bad value below was accepted
+silently (the run trained with it, or failed only after the world, the index and the model
+were set up); now `components.validate`, which every recipe runs first, refuses it naming the
+field.  In process: `validate` on the tiny Search-R1 config with one override, nothing on disk."""
+
+import os
+
+import pytest
+
+from ragjax.parallel.cpu_threads import pin
+from ragjax.wiring import components
+from ragjax.wiring.config_files import apply_overrides, load_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def tiny():
+  """A fresh copy per test (`apply_overrides` sets fields in place)."""
+  cwd = os.getcwd()
+  os.chdir(ROOT)
+  try:
+    yield load_config("configs/search_r1.py:tiny")
+  finally:
+    os.chdir(cwd)
+
+
+@pytest.mark.parametrize("override, field", [
+    ("optim.lr=-1.0", "lr"),                        # trained downhill on the reward
+    ("optim.lr=1e999", "lr"),                       # infinite: diverged after the set-up
+    ("optim.b2=1.0", "b2"),
+    ("optim.grad_clip=0.0", "grad_clip"),
+    ("retriever.timeout=0.0", "retriever.timeout"),
+    ("retriever.deadline=-1.0", "retriever.deadline"),
+    ("retriever.cache_size=-1", "retriever.cache_size"),
+    ("rl.rewards={}", "rl.rewards"),                # every trajectory scored 0
+    ("sft.batch_size=0", "batch_size"),
+    ("sft.lr=0.0", "lr"),
+    ("mesh.tensor=-2", "mesh.tensor"),
+    ("world.num_train=0", "world.num_train"),
+    ("tokenizer.vocab_size=100", "tokenizer.vocab_size"),
+    ("seed=-1", "seed"),
+    ("eval.batch_size=0", "eval.batch_size"),
+    ("workdir=", "workdir"),
+])
+def test_a_bad_value_is_refused_naming_its_field(tiny, tmp_path, override, field):
+  c = apply_overrides(tiny, [f"workdir={tmp_path}/w", override])
+  with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+    components.validate(c)
+  assert not os.path.exists(f"{tmp_path}/w")
+
+
+def test_the_tiny_config_itself_passes(tiny, tmp_path):
+  components.validate(apply_overrides(tiny, [f"workdir={tmp_path}/w"]))
+
+
+def test_cpu_threads_below_zero_is_refused():
+  with pytest.raises(ValueError, match="cpu_threads"):
+    pin(-1)
