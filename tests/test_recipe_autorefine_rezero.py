@@ -110,10 +110,12 @@ def _config(spec, **overrides):
                                   "configs/autorefine.py:qwen2.5-3b-instruct",
                                   "configs/autorefine.py:qwen2.5-7b-base",
                                   "configs/rezero.py:llama-3.2-3b-instruct"])
-def test_real_sizes_validate_with_the_papers_hyperparameters(spec):
+def test_real_sizes_validate_with_the_papers_hyperparameters(spec, tmp_path):
   from ragjax.wiring.components import validate
   from ragjax.rollout.factory import protocol_from_config
-  c = _config(spec, **{"data.train_files": ("train.jsonl",)})
+  train = tmp_path / "train.jsonl"          # validate checks that question files exist
+  train.write_text('{"id": "0", "question": "q?", "golden_answers": ["a"]}\n')
+  c = _config(spec, **{"data.train_files": (str(train),)})
   run = validate(c)
   proto = protocol_from_config(c)
   if "autorefine" in spec:

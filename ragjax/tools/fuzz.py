@@ -56,6 +56,8 @@ METHODS = (
     ("configs/ur2.py:tiny", None),
     ("configs/rezero.py:tiny", None),
     ("configs/world.py:toy", None),
+    # the direct-answer baseline of the qa recipe (ragjax.recipes.qa): one final turn, no search
+    ("configs/search_r1.py:tiny protocol.name=direct protocol.max_turns=0", None),
 )
 
 
@@ -185,12 +187,14 @@ class Method:
   def __init__(self, spec: str, setup_spec: Optional[str], workdir: str, setups: dict):
     from ragjax.wiring import components as parts
     from ragjax.wiring.chat_services import make_services
-    from ragjax.wiring.config_files import load_config
+    from ragjax.wiring.config_files import apply_overrides, load_config
     from ragjax.rl.rewards import get_reward
     from ragjax.rollout.factory import engine_config, make_hooks, protocol_from_config
     from ragjax import registry
     self.spec = spec
-    c = self.c = load_config(spec)
+    # a spec is `FILE.py[:ARG]`, then any `section.field=value` overrides, space-separated
+    file_spec, *overrides = spec.split()
+    c = self.c = apply_overrides(load_config(file_spec), overrides)
     sc = load_config(setup_spec) if setup_spec else c
     if sc.data.source != "world":
       raise ValueError(f"{spec}: reads real data; give a tiny config to run on")
