@@ -57,3 +57,17 @@ def test_the_tiny_config_itself_passes(tiny, tmp_path):
 def test_cpu_threads_below_zero_is_refused():
   with pytest.raises(ValueError, match="cpu_threads"):
     pin(-1)
+
+
+def test_split_files_and_the_corpus_are_checked_before_any_work():
+  from ragjax.wiring.components import validate
+  from ragjax.wiring.config_files import load_config
+  c = load_config("configs/smollm2.py:tiny")
+  c.data.split.files = ("/nonexistent/q.jsonl",)
+  c.retriever.corpus = ""               # (absent too where ../shared is)
+  with pytest.raises(FileNotFoundError, match=r"data.split.files: '/nonexistent/q.jsonl'"):
+    validate(c)
+  c = load_config("configs/smollm2.py:tiny")
+  c.retriever.corpus = "/nonexistent/passages.jsonl"
+  with pytest.raises(FileNotFoundError, match="retriever.corpus"):
+    validate(c)

@@ -102,13 +102,19 @@ def check_world(c) -> None:
 
 
 def check_data_files(c) -> None:
-  """With `data.source='files'`: every `data.{train,dev,test}_files` entry is a file."""
+  """`retriever.corpus` (when set) is a file; with `data.source='files'` so is every
+  `data.{train,dev,test}_files` and `data.split.files` entry."""
+  corpus = c.retriever.get("corpus", "") if "retriever" in c else ""
+  if corpus and not os.path.isfile(corpus):
+    raise FileNotFoundError(f"retriever.corpus: {corpus!r} is not a file")
   if c.data.source != "files":
     return
-  for split in ("train", "dev", "test"):
-    for path in c.data.get(f"{split}_files", ()) or ():
+  split = c.data.get("split") or {}
+  for field in ("train_files", "dev_files", "test_files", "split.files"):
+    paths = split.get("files", ()) if field == "split.files" else c.data.get(field, ())
+    for path in paths or ():
       if not isinstance(path, str) or not os.path.isfile(path):
-        raise FileNotFoundError(f"data.{split}_files: {path!r} is not a file")
+        raise FileNotFoundError(f"data.{field}: {path!r} is not a file")
 
 
 def check_mesh(section) -> None:

@@ -66,12 +66,6 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not (c.data.train_files or split.files):
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet) "
                      "or data.split.files")
-  for f in (*c.data.train_files, *c.data.dev_files, *c.data.test_files, *split.files):
-    if c.data.source == "files" and not os.path.isfile(f):
-      raise FileNotFoundError(f"data: question file {f!r} does not exist")
-  corpus = c.retriever.get("corpus", "")
-  if corpus and not os.path.isfile(corpus):
-    raise FileNotFoundError(f"retriever.corpus: {corpus!r} does not exist")
   return run
 
 
