@@ -114,6 +114,36 @@ SUITES = dict(
         notes=("EM / F1 score the protocol's parsed answer; R3-RAG scores a short answer an LLM "
                "extracts from the response (seeds §3.7).",
                "The paper's ACC judge is Qwen2.5-72B-Instruct.")),
+    # The shared multi-hop questions whose supporting passages are all in the shared
+    # 31,144-passage corpus (../shared/data/README.md), so that retrieval from that corpus can
+    # succeed: no paper reports this table.  The protocol is configs/smollm2.py's (BM25 top-3,
+    # 2 searches, 192-token passages, 64 new tokens per turn).  HotpotQA's file is the 1,668
+    # covered dev questions, which include configs/smollm2.py's training questions: for a
+    # held-out column point it at the split the run wrote,
+    # `--config.eval.suites.covered.datasets.hotpotqa.file=<workdir>/data/test.jsonl`.
+    # 2Wiki (164) and MuSiQue (100 train questions with their paragraphs) are never trained on.
+    covered=dict(
+        title="Multi-hop questions the shared corpus covers (EM / F1)",
+        source="../shared/data/README.md (derived_multihop_wiki_passages_31144)",
+        paper_table="", columns=("hotpotqa", "twowiki", "musique"),
+        groups={"Multi-Hop": ("hotpotqa", "twowiki", "musique")},
+        datasets=dict(
+            hotpotqa=dict(name="HotpotQA",
+                          file="flashrag_format/derived_hotpotqa_dev_with_context_1668.jsonl",
+                          format="flashrag", paper_n=1668, metric="em"),
+            twowiki=dict(name="2Wiki",
+                         file="flashrag_format/derived_2wikimultihopqa_dev_with_context_164.jsonl",
+                         format="flashrag", paper_n=164, metric="em"),
+            musique=dict(name="MuSiQue", file="musique/hipporag_musique_train_100.json",
+                         format="musique", paper_n=100, metric="em")),
+        metrics=("em", "f1", "cover_em"),
+        protocol=dict(top_k=3, max_turns=2, obs_max_tokens=192),
+        sampler=dict(max_new_tokens=64), greedy=True, temperature=0.0, top_p=1.0,
+        judge_template="",
+        notes=("Retrieval: whatever index is given; the corpus covers every supporting passage "
+               "of these questions.",
+               "MuSiQue's column is 100 training-split questions of MuSiQue (HippoRAG's tuning "
+               "set), the only MuSiQue questions whose paragraphs the corpus holds.")),
     # UR² (seeds_ur2_rezero.md §A6-A7): MMLU-Pro history / philosophy / economics / law,
     # MedQA and MMLU-Pro health (letter EM), MATH500 and Minerva (the paper: LLM judge; here
     # rule-based equivalence), HotpotQA / 2Wiki / Bamboogle / MuSiQue (F1); vLLM decoding at

@@ -3,8 +3,9 @@
 
     python -m ragjax.train --config=configs/smollm2.py
 
-1. data (a seeded train / dev / test split), the retriever (built once under the workdir),
-   the pretrained policy;
+1. data (a seeded train / dev / test split, written to `<workdir>/data/{split}.jsonl` in
+   FlashRAG format so the paper harness can evaluate the same questions), the retriever
+   (built once under the workdir), the pretrained policy;
 2. the test questions answered by the untrained policy: directly (no search; the `direct`
    protocol) and prompted with the search protocol;
 3. RL (the generic trainer: resumable, keep-best on dev);
@@ -25,6 +26,7 @@ import time
 
 import numpy as np
 
+from ragjax.data.prepare import write_flashrag
 from ragjax.eval.systems import evaluate_system, write_viewer
 from ragjax.metrics import answer_metrics
 from ragjax.recipes import rl
@@ -36,6 +38,7 @@ from ragjax.typed_config import json_safe, read_json, write_json_atomic
 from ragjax.wiring import components as parts
 
 EVAL_DIR = "eval"
+DATA_DIR = "data"                # the split, as FlashRAG jsonl (for `ragjax.evaluate --suite`)
 STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_recall")
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
           "em", "dev/em", "response_length")
@@ -145,6 +148,9 @@ def run(c) -> dict:
   workdir = os.path.abspath(c.workdir)
   t0 = time.perf_counter()
   s = rl.start(c)
+  for split, records in s.setup.splits.items():
+    if records:
+      write_flashrag(os.path.join(workdir, DATA_DIR, f"{split}.jsonl"), records)
   mark("data_index_policy", t0)
   test = s.setup.splits["test"][:c.eval.max_questions or None]
   if not test:
