@@ -48,7 +48,7 @@ SIZES = {"tiny": "tiny", "qwen2.5-3b-base": "qwen2.5-3b", "qwen2.5-3b-instruct":
 def world_config(toy: bool = False):
   """configs/world.py with AutoRefine's deltas: its protocol (a short prompt a from-scratch
   policy can use), cold-start traces that write `<refine>` after documents, the Eq. 3 reward
-  and the §3.3 metrics.  For `python -m ragjax.ablate` (see BENCHMARKS.md)."""
+  and the §3.3 metrics.  For `python -m ragjax.ablate` (see docs/benchmarks/ablations.md)."""
   world = sibling(__file__, "world")
   c = world.get_config("toy" if toy else "default")
   c.workdir = "runs/autorefine_world"

@@ -120,7 +120,7 @@ def get_config() -> ConfigDict:
   # decode_chunk: decode steps per sampler call (0 = whole turns); rows that end their turn
   # meanwhile send their searches to a retrieval thread, so retrieval overlaps the other rows'
   # decoding; the documents go into the cache when the turn has ended.  Same trajectories as
-  # whole turns; hooks and restart protocols run whole turns (BENCHMARKS.md).
+  # whole turns; hooks and restart protocols run whole turns (docs/benchmarks/rollout.md).
   c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
                               kv_budget_gb=0.0, refill=True, decode_chunk=32,
                               widths=(512, 1024, 2048, 4096), hooks={}, chat=None))

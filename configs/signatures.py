@@ -1,6 +1,6 @@
 """Signature worlds: one world per method in which the failure its paper targets is what
 decides success, and the A/B run that shows its mechanism at work (issue 42; results in
-BENCHMARKS.md, "Method signatures").
+BENCHMARKS.md, "Method signatures"; each design and its runs in docs/benchmarks/signatures.md).
 
   python -m ragjax.ablate --config=configs/signatures.py:search_r1     # its A/B, about 25 min
   python -m ragjax.ablate --config=configs/signatures.py:search_r1-toy # the same in a minute
@@ -48,8 +48,8 @@ def search_r1(toy: bool):
   is searched is the decision that decides a 2-hop question.  (First design, 2026-11-27:
   stopping in 60% and answering without a search in 30% of the traces: the cold start then
   sampled a second search in 2 of 240 rollouts of 2-hop questions, and 120 GRPO steps left
-  2-hop EM at 0 in both arms; BENCHMARKS.md.)  Signature: 2-hop EM, GRPO vs its own cold
-  start."""
+  2-hop EM at 0 in both arms; docs/benchmarks/signatures.md.)  Signature: 2-hop EM, GRPO vs
+  its own cold start."""
   c = sibling(__file__, "world").get_config("toy" if toy else "default")
   c.workdir = "runs/signature_search_r1" + ("_toy" if toy else "")
   c.world.qtype_weights = (("1hop", 0.3), ("2hop", 0.7))
@@ -68,8 +68,8 @@ def rezero(toy: bool):
   correctness, format, retry counted after the first search, EM in the chunk; the judge's
   correctness is EM here) against its baseline's three.  Full fine-tuning at the world's
   learning rate instead of ReZero's LoRA: LoRA rank 8 left the 0.9M policy's predictions
-  unchanged in 30 steps (BENCHMARKS.md, the 2026-11-24 ablation).  Signatures: the share of
-  failed first searches followed by another search; EM on those questions."""
+  unchanged in 30 steps (docs/benchmarks/ablations.md, the 2026-11-24 ablation).  Signatures:
+  the share of failed first searches followed by another search; EM on those questions."""
   c = sibling(__file__, "rezero").world_config(toy)
   c.workdir = "runs/signature_rezero" + ("_toy" if toy else "")
   c.world.qtype_weights = (("1hop", 0.4), ("retry", 0.6))
@@ -82,7 +82,7 @@ def rezero(toy: bool):
   c.optim.update(dict(lr=3e-4, schedule="constant", warmup_ratio=0.0, weight_decay=0.0,
                       grad_clip=1.0))
   # 160 steps: at 80 the four-reward arm's sampled retry rate was 0.42 and rising, and its
-  # greedy policy retried after 3 of 65 failed searches (BENCHMARKS.md)
+  # greedy policy retried after 3 of 65 failed searches (docs/benchmarks/signatures.md)
   c.trainer.num_steps = 2 if toy else 160
   c.rl.signatures = ("retry_after_failed_search", "em_after_failed_search")
   return c
@@ -105,7 +105,8 @@ def autorefine(toy: bool):
   with a cold start whose refine blocks always held the value found and whose answer copied
   them: half 1-hop with 60% of the traces answering without a search, -0.010 [-0.035, 0.015];
   the second as here without the misses, -0.028 [-0.051, -0.005], the reward firing on 1 row
-  of 192 in the arms' first three steps, as the answer copied the refine; BENCHMARKS.md.)"""
+  of 192 in the arms' first three steps, as the answer copied the refine;
+  docs/benchmarks/signatures.md.)"""
   c = sibling(__file__, "autorefine").world_config(toy)
   c.workdir = "runs/signature_autorefine" + ("_toy" if toy else "")
   c.world.update(dict(distractor_rate=1.0, mention_rate=0.6))
@@ -132,7 +133,7 @@ def r3_rag(toy: bool):
   answered no test question, and the process reward moved nothing, +0.005 [-0.006, 0.018].
   Third: this world with the code's lambda_T = 1 + gamma,
   `--config.rl.reward_kwargs.r3_rag.lambda_form=one_plus_gamma`: reversed as with the
-  paper's, the chains lengthening; BENCHMARKS.md.)"""
+  paper's, the chains lengthening; docs/benchmarks/signatures.md.)"""
   c = sibling(__file__, "r3_rag").get_config("tiny" if toy else "world")
   c.workdir = "runs/signature_r3_rag" + ("_toy" if toy else "")
   if not toy:
@@ -159,14 +160,15 @@ def rex_rag(toy: bool):
   end all wrong and teach plain GRPO nothing.  REX-RAG (configs/rex_rag.py: the clone hook at
   p = 20/101, the trajectory filter, the mu-corrected ratio) with the probe `<search>` in
   place of Table 8's English prompts, which this policy cannot read (on the embedded world
-  they were right less often than fresh samples, BENCHMARKS.md): a wrong answer's clone keeps
-  its reasoning and searches.  Probes on vs off (p = 0: no clones, so the filter and the
-  correction have nothing to act on; everything else identical).  Signatures: the share of
-  test questions searched before answering (`searched`); `rex_rag/rescued`, the share of
-  all-wrong groups a probe rescued (logged every step); test EM.  (First design, 2026-11-27:
-  the ReZero world's namesake questions, where the dead end is the obvious first query and the
-  cold start gives up after it in 60%; void, as the engine then parsed a clone's turn without
-  the probe it began with, so no clone's search was served; BENCHMARKS.md.)"""
+  they were right less often than fresh samples, docs/benchmarks/ablations.md): a wrong
+  answer's clone keeps its reasoning and searches.  Probes on vs off (p = 0: no clones, so
+  the filter and the correction have nothing to act on; everything else identical).
+  Signatures: the share of test questions searched before answering (`searched`);
+  `rex_rag/rescued`, the share of all-wrong groups a probe rescued (logged every step); test EM.
+  (First design, 2026-11-27: the ReZero world's namesake questions, where the dead end is the
+  obvious first query and the cold start gives up after it in 60%; void, as the engine then
+  parsed a clone's turn without the probe it began with, so no clone's search was served;
+  docs/benchmarks/signatures.md.)"""
   c = sibling(__file__, "world").get_config("toy" if toy else "default")
   sibling(__file__, "rex_rag").add_rex_rag(c)
   c.workdir = "runs/signature_rex_rag" + ("_toy" if toy else "")
@@ -193,7 +195,7 @@ def ur2(toy: bool):
   difficulty).  (First design, 2026-11-27: the uniform arm drew from the kept levels only and
   easy was not substituted, so both arms trained on 80 questions, 40 QA and 40 multiple
   choice, each seen 12 times; the curriculum was worse, -0.163 [-0.273, -0.055]:
-  BENCHMARKS.md.)"""
+  docs/benchmarks/signatures.md.)"""
   c = sibling(__file__, "ur2").get_config("tiny" if toy else "world")
   c.workdir = "runs/signature_ur2" + ("_toy" if toy else "")
   c.ur2.difficulty.splits = ("train", "test")

@@ -5,8 +5,8 @@
   python -m ragjax.train --config.rl.kl_coef=0.001        # any field can be overridden
 
 Sizes were chosen so the whole run fits in about fifteen minutes on two CPU cores (see
-BENCHMARKS.md); every knob is here, none is hidden in code.  The schema and its other
-defaults are in configs/common.py.
+BENCHMARKS.md, docs/benchmarks/embedded_default.md); every knob is here, none is hidden in
+code.  The schema and its other defaults are in configs/common.py.
 """
 
 from ragjax.wiring.config_files import sibling
@@ -38,7 +38,8 @@ def get_config(arg: str = "default"):
   # not grow in this budget (bench.copy_task).  name_classes: that stock split by kind of name
   # (given names, surnames, towns, groups, works), as real names are told apart by their form:
   # with one stock the policy copied the asked person's own name word as their home town
-  # (1-hop EM of the skills-only cold start 0.37 -> 0.60 with classes; BENCHMARKS.md).
+  # (1-hop EM of the skills-only cold start 0.37 -> 0.60 with classes;
+  # docs/benchmarks/embedded_default.md).
   # vocab_size: room for the 480 name words as one token each.  The toy keeps one stock of
   # 200 words (a stock by kind needs 250 there, and its 1,024 tokens split names either way).
   c.world.update(dict(
@@ -52,7 +53,7 @@ def get_config(arg: str = "default"):
 
   # A ~0.9M-parameter Qwen2-style policy, trained from scratch (hidden 128: it copies names
   # and values off the passages better than hidden 96, and the faster training step pays
-  # for it within the fifteen minutes; BENCHMARKS.md).
+  # for it within the fifteen minutes; docs/benchmarks/embedded_default.md).
   c.model.update(dict(hidden_size=32 if toy else 128, intermediate_size=64 if toy else 384,
                       num_layers=1 if toy else 3, num_heads=2 if toy else 4,
                       num_kv_heads=1 if toy else 2, head_dim=16 if toy else 32,
@@ -74,9 +75,10 @@ def get_config(arg: str = "default"):
   # right: queries copy the question's names; `quote` opens each turn after a search with
   # `<think> the passage's sentence that states the value found </think>` and the answer (or
   # the next query) copies that value (ragjax.data.world_traces.with_quotes; without quotes the
-  # policy recalls training facts instead of reading the passage: BENCHMARKS.md).  Decisions,
-  # wrong in these shares of the traces: answer without searching, stop a 2-hop question after
-  # its first hop, give up after a failed search.  Over half, so the greedy cold start makes
+  # policy recalls training facts instead of reading the passage:
+  # docs/benchmarks/embedded_default.md).  Decisions, wrong in these shares of the traces:
+  # answer without searching, stop a 2-hop question after its first hop, give up after a
+  # failed search.  Over half, so the greedy cold start makes
   # the wrong decision (it answers from memory) while sampling still tries the right one 40%
   # of the time: GRPO has to discover searching (at 0.3 greedy decoding already searched and
   # GRPO moved sampled decisions but not greedy EM).  swap_answer_rate: counterfactual

@@ -63,7 +63,7 @@ class EngineConfig:
   background thread while the other rows keep decoding; when every row's turn has ended the
   documents are extended, one extend per turn as with whole turns.  (Letting each row start
   its next turn as soon as its documents arrive was measured slower: a decode call costs the
-  whole batch however few rows it advances; BENCHMARKS.md.)  Needs a sampler with
+  whole batch however few rows it advances; docs/benchmarks/rollout.md.)  Needs a sampler with
   `chunked_decode`, no hooks (they see a turn's rows together) and a protocol that keeps its
   context (not "restart"); else whole turns.  0: one `decode` call per turn, retrieval after.
   """

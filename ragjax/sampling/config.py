@@ -64,7 +64,7 @@ class SamplerConfig:
   # The sampler runs on a fused copy of the weights (ragjax.models.fused: one matmul for the
   # queries, keys and values, one for the MLP's gate and up), built whenever they are set.
   # None: on accelerators (fewer, larger kernels per layer), off on CPU (no faster there;
-  # BENCHMARKS.md, "GPU speed levers"), and off under a mesh whose tensor axis would split
+  # docs/benchmarks/gpu.md, "GPU speed levers"), and off under a mesh whose tensor axis would split
   # the query heads but not the KV heads (the fused kernel is grouped by KV head).
   fused_projections: Optional[bool] = None
   # A decode step's attention: "xla" (XLA's products and softmax) or "pallas" (one Pallas
