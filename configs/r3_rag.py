@@ -108,11 +108,9 @@ def get_config(arg: str = "tiny"):
   # passages each cut to 512 characters (App. E), passages seen earlier skipped, at most
   # 10 per trajectory, at most 5 steps, "Step j:" checked and a failing step generated again
   # up to twice (the code's try_format_wrong = 3 generations).
-  c.protocol = common.ConfigDict(dict(
-      name="r3_rag", context="restart", top_k=2, max_turns=5, obs_max_chars=512,
-      obs_max_tokens=None, dedup_docs=True, max_docs_per_trajectory=10, step_header=True,
-      doc_cut="each", format_retries=2))
-  c.protocol.obs_max_tokens = common.config_dict.placeholder(int)
+  c.protocol = common.protocol(
+      "r3_rag", "context", "top_k", "max_turns", "obs_max_chars", "obs_max_tokens", "dedup_docs",
+      "max_docs_per_trajectory", step_header=True, doc_cut="each", format_retries=2)
   # 512 new tokens per step, prompts up to 4096 tokens; the per-sample temperature ladder.  Only
   # a question's first prompt is prefilled (a few hundred tokens at most); every later step's
   # prompt keeps the cached prefix it shares with the last one and extends the rest in
