@@ -131,8 +131,8 @@ def get_config() -> ConfigDict:
   c.rollout = ConfigDict(dict(max_response_tokens=0, kv_budget_gb=0.0, hooks={}, **defaults(
       EngineConfig, ("spare_rows", "wave_rows", "refill", "decode_chunk", "widths", "chat"))))
   # Override: runs overlap retrieval with decoding (EngineConfig's 0 is whole turns, what an
-  # engine built without a config does) and pad to Search-R1's widths (EngineConfig's None:
-  # multiples of 8).
+  # engine built without a config does) and pad to a few widths (EngineConfig's None pads to
+  # multiples of 8: more shapes, more compiles).
   c.rollout.update(dict(decode_chunk=32, widths=(512, 1024, 2048, 4096)))
   c.rollout.chat = config_dict.placeholder(bool)
 
