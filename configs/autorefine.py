@@ -52,9 +52,8 @@ def world_config(toy: bool = False):
   world = sibling(__file__, "world")
   c = world.get_config("toy" if toy else "default")
   c.workdir = "runs/autorefine_world"
-  c.protocol = common.ConfigDict(dict(
-      name="autorefine", template="Question: {question}\n", refine=True, top_k=2, max_turns=3,
-      obs_max_tokens=160))
+  c.protocol = common.protocol("autorefine", "refine", template="Question: {question}\n",
+                               top_k=2, max_turns=3, obs_max_tokens=160)
   c.sampler.max_new_tokens = 48          # a turn is a refine block plus a search
   c.traces.refine = True
   c.traces.quote = False                 # the refine block is AutoRefine's own reading step
@@ -111,8 +110,8 @@ def get_config(arg: str = "tiny"):
       save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 
   c.data.source = "files"
-  c.protocol = common.ConfigDict(dict(
-      name="autorefine", template="code", refine=True, top_k=3, max_turns=5, obs_max_tokens=512))
+  c.protocol = common.protocol("autorefine", "template", "refine", "max_turns", "obs_max_tokens",
+                               top_k=3)
   # A trajectory is at most ~6k tokens: a ~200-token prompt, 6 calls x 512, 5 observations x
   # 512 (the code's rolling cap is 6656 + 512); prompts longer than 1024 tokens are refused.
   # top-p 0.95: verl's rollout default (ppo_trainer.yaml), which cmd/train.sh keeps

@@ -41,10 +41,9 @@ def get_config(arg: str = "tiny"):
   c = rex_rag.small_config(arg)          # the world, its cold start and REX-RAG's parts
   c.workdir = f"runs/combined_{arg}"
   tiny = arg == "tiny"
-  c.protocol = common.ConfigDict(dict(
-      name="autorefine", template="Question: {question}\n", refine=True,
-      top_k=c.protocol.top_k, max_turns=c.protocol.max_turns,
-      obs_max_tokens=c.protocol.obs_max_tokens if tiny else 160))
+  c.protocol = common.protocol(
+      "autorefine", "refine", template="Question: {question}\n", top_k=c.protocol.top_k,
+      max_turns=c.protocol.max_turns, obs_max_tokens=c.protocol.obs_max_tokens if tiny else 160)
   c.sampler.max_new_tokens = max(c.sampler.max_new_tokens, 48)   # a refine block and a search
   c.traces.refine = True
   c.traces.quote = False                 # the refine block is the reading step

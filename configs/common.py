@@ -37,11 +37,17 @@ import copy
 
 from ml_collections import ConfigDict, config_dict
 
+from ragjax import registry
 from ragjax.wiring.config_files import sibling
 from ragjax.data.splits import SplitConfig
+from ragjax.data.world import WorldConfig
+from ragjax.models.lora import LoraConfig
+from ragjax.retrieval.noisy import NoiseConfig
 from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
 from ragjax.rl.sft import SFTConfig
-from ragjax.typed_config import defaults
+from ragjax.rollout.engine import EngineConfig
+from ragjax.sampling.config import SamplerConfig
+from ragjax.typed_config import defaults, optional_type
 
 suites = sibling(__file__, "suites")  # (configs/suites.py: the benchmark suites, as data)
 
@@ -66,9 +72,7 @@ def get_config() -> ConfigDict:
   # LoRA (ragjax.models.lora): rank 0 = full fine-tuning; rank > 0 trains and checkpoints only
   # adapters on `targets`, the reference policy is the base (adapters disabled), and the
   # exported policy is merged.
-  c.model.lora = ConfigDict(dict(
-      rank=0, alpha=16.0, seed=0,
-      targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")))
+  c.model.lora = ConfigDict(defaults(LoraConfig))
   c.mesh = ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
   # stages: {registered data stage: kwargs}, applied in order to the training records before
@@ -79,11 +83,7 @@ def get_config() -> ConfigDict:
   # two splits (ragjax.data.splits; the *_files above join their split)
   c.data.split = ConfigDict(defaults(SplitConfig))
   # Every knob of ragjax.data.world.WorldConfig (its question-type weights are set in code).
-  c.world = ConfigDict(dict(
-      seed=0, train_worlds=1, num_train=1000, num_dev=100, num_test=200, num_people=80,
-      num_places=25, num_orgs=20, num_works=40, retry_groups=20, retry_decoys=2,
-      distractor_rate=0.3, mention_rate=0.3, facts_per_passage=2, min_passage_words=24,
-      paraphrases=3, max_hops=2, name_lexicon=0, name_classes=False, test_world=-1))
+  c.world = ConfigDict(defaults(WorldConfig, exclude=("qtype_weights",)))
   # extra_tags: a protocol's tags as one token each (the Search-R1 tags always are)
   c.tokenizer = ConfigDict(dict(vocab_size=2048, syllables=False, digit_pairs=False,
                                 extra_tags=()))
@@ -102,15 +102,20 @@ def get_config() -> ConfigDict:
   # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
   # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
   # probability p); seeded, a deterministic function of (seed, query).
-  c.retriever.noise = ConfigDict(dict(kind="", p=0.0, seed=0, paraphrases=3, depth=10))
+  c.retriever.noise = ConfigDict(defaults(NoiseConfig))
 
-  c.protocol = ConfigDict(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
+  # The protocol class registered under `name` owns every field's default (`protocol`).
+  c.protocol = protocol("search_r1", "top_k", "max_turns", "obs_max_tokens")
   # cpu_attention_kernel: on an unsharded CPU the cached attention runs in ragjax's C++ kernel
   # (ragjax.models.cpu_attention; XLA's attention when False or when it cannot be built).
-  c.sampler = ConfigDict(dict(
-      max_cache_length=4096, max_new_tokens=500, prompt_buckets=(64, 128, 256, 512, 1024, 2048),
-      extend_buckets=(16, 32, 64, 128, 256, 512), temperature=1.0, top_p=1.0,
-      cpu_attention_kernel=True))
+  # Other SamplerConfig fields are set by the code (greedy, stops, eos) or added by a recipe.
+  c.sampler = ConfigDict(defaults(SamplerConfig, (
+      "max_cache_length", "max_new_tokens", "prompt_buckets", "extend_buckets", "temperature",
+      "top_p", "cpu_attention_kernel")))
+  # Override: a run's shapes are Search-R1's (a 4096-token cache, 500 new tokens per turn);
+  # SamplerConfig's own are a small sampler's, which tests and benchmarks build directly.
+  c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500,
+                        prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   # widths: trajectories are padded to one of these (few shapes -> few compiles);
   # hooks: {registered rollout hook: kwargs}; chat: None = the tokenizer's chat template if any.
   # wave_rows: at most this many rows decode at once (0 = the whole step's rows), or as many
@@ -121,9 +126,14 @@ def get_config() -> ConfigDict:
   # meanwhile send their searches to a retrieval thread, so retrieval overlaps the other rows'
   # decoding; the documents go into the cache when the turn has ended.  Same trajectories as
   # whole turns; hooks and restart protocols run whole turns (docs/benchmarks/rollout.md).
-  c.rollout = ConfigDict(dict(max_response_tokens=0, spare_rows=0, wave_rows=0,
-                              kv_budget_gb=0.0, refill=True, decode_chunk=32,
-                              widths=(512, 1024, 2048, 4096), hooks={}, chat=None))
+  # max_response_tokens: 0 = no cap (EngineConfig's None); kv_budget_gb and hooks are read by
+  # the factory (ragjax.rollout.factory), the rest are EngineConfig's.
+  c.rollout = ConfigDict(dict(max_response_tokens=0, kv_budget_gb=0.0, hooks={}, **defaults(
+      EngineConfig, ("spare_rows", "wave_rows", "refill", "decode_chunk", "widths", "chat"))))
+  # Override: runs overlap retrieval with decoding (EngineConfig's 0 is whole turns, what an
+  # engine built without a config does) and pad to a few widths (EngineConfig's None pads to
+  # multiples of 8: more shapes, more compiles).
+  c.rollout.update(dict(decode_chunk=32, widths=(512, 1024, 2048, 4096)))
   c.rollout.chat = config_dict.placeholder(bool)
 
   # The update's sections take their fields and defaults from the typed configs the code reads
@@ -180,6 +190,19 @@ def chat_service(kind: str = "", **overrides) -> ConfigDict:
     raise ValueError(f"chat_service: unknown fields {unknown}; known: {sorted(fields)}")
   fields.update(overrides)
   return ConfigDict(fields)
+
+
+def protocol(name: str, *fields: str, **overrides) -> ConfigDict:
+  """A `protocol` section: `name`, the defaults of the protocol class registered under it for
+  `fields` (the ones a recipe exposes to `--config.protocol.F`), then `overrides` (the values
+  the recipe changes).  Fields left out apply as the class defines them."""
+  registry.check("protocol", [name], "protocol.name")
+  cls = registry.lookup("protocol", name)
+  section = ConfigDict(dict(name=name))
+  for field, value in {**defaults(cls, (*fields, *overrides)), **overrides}.items():
+    tp = optional_type(cls, field)
+    section[field] = config_dict.placeholder(tp) if value is None and tp else value
+  return section
 
 
 def config_arg(arg: str, known, default: str = "tiny") -> str:

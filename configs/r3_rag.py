@@ -87,10 +87,24 @@ def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
   if arg not in ARGS:
     raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
-  tiny, world = arg == "tiny", arg == "world"
-  small = tiny or world
-  qwen = arg == "qwen2.5-7b"
+  small = arg in ("tiny", "world")
   c = common.get_config()
+  run_and_model(c, arg, small)
+  paper_protocol(c)
+  cold_start_stage(c, small)
+  sft_stage(c, qwen=arg == "qwen2.5-7b")
+  rl_stage(c, small)
+  schedules_and_evaluation(c, small)
+  if arg == "tiny":
+    tiny_sizes(c)
+  if arg == "world":
+    world_sizes(c)
+  return c
+
+
+def run_and_model(c, arg: str, small: bool) -> None:
+  """The recipe, its stages and workdir; the paper's model (a tiny one at small sizes)."""
+  tiny = arg == "tiny"
   c.recipe = "r3_rag"
   c.stage = "all"                # data | sft | rl | all
   c.workdir = f"runs/r3_rag_{arg}"
@@ -103,16 +117,17 @@ def get_config(arg: str = "tiny"):
                         scan_layers=True, remat=True))
   c.mesh.update(dict(data=1, fsdp=-1, tensor=1))
 
+
+def paper_protocol(c) -> None:
+  """The protocol, sampler and rollout widths as the paper's RL runs them."""
   # The protocol as the paper's RL runs it: a fresh single-turn chat per step (the history in
   # the user message; context="stream" keeps it in one assistant stream instead), top-2
   # passages each cut to 512 characters (App. E), passages seen earlier skipped, at most
   # 10 per trajectory, at most 5 steps, "Step j:" checked and a failing step generated again
   # up to twice (the code's try_format_wrong = 3 generations).
-  c.protocol = common.ConfigDict(dict(
-      name="r3_rag", context="restart", top_k=2, max_turns=5, obs_max_chars=512,
-      obs_max_tokens=None, dedup_docs=True, max_docs_per_trajectory=10, step_header=True,
-      doc_cut="each", format_retries=2))
-  c.protocol.obs_max_tokens = common.config_dict.placeholder(int)
+  c.protocol = common.protocol(
+      "r3_rag", "context", "top_k", "max_turns", "obs_max_chars", "obs_max_tokens", "dedup_docs",
+      "max_docs_per_trajectory", step_header=True, doc_cut="each", format_retries=2)
   # 512 new tokens per step, prompts up to 4096 tokens; the per-sample temperature ladder.  Only
   # a question's first prompt is prefilled (a few hundred tokens at most); every later step's
   # prompt keeps the cached prefix it shares with the last one and extends the rest in
@@ -123,6 +138,9 @@ def get_config(arg: str = "tiny"):
   c.sampler.temperatures = (0.1, 0.4, 0.7, 1.0)
   c.rollout.update(dict(widths=(512, 1024, 2048, 3072, 4608), chat=None))
 
+
+def cold_start_stage(c, small: bool) -> None:
+  """Stage 1: the teacher, the cold-start trajectories and the recipe's own paths (`r3`)."""
   # Stage 1: cold-start trajectories (§3.5).  r3.* are the recipe's own paths and choices.
   # The teacher: any chat_service (configs/common.py); the world's scripted one for small sizes.
   c.teacher = common.chat_service(
@@ -148,11 +166,17 @@ def get_config(arg: str = "tiny"):
       policy="",                 # "" = <workdir>/cold_start_policy (the SFT stage's output)
       eval_splits=("dev", "test"), eval_top_k=5, eval_max_turns=5, eval_doc_chars=0))
 
+
+def sft_stage(c, qwen: bool) -> None:
+  """Stage 2: SFT of the cold-start policy."""
   # Stage 2: SFT (LLaMA-Factory, full parameters): lr 7e-6 (Qwen) / 1e-5 (Llama), batch 16 / 8.
   c.sft.update(dict(steps=0, batch_size=16 if qwen else 8, lr=7e-6 if qwen else 1e-5,
                     warmup_steps=0, min_lr_ratio=0.0, weight_decay=0.0, gather=True,
                     context_weight=0.0, log_every=10))
 
+
+def rl_stage(c, small: bool) -> None:
+  """Stage 3: PPO with a critic, each step a sample, and the judge rewards."""
   # Stage 3: PPO with a critic, each step a sample; the judge (relevance and Acc_model) is a
   # chat_service: the gold-passage rule judge on the world, else a served model (the paper:
   # Qwen2.5-14B-Instruct; judge.url to set).  Evaluation ACC asks eval.judge when it names a
@@ -179,6 +203,10 @@ def get_config(arg: str = "tiny"):
                                        doc_cut=c.protocol.get_ref("doc_cut"),
                                        doc_chars=c.protocol.get_ref("obs_max_chars"))}
   c.rl.metrics = ("r3_rag",)
+
+
+def schedules_and_evaluation(c, small: bool) -> None:
+  """The actor's and critic's optimisers, the training loop and the evaluation."""
   # OpenRLHF's scheduler (train/R3RAG_OpenRLHF/openrlhf/cli/train_ppo.py) steps once per
   # optimizer update and spans num_episodes 4 x (8,192 x 4 // 64) = 2,048 of them, warmup
   # ceil(0.03 x 2,048) = 62; Adam betas (0.9, 0.95), no weight decay (its defaults).  The paper
@@ -198,52 +226,56 @@ def get_config(arg: str = "tiny"):
   c.eval.method = "R3-RAG (E5)"   # its row in configs/paper_results.json (--suite r3_rag)
   c.data.source = "world" if small else "files"
 
-  if tiny:   # the synthetic world, BM25, a tiny policy, short steps; every stage in seconds
-    c.world.update(dict(seed=0, train_worlds=1, num_train=48, num_dev=8, num_test=8,
-                        num_people=30, num_places=10, num_orgs=8, num_works=12,
-                        retry_groups=6))
-    c.tokenizer.vocab_size = 1024
-    c.retriever.backend = "bm25"
-    c.protocol.update(dict(max_turns=3, obs_max_chars=256))
-    # one shape per program (one width, the whole cache attended): few compiles
-    c.sampler.update(dict(max_cache_length=640, max_new_tokens=96, prompt_buckets=(128,),
-                          extend_buckets=(64, 256)))
-    c.sampler.attend_buckets = ()
-    c.rollout.update(dict(widths=(640,), chat=False))
-    c.teacher.world.update(dict(wrong_answer_rate=0.5, malformed_rate=0.2))
-    c.cold_start.update(dict(attempts=3, max_steps=4, top_k=2, format_retries=1, chunk=8,
-                             max_questions=24))
-    c.r3.update(dict(sft_epochs=0, eval_top_k=3, eval_max_turns=3, eval_doc_chars=0))
-    # enough SFT for the tiny policy to write R3-RAG steps (so RL sees searches and answers)
-    c.sft.update(dict(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, log_every=10))
-    c.rl.update(dict(group_size=4, mini_batch_size=8, micro_batch_size=4))
-    c.optim.update(dict(lr=1e-3, total_steps=20))
-    c.critic_optim.update(dict(lr=1e-3, total_steps=20))
-    c.trainer.update(dict(num_steps=2, batch_prompts=2, eval_every=2, eval_prompts=4,
-                          save_every=1, max_to_keep=3, tensorboard=False))
-    c.r3.eval_splits = ("test",)
-    c.eval.update(dict(batch_size=4, max_questions=4))
-  if world:  # the embedded world for ablations: configs/world.py's world, and the 96-wide
-              # policy that config had until 2026-11-26
-    c.world.update(dict(seed=0, train_worlds=4, num_train=800, num_dev=64, num_test=128,
-                        num_people=40, num_places=12, num_orgs=10, num_works=20,
-                        retry_groups=8, min_passage_words=12, name_lexicon=300))
-    c.tokenizer.update(dict(vocab_size=2048, syllables=False, digit_pairs=True))
-    c.retriever.update(dict(backend="bm25"))
-    c.model.update(dict(hidden_size=96, intermediate_size=256, num_layers=3, num_heads=4,
-                        num_kv_heads=2, head_dim=24, rope_theta=10000.0))
-    c.protocol.update(dict(max_turns=4, obs_max_chars=320))
-    c.sampler.update(dict(max_cache_length=1024, max_new_tokens=80,
-                          prompt_buckets=(128, 256, 512, 768), extend_buckets=(16, 64, 256)))
-    c.rollout.update(dict(widths=(256, 384, 512, 768, 1024), chat=False))
-    c.cold_start.update(dict(attempts=4, max_steps=5, top_k=2, chunk=100, max_questions=600))
-    c.r3.update(dict(sft_epochs=10, eval_top_k=3, eval_max_turns=4, eval_doc_chars=320))
-    c.sft.update(dict(steps=0, batch_size=32, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1,
-                      context_weight=0.5, log_every=20))
-    c.rl.update(dict(group_size=4, mini_batch_size=32, micro_batch_size=0))
-    c.optim.update(dict(lr=1e-4, total_steps=1000))
-    c.critic_optim.update(dict(lr=1e-3, total_steps=1000))
-    c.trainer.update(dict(num_steps=20, batch_prompts=8, eval_every=10, eval_prompts=64,
-                          save_every=5, max_to_keep=1, keep_best=False))
-    c.eval.update(dict(batch_size=64, max_questions=0))
-  return c
+
+def tiny_sizes(c) -> None:
+  """The synthetic world, BM25, a tiny policy, short steps; every stage in seconds."""
+  c.world.update(dict(seed=0, train_worlds=1, num_train=48, num_dev=8, num_test=8,
+                      num_people=30, num_places=10, num_orgs=8, num_works=12,
+                      retry_groups=6))
+  c.tokenizer.vocab_size = 1024
+  c.retriever.backend = "bm25"
+  c.protocol.update(dict(max_turns=3, obs_max_chars=256))
+  # one shape per program (one width, the whole cache attended): few compiles
+  c.sampler.update(dict(max_cache_length=640, max_new_tokens=96, prompt_buckets=(128,),
+                        extend_buckets=(64, 256)))
+  c.sampler.attend_buckets = ()
+  c.rollout.update(dict(widths=(640,), chat=False))
+  c.teacher.world.update(dict(wrong_answer_rate=0.5, malformed_rate=0.2))
+  c.cold_start.update(dict(attempts=3, max_steps=4, top_k=2, format_retries=1, chunk=8,
+                           max_questions=24))
+  c.r3.update(dict(sft_epochs=0, eval_top_k=3, eval_max_turns=3, eval_doc_chars=0))
+  # enough SFT for the tiny policy to write R3-RAG steps (so RL sees searches and answers)
+  c.sft.update(dict(steps=60, batch_size=8, lr=1e-2, warmup_steps=5, log_every=10))
+  c.rl.update(dict(group_size=4, mini_batch_size=8, micro_batch_size=4))
+  c.optim.update(dict(lr=1e-3, total_steps=20))
+  c.critic_optim.update(dict(lr=1e-3, total_steps=20))
+  c.trainer.update(dict(num_steps=2, batch_prompts=2, eval_every=2, eval_prompts=4,
+                        save_every=1, max_to_keep=3, tensorboard=False))
+  c.r3.eval_splits = ("test",)
+  c.eval.update(dict(batch_size=4, max_questions=4))
+
+
+def world_sizes(c) -> None:
+  """The embedded world for ablations: configs/world.py's world, and the 96-wide policy that
+  config had until 2026-11-26."""
+  c.world.update(dict(seed=0, train_worlds=4, num_train=800, num_dev=64, num_test=128,
+                      num_people=40, num_places=12, num_orgs=10, num_works=20,
+                      retry_groups=8, min_passage_words=12, name_lexicon=300))
+  c.tokenizer.update(dict(vocab_size=2048, syllables=False, digit_pairs=True))
+  c.retriever.update(dict(backend="bm25"))
+  c.model.update(dict(hidden_size=96, intermediate_size=256, num_layers=3, num_heads=4,
+                      num_kv_heads=2, head_dim=24, rope_theta=10000.0))
+  c.protocol.update(dict(max_turns=4, obs_max_chars=320))
+  c.sampler.update(dict(max_cache_length=1024, max_new_tokens=80,
+                        prompt_buckets=(128, 256, 512, 768), extend_buckets=(16, 64, 256)))
+  c.rollout.update(dict(widths=(256, 384, 512, 768, 1024), chat=False))
+  c.cold_start.update(dict(attempts=4, max_steps=5, top_k=2, chunk=100, max_questions=600))
+  c.r3.update(dict(sft_epochs=10, eval_top_k=3, eval_max_turns=4, eval_doc_chars=320))
+  c.sft.update(dict(steps=0, batch_size=32, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1,
+                    context_weight=0.5, log_every=20))
+  c.rl.update(dict(group_size=4, mini_batch_size=32, micro_batch_size=0))
+  c.optim.update(dict(lr=1e-4, total_steps=1000))
+  c.critic_optim.update(dict(lr=1e-3, total_steps=1000))
+  c.trainer.update(dict(num_steps=20, batch_prompts=8, eval_every=10, eval_prompts=64,
+                        save_every=5, max_to_keep=1, keep_best=False))
+  c.eval.update(dict(batch_size=64, max_questions=0))

@@ -139,7 +139,7 @@ def get_config(arg: str = "tiny"):
   c.model.update(dict(preset=size, checkpoint="", dtype="bfloat16", param_dtype="float32",
                       scan_layers=True, remat=True))
   c.data.source = "files"
-  c.protocol.update(dict(name="rex_rag", top_k=3, max_turns=5, obs_max_tokens=500))
+  c.protocol = common.protocol("rex_rag", "top_k", "max_turns", "obs_max_tokens")
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0, top_p=1.0,
                         prompt_buckets=(64, 128, 256, 512, 1024, 2048)))
   c.rollout.widths = (512, 1024, 2048, 3072, 4096)

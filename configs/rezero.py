@@ -102,10 +102,9 @@ def world_config(toy: bool = False):
   world = sibling(__file__, "world")
   c = world.get_config("toy" if toy else "default")
   c.workdir = "runs/rezero_world"
-  c.protocol = common.ConfigDict(dict(
-      name="rezero", prompt="Question: {question}\n", top_k=2, max_turns=4,
-      max_response_tokens=448, stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE,
-      obs_max_tokens=160))
+  c.protocol = common.protocol("rezero", "top_k", prompt="Question: {question}\n", max_turns=4,
+                               max_response_tokens=448, stop_on_search=True,
+                               stop_on_answer=True, today=PROMPT_DATE, obs_max_tokens=160)
   c.retriever.noise.update(dict(kind="drop_gold", p=0.5, seed=0))
   c.model.lora.update(dict(rank=8, alpha=16.0, seed=3407))
   c.rl.update(dict(adv_eps=1e-4, kl_coef=0.04, kl_estimator="k3", loss_agg="token-mean",
@@ -158,9 +157,8 @@ def get_config(arg: str = "tiny"):
       save_every=5 if tiny else 50, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 
   c.data.source = "files"
-  c.protocol = common.ConfigDict(dict(
-      name="rezero", top_k=2, max_turns=20, max_response_tokens=4096, stop_on_search=True,
-      today=PROMPT_DATE))
+  c.protocol = common.protocol("rezero", "top_k", "max_turns", "max_response_tokens",
+                               stop_on_search=True, today=PROMPT_DATE)
   c.sampler.update(dict(max_cache_length=6144, max_new_tokens=1024, temperature=0.9, top_p=1.0,
                         prompt_buckets=(512, 1024)))
   c.rollout.widths = (1024, 2048, 3072, 4096, 5120, 6144)

@@ -86,7 +86,7 @@ def get_config(arg: str = "tiny"):
 
   # Search-R1 trains on NQ + HotpotQA train; keep-best is chosen on dev, never test.
   c.data.source = "world" if tiny else "files"
-  c.protocol.update(dict(name="search_r1", top_k=3, max_turns=4, obs_max_tokens=500))
+  c.protocol = common.protocol("search_r1", "top_k", "max_turns", "obs_max_tokens")
   # top-p: verl's rollout default 0.95 (ppo_trainer.yaml), which train_grpo.sh keeps and
   # train_ppo.sh sets to 1.0
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0,

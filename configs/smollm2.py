@@ -52,9 +52,9 @@ def get_config(arg: str = "default"):
                            seed=0))
   c.retriever.update(dict(corpus=CORPUS, backend="bm25"))
 
-  c.protocol.update(dict(name="search_r1", top_k=1 if tiny else 3, max_turns=1 if tiny else 2,
-                         obs_max_tokens=32 if tiny else 192))
-  c.protocol.demonstration = True
+  c.protocol = common.protocol("search_r1", top_k=1 if tiny else 3,
+                               max_turns=1 if tiny else 2, obs_max_tokens=32 if tiny else 192,
+                               demonstration=True)
   c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=8 if tiny else 64,
                         temperature=0.7, top_p=1.0, prompt_buckets=(512, 640, 768)))
   c.rollout.update(dict(widths=(768,) if tiny else (768, 1024, 1280), decode_chunk=0))

@@ -160,9 +160,8 @@ def get_config(arg: str = "tiny"):
                       param_dtype="float32", scan_layers=not small, remat=not small))
 
   # The protocol's task is the default; every record carries its own.
-  c.protocol = common.ConfigDict(dict(name="ur2", task="mcq" if mcq else "qa", top_k=10,
-                                      max_turns=4, final_turn=True, prompts="paper",
-                                      turn_tokens=dict(TURN_TOKENS)))
+  c.protocol = common.protocol("ur2", "top_k", "max_turns", "final_turn", "prompts",
+                               task="mcq" if mcq else "qa", turn_tokens=dict(TURN_TOKENS))
   # one value: the rewards' default task follows --config.protocol.task
   task = c.protocol.get_ref("task")
   # A row's whole trajectory lives in the KV cache: 8192 slots (the code gives vLLM a

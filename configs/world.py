@@ -58,7 +58,8 @@ def get_config(arg: str = "default"):
                       num_layers=1 if toy else 3, num_heads=2 if toy else 4,
                       num_kv_heads=1 if toy else 2, head_dim=16 if toy else 32,
                       rope_theta=10000.0))
-  c.protocol.update(dict(name="world", top_k=2, max_turns=3, obs_max_tokens=160))
+  # observations cut to 160 tokens (WorldSearch's own default: 200)
+  c.protocol = common.protocol("world", "top_k", "max_turns", obs_max_tokens=160)
   c.sampler.update(dict(max_cache_length=512, max_new_tokens=32, temperature=1.0,
                         prompt_buckets=(32, 64), extend_buckets=(16, 32, 64, 128, 192)))
   # Trajectories are padded to one of these widths (few shapes -> few compiles).

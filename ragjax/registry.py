@@ -1,17 +1,28 @@
 """The one plug-in registry: every method part a config can name, by category.
 
 A method is a config plus the plug-ins it registers; the trainer and the engine look plug-ins
-up by the names the config gives and contain no method names themselves.
+up by the names the config gives and contain no method names themselves.  Every kind
+registers the same way, with this decorator beside its code:
 
-    @register("reward", "em")
+    @registry.register("reward", "em")
     def em_reward(ctx, **kwargs): ...
+
+    @registry.register("protocol")      # a protocol class, under its own `name`
+    @dataclasses.dataclass(frozen=True)
+    class MyProtocol(SearchR1): name = "mine"; ...
 
     lookup("reward", "em")             # the function
     check("reward", c.rl.rewards, "rl.rewards")   # before any work: unknown names fail fast
+    check_kwargs("reward", "em", c.rl.reward_kwargs.em, "rl.reward_kwargs.em")   # and misspelt
+                                       # keyword arguments, against the plug-in's signature
 
-Categories:
-  reward        fn(ctx: RewardContext, **kwargs) -> float | list[float]  (per step)
-  advantage     outcome advantage estimator fn(rewards, group_ids, loss_mask, eps) -> [B, T]
+Categories (the arguments in `KWARGS_AFTER` are the caller's; a config's kwargs are the rest):
+  reward        fn(ctx: RewardContext, **kwargs) -> float | list[float]  (per step); a batched
+                reward is fn(ctxs, **kwargs) -> values (`ragjax.rl.rewards.batched_reward`)
+  advantage     an outcome estimator fn(rewards, group_ids, loss_mask, eps) -> [B, T], or one
+                marked `uses_critic` (`ragjax.rl.advantages.critic_estimator`, GAE):
+                fn(token_rewards, values, loss_mask, *, gamma, lam) -> ([B, T] advantages,
+                [B, T] returns), which makes the run train a critic
   rollout_hook  factory(**kwargs) -> hook(views, editor) run after every parsed turn
   batch_filter  factory(tokenizer, **kwargs) -> fn(ctx: StepContext, state) -> rows to keep;
                 runs after rewards and old log-probs, before advantages (REX-RAG's
@@ -33,11 +44,13 @@ method carries from step to step (REX-RAG's keep-ratio history) resumes exactly.
 is the policy's (the engine's).
 
   protocol      a `ragjax.rollout.protocols.Protocol` subclass (tag grammar, prompts, parser),
-                built by `protocol.name` with the config's `protocol` fields
+                built by `protocol.name` with the config's `protocol` fields (its dataclass
+                fields are its keyword arguments; the class's defaults apply to the rest)
 
 Built-ins register themselves where they are defined, and `ragjax.plugins` is the one module
-that imports them all; the first lookup loads it (by name, so this leaf module imports nothing
-from ragjax).  User components bind through gin in a `--gin_file`:
+that imports them all (the one list of built-in modules); the first lookup loads it (by name,
+so this leaf module imports nothing from ragjax).  User components bind through gin in a
+`--gin_file`:
 `user_plugins.plugins = {"reward": {"mine": @my_reward}, "protocol": {"mine": @MyProtocol}}`.
 
     python -m ragjax.registry          # every kind, each name with its one-line description
@@ -46,6 +59,7 @@ from ragjax).  User components bind through gin in a `--gin_file`:
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from typing import Any, Callable, Iterable, Mapping, Optional
@@ -55,6 +69,11 @@ import gin
 CATEGORIES = ("reward", "advantage", "rollout_hook", "batch_filter", "behaviour",
               "metric", "signature", "data_stage", "protocol")
 BUILTINS = "ragjax.plugins"       # the module that imports (so registers) every built-in
+# The positional arguments the caller passes each kind (not a config's kwargs), and keyword
+# arguments it passes itself.
+KWARGS_AFTER = {"reward": 1, "rollout_hook": 0, "batch_filter": 1, "behaviour": 1,
+                "data_stage": 1, "protocol": 0}
+CALLER_KWARGS = {"data_stage": ("seed",)}
 
 _TABLE: dict[str, dict[str, Any]] = {c: {} for c in CATEGORIES}
 
@@ -65,11 +84,18 @@ def _category(category: str) -> dict[str, Any]:
   return _TABLE[category]
 
 
-def register(category: str, name: str) -> Callable[[Any], Any]:
-  """Decorator: adds a plug-in under (category, name); names are unique per category."""
+def register(category: str, name: Optional[str] = None) -> Callable[[Any], Any]:
+  """Decorator: adds a plug-in under (category, name); names are unique per category.  `name`
+  omitted: the object's own `name` attribute (a protocol class's)."""
   table = _category(category)
 
   def wrap(obj):
+    nonlocal name
+    if name is None:
+      name = getattr(obj, "name", None)
+      if not isinstance(name, str):
+        raise ValueError(f"register({category!r}) without a name needs an object with a "
+                         f"`name` attribute, got {obj!r}")
     if name in table and table[name] is not obj:
       raise ValueError(f"{category} {name!r} is already registered (by "
                        f"{getattr(table[name], '__module__', '?')})")
@@ -122,6 +148,32 @@ def check(category: str, keys: Iterable[str], field: str) -> None:
   bad = [k for k in keys if k not in known]
   if bad:
     raise ValueError(f"{field}: unknown {category} {bad}; registered: {sorted(known)}")
+
+
+def keyword_names(category: str, obj: Any) -> Optional[list[str]]:
+  """The keyword arguments a config may give plug-in `obj` of `category`, from its signature
+  (None: any, it takes **kwargs)."""
+  try:
+    params = list(inspect.signature(obj).parameters.values())
+  except (TypeError, ValueError):      # a builtin or C callable: nothing to check
+    return None
+  if any(p.kind is p.VAR_KEYWORD for p in params):
+    return None
+  params = params[KWARGS_AFTER.get(category, 0):]
+  return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+          and p.name not in CALLER_KWARGS.get(category, ())]
+
+
+def check_kwargs(category: str, name: str, kwargs: Optional[Mapping[str, Any]],
+                 field: str) -> None:
+  """Raises ValueError naming the config `field` and the allowed names when `kwargs` has a key
+  plug-in `name`'s signature does not take (checked before any work, not at the first call)."""
+  allowed = keyword_names(category, lookup(category, name))
+  bad = sorted(set(dict(kwargs or {})) - set(allowed)) if allowed is not None else []
+  if bad:
+    where = ", ".join(f"{field}.{k}" for k in bad)
+    raise ValueError(f"{where}: not an argument of {category} {name!r}; it takes: "
+                     f"{sorted(allowed)}")
 
 
 def describe(obj: Any, width: int = 100) -> str:

@@ -54,11 +54,18 @@ def from_dict(cls, data: Mapping[str, Any], path: str = "", **overrides):
     raise type(e)(f"{path}: {e}") from None
 
 
-def defaults(cls) -> dict[str, Any]:
+def defaults(cls, fields=None, exclude=()) -> dict[str, Any]:
   """A typed config's fields and their defaults, as a config section (`configs/common.py`
-  builds its rl / optim / trainer / sft sections from these: the defaults live in one place)."""
+  builds its sections from these: the defaults live in one place).  `fields`: only these
+  (None: all); `exclude`: not these (fields the code sets, not the config)."""
+  known = [f.name for f in dataclasses.fields(cls)]
+  unknown = sorted(set(fields or ()) - set(known))
+  if unknown:
+    raise ValueError(f"{cls.__name__} has no field(s) {unknown}; known: {known}")
   out = {}
   for f in dataclasses.fields(cls):
+    if (fields is not None and f.name not in fields) or f.name in exclude:
+      continue
     if f.default is not dataclasses.MISSING:
       out[f.name] = f.default
     elif f.default_factory is not dataclasses.MISSING:
@@ -66,6 +73,17 @@ def defaults(cls) -> dict[str, Any]:
     else:
       raise TypeError(f"{cls.__name__}.{f.name} has no default")
   return out
+
+
+def optional_type(cls, name: str):
+  """The type of `cls`'s field `name` when it is `Optional[int | float | str | bool]` (for a
+  config placeholder: a field that may be None and is set from the command line), else None."""
+  tp = typing.get_type_hints(cls).get(name)
+  if typing.get_origin(tp) is typing.Union:
+    inner = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(inner) == 1 and inner[0] in (int, float, str, bool):
+      return inner[0]
+  return None
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -32,10 +32,10 @@ from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.presets import get_preset  # noqa: E402
 from ragjax.wiring import components  # noqa: E402
 from ragjax.wiring.config_files import apply_overrides, load_config  # noqa: E402
-from ragjax.rl.rewards import register_reward  # noqa: E402
+from ragjax import registry  # noqa: E402
 
 
-@register_reward("probe_vowels")
+@registry.register("reward", "probe_vowels")
 def probe_vowels(ctx):
   """A dense reward (share of vowels in the sampled text) so every group has signal."""
   text = ctx.row.policy_text.lower()

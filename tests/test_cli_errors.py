@@ -257,6 +257,30 @@ def test_a_read_only_workdir_is_refused_before_any_work(tmp_path):
     assert failure(want, absent, rc, err) is None, err[-800:]
 
 
+def test_misspelt_plugin_arguments_are_one_line(tmp_path):
+  """Issue 55: a misspelt keyword argument of a reward, a rollout hook or a protocol is refused
+  by the config check (against the plug-in's signature) in one line naming the config field
+  and the names it takes, before any work; not at the first row scored."""
+  tmp = str(tmp_path)
+  with open(f"{tmp}/protocol_typo.py", "w") as f:
+    f.write("from ragjax.wiring.config_files import load_config\n\n\ndef get_config():\n"
+            "  c = load_config('configs/search_r1.py:tiny')\n  c.protocol.top_kk = 2\n"
+            "  return c\n")
+  results = run_all([
+      (["ragjax.train", TINY, "--config.rl.rewards={'search_r1_em': 1.0}",
+        "--config.rl.reward_kwargs={'search_r1_em': {'format_scor': 0.1}}",
+        f"--config.workdir={tmp}/w1"],
+       ("rl.reward_kwargs.search_r1_em.format_scor", "['format_score']"), f"{tmp}/w1"),
+      (["ragjax.train", TINY, "--config.rollout.hooks={'rex_rag_clone': {'pp': 0.5}}",
+        f"--config.workdir={tmp}/w2"],
+       ("rollout.hooks.rex_rag_clone.pp", "'p'", "'prompt_indices'"), f"{tmp}/w2"),
+      (["ragjax.train", f"--config={tmp}/protocol_typo.py", f"--config.workdir={tmp}/w3"],
+       ("protocol.top_kk", "'top_k'"), f"{tmp}/w3")])
+  bad = [(cmd, failure(want, absent, rc, err), err[-800:])
+         for cmd, want, absent, rc, err in results if failure(want, absent, rc, err)]
+  assert not bad, bad
+
+
 def HUNT(tmp):  # noqa: N802  (issue 56's own hunt: bad inputs nobody listed before)
   """Wrong types and ranges in every config section, malformed files of the kinds the CLIs
   read.  Run with `RAGJAX_HUNT=1 python -m pytest tests/test_cli_errors.py -k hunt -s`; the

@@ -71,3 +71,28 @@ def test_split_files_and_the_corpus_are_checked_before_any_work():
   c.retriever.corpus = "/nonexistent/passages.jsonl"
   with pytest.raises(FileNotFoundError, match="retriever.corpus"):
     validate(c)
+
+
+def test_plugin_keyword_arguments_are_checked_against_signatures():
+  """Issue 55: every kind's config kwargs are checked against the plug-in's signature when the
+  config is checked, in one line naming the field and the names the plug-in takes."""
+  from ragjax import registry
+  from ragjax.rl.config import RLConfig
+  from ragjax.rollout.protocols import get_protocol
+  with pytest.raises(ValueError, match=r"rl.reward_kwargs.search_r1_em.format_scor: not an "
+                                       r"argument of reward 'search_r1_em'; it takes: "
+                                       r"\['format_score'\]"):
+    RLConfig(rewards={"search_r1_em": 1.0}, reward_kwargs={"search_r1_em": {"format_scor": 1}})
+  with pytest.raises(ValueError, match=r"rl.reward_kwargs.r3_rag.lamda_form: .*'lambda_form'"):
+    RLConfig(rewards={"r3_rag": 1.0}, reward_kwargs={"r3_rag": {"lamda_form": "gamma"}})
+  with pytest.raises(ValueError, match=r"rl.behaviour_kwargs.ppdd: .*'ppd'"):
+    RLConfig(behaviour="rex_rag", behaviour_kwargs={"ppdd": "ngram"})
+  with pytest.raises(ValueError, match=r"rl.batch_filter_kwargs.keep: .*'keep_ratio'"):
+    RLConfig(batch_filter="rex_rag", batch_filter_kwargs={"keep": 0.1})
+  with pytest.raises(ValueError, match=r"rollout.hooks.rex_rag_clone.pp: .*'p'"):
+    registry.check_kwargs("rollout_hook", "rex_rag_clone", {"pp": 1},
+                          "rollout.hooks.rex_rag_clone")
+  with pytest.raises(ValueError, match=r"protocol.obs_max_token: .*'obs_max_tokens'"):
+    get_protocol("world", obs_max_token=3)
+  RLConfig(rewards={"search_r1_em": 1.0}, reward_kwargs={"search_r1_em": {"format_score": 0.1}})
+  assert get_protocol("world", obs_max_tokens=160).obs_max_tokens == 160

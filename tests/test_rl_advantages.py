@@ -167,3 +167,21 @@ def test_reward_placement():
   np.testing.assert_array_equal(place_rewards([[0.5, 2.0], [1.5]], mask, [[-1, 8], []]),
                                 [np.where(np.arange(10) == 8, 2.5, 0.0),
                                  np.where(np.arange(10) == 4, 1.5, 0.0)])
+
+
+def test_gae_is_a_registered_critic_estimator():
+  """Issue 55: GAE is an advantage like the others; the run trains a critic because the
+  registered estimator says so (`critic_estimator`), not because its name is "gae"."""
+  from ragjax import registry
+  from ragjax.rl import advantages as A
+  from ragjax.rl.config import RLConfig
+  assert "gae" in registry.names("advantage")
+  assert A.uses_critic("gae") and not A.uses_critic("grpo")
+  assert RLConfig(advantage="gae").uses_critic and not RLConfig().uses_critic
+  r = np.array([[0.0, 0.5, 1.0], [1.0, 0.0, 0.0]], np.float32)
+  v = np.array([[0.1, 0.2, 0.3], [0.0, 0.4, 0.0]], np.float32)
+  m = np.array([[1, 1, 1], [1, 0, 1]], np.float32)
+  a, ret = A.critic_advantages("gae", r, v, m, gamma=0.9, lam=0.8)
+  a0, ret0 = A.gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(m), 0.9, 0.8)
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(a0))
+  np.testing.assert_array_equal(np.asarray(ret), np.asarray(ret0))

@@ -6,7 +6,7 @@ import pytest
 from ragjax import registry
 from ragjax.metrics import cover_exact_match, exact_match, normalize_answer, token_f1
 from ragjax.rl.rewards import (RewardContext, combine_rewards, get_reward,
-                               is_valid_search_r1_format, register_reward, registered_rewards)
+                               is_valid_search_r1_format, registered_rewards)
 from ragjax.rollout.protocols import get_protocol
 from ragjax.rollout.trajectory import RowMeta, TurnRecord
 
@@ -91,7 +91,7 @@ def test_format_state_machine(text, ok):
 
 
 def test_record_fields_and_per_step_rewards_combine():
-  @register_reward("test_step_relevance")
+  @registry.register("reward", "test_step_relevance")
   def step_relevance(ctx):
     return [0.6 if any("Paris" in d for d in t.doc_texts) else -0.1 for t in ctx.row.turns]
 
@@ -116,7 +116,7 @@ def test_registry_checks_names_before_any_work():
   with pytest.raises(ValueError, match=r"rl.rewards: unknown reward \['emm'\]"):
     registry.check("reward", {"emm": 1.0}, "rl.rewards")
   with pytest.raises(ValueError, match="already registered"):
-    register_reward("em")(lambda ctx: 0.0)
+    registry.register("reward", "em")(lambda ctx: 0.0)
   from ragjax.rl.config import RLConfig
   with pytest.raises(ValueError, match="rl.advantage: unknown advantage"):
     RLConfig(advantage="grpoo")

@@ -15,7 +15,7 @@ from _rl_helpers import tiny_cfg, tiny_params
 from resume_probe import build_trainer
 from ragjax.rl.logprobs import full_logprobs
 from ragjax.rl.metrics_log import MetricsLog
-from ragjax.rl.rewards import register_reward
+from ragjax import registry
 from ragjax.rl.sft import make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, make_update
 from ragjax.rl.trainer import NonFiniteError
@@ -26,7 +26,7 @@ from ragjax.rollout.viewer import page_html
 _CALLS = {"n": 0}
 
 
-@register_reward("test_nan_after_first_step")
+@registry.register("reward", "test_nan_after_first_step")
 def nan_after_first_step(ctx):
   _CALLS["n"] += 1
   return 0.5 if _CALLS["n"] <= 8 else float("nan")    # 8 trajectories per step

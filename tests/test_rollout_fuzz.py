@@ -30,7 +30,7 @@ from test_services_fixtures import ScriptedChat  # noqa: E402
 
 from ragjax import registry  # noqa: E402
 import ragjax.rl.rewards  # noqa: E402,F401  (registers the rewards and metrics)
-from ragjax.rl.rewards.registry import RewardContext, score_rows  # noqa: E402
+from ragjax.rl.rewards.context import RewardContext, score_rows  # noqa: E402
 from ragjax.rollout.dump import batch_records  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402

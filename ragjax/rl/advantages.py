@@ -1,9 +1,10 @@
-"""Advantage estimators: GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline (host side) and GAE (JAX).
+"""Advantage estimators: GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline (host side) and GAE (JAX),
+each registered in `ragjax.registry` ("advantage").
 
 Outcome estimators work on one scalar reward per trajectory and groups keyed by prompt uid, of
 any size (REX-RAG clones enlarge a group).  They run on the host in float64: the arrays are
 tiny and group bookkeeping is easier there.  GAE needs the critic's per-token values and runs
-on device.
+on device: it is a `critic_estimator`, called with the token rewards and values instead.
 """
 
 from __future__ import annotations
@@ -155,10 +156,29 @@ def reinforce_pp_group_norm_estimator(rewards, group_ids, loss_mask, eps: float 
   return reinforce_pp_group_norm_advantages(rewards, group_ids, loss_mask)
 
 
+def critic_estimator(fn):
+  """Marks advantage estimator `fn` as one that needs the critic: the run trains a value head
+  and calls fn(token_rewards, values, loss_mask, *, gamma, lam) -> (advantages, returns)."""
+  fn.uses_critic = True
+  return fn
+
+
+def uses_critic(estimator: str) -> bool:
+  """Whether the registered estimator `estimator` needs the critic (`critic_estimator`)."""
+  return bool(getattr(registry.lookup("advantage", estimator), "uses_critic", False))
+
+
 def outcome_advantages(estimator: str, rewards, group_ids, loss_mask, *, eps: float = 1e-6) -> np.ndarray:
   """The registered estimator by name; always [B, T] advantages, zero off the loss mask."""
   mask = np.asarray(loss_mask, np.float32)
   return registry.lookup("advantage", estimator)(rewards, group_ids, mask, eps=eps)
+
+
+def critic_advantages(estimator: str, token_rewards, values, loss_mask, *, gamma: float,
+                      lam: float):
+  """The registered critic estimator by name: ([B, T] advantages, [B, T] returns)."""
+  return registry.lookup("advantage", estimator)(token_rewards, values, loss_mask, gamma=gamma,
+                                                 lam=lam)
 
 
 def gae(token_rewards: jnp.ndarray, values: jnp.ndarray, mask: jnp.ndarray, gamma: float,
@@ -186,3 +206,11 @@ def gae(token_rewards: jnp.ndarray, values: jnp.ndarray, mask: jnp.ndarray, gamm
   adv = adv.T
   return adv, (adv + v) * m
 
+
+
+@registry.register("advantage", "gae")
+@critic_estimator
+def gae_estimator(token_rewards, values, loss_mask, *, gamma: float, lam: float):
+  """GAE (PPO): per-token advantages from the critic's values; trains a critic."""
+  return gae(jnp.asarray(token_rewards), jnp.asarray(values), jnp.asarray(loss_mask), gamma,
+             lam)

@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping, Optional
 
 from ragjax import registry
-from ragjax.rl.advantages import WHITENINGS
+from ragjax.rl.advantages import WHITENINGS, uses_critic
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rollout.labels import check_train_on
 from ragjax.typed_config import flatten, from_dict
@@ -69,8 +69,7 @@ class RLConfig:
   step_samples: bool = False
 
   def __post_init__(self):
-    if self.advantage != "gae":
-      registry.check("advantage", [self.advantage], "rl.advantage")
+    registry.check("advantage", [self.advantage], "rl.advantage")
     registry.check("reward", self.rewards, "rl.rewards")
     if not self.rewards:
       raise ValueError("rl.rewards is empty: every trajectory would score 0 and nothing would be "
@@ -83,10 +82,16 @@ class RLConfig:
     unknown = sorted(set(self.reward_kwargs) - set(self.rewards))
     if unknown:
       raise ValueError(f"rl.reward_kwargs: {unknown} are not in rl.rewards {sorted(self.rewards)}")
+    for name, kwargs in dict(self.reward_kwargs).items():
+      registry.check_kwargs("reward", name, kwargs, f"rl.reward_kwargs.{name}")
     if self.behaviour:
       registry.check("behaviour", [self.behaviour], "rl.behaviour")
+      registry.check_kwargs("behaviour", self.behaviour, self.behaviour_kwargs,
+                            "rl.behaviour_kwargs")
     if self.batch_filter:
       registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
+      registry.check_kwargs("batch_filter", self.batch_filter, self.batch_filter_kwargs,
+                            "rl.batch_filter_kwargs")
     registry.check("metric", self.metrics, "rl.metrics")
     registry.check("signature", self.signatures, "rl.signatures")
     for name in ("loss_agg", "critic_loss_agg"):
@@ -96,7 +101,7 @@ class RLConfig:
       if mode == "token-mean-per-micro-batch" and self.loss_agg_rows < 1:
         raise ValueError(f"rl.{name}={mode!r} needs rl.loss_agg_rows >= 1 (sequences per "
                          f"micro-batch), got {self.loss_agg_rows}")
-    if self.adv_whiten and (self.adv_whiten not in WHITENINGS or self.advantage != "gae"):
+    if self.adv_whiten and (self.adv_whiten not in WHITENINGS or not self.uses_critic):
       raise ValueError(f"rl.adv_whiten={self.adv_whiten!r} whitens GAE advantages "
                        f"(rl.advantage='gae'; known: {sorted(WHITENINGS)} or ''), got "
                        f"rl.advantage={self.advantage!r}")
@@ -114,7 +119,7 @@ class RLConfig:
                        f"(set rl.use_sampler_logprobs=False to re-score them)")
     if self.step_samples:
       bad = [f"{name}={value!r}" for name, value, ok in (
-          ("advantage", self.advantage, self.advantage == "gae"),
+          ("advantage", self.advantage, self.uses_critic),
           ("train_on", tuple(self.train_on), tuple(self.train_on) == ("policy",)),
           ("behaviour", self.behaviour, not self.behaviour),
           ("batch_filter", self.batch_filter, not self.batch_filter)) if not ok]
@@ -128,7 +133,8 @@ class RLConfig:
 
   @property
   def uses_critic(self) -> bool:
-    return self.advantage == "gae"
+    """The estimator trains a critic (GAE: `ragjax.rl.advantages.critic_estimator`)."""
+    return uses_critic(self.advantage)
 
   @property
   def needs_reference(self) -> bool:

@@ -122,10 +122,10 @@ def build_step_batch(rollout: RolloutBatch, results: Sequence[RewardResult], *,
 
 
 def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]]:
-  """([N, T] advantages, [N, T] critic returns or None): GAE over the placed token rewards
-  (less the KL penalty with `rl.kl_in_reward`), whitened over the step's trained tokens as
-  `rl.adv_whiten` says, when the run has a critic, else the registered outcome estimator over
-  each group's rewards."""
+  """([N, T] advantages, [N, T] critic returns or None): the registered critic estimator (GAE)
+  over the placed token rewards (less the KL penalty with `rl.kl_in_reward`), whitened over the
+  step's trained tokens as `rl.adv_whiten` says, when the run has a critic, else the registered
+  outcome estimator over each group's rewards."""
   if not rl.uses_critic:
     return adv_lib.outcome_advantages(rl.advantage, sb.rewards, sb.group_id, sb.loss_mask,
                                       eps=rl.adv_eps), None
@@ -133,8 +133,8 @@ def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]
   if rl.kl_in_reward and sb.ref_logprobs is not None:
     token_r = token_r - rl.kl_coef * np.asarray(
         kl_penalty(jnp.asarray(sb.old_logprobs), jnp.asarray(sb.ref_logprobs), "k1")) * sb.loss_mask
-  a, ret = adv_lib.gae(jnp.asarray(token_r), jnp.asarray(sb.values), jnp.asarray(sb.loss_mask),
-                       rl.gamma, rl.lam)
+  a, ret = adv_lib.critic_advantages(rl.advantage, token_r, sb.values, sb.loss_mask,
+                                     gamma=rl.gamma, lam=rl.lam)
   # the returns the critic regresses on are GAE's own; only the advantages are whitened
   return adv_lib.whiten_advantages(np.asarray(a), sb.loss_mask, rl.adv_whiten), np.asarray(ret)
 

@@ -84,6 +84,8 @@ def make_hooks(c) -> list:
   """The rollout hooks `rollout.hooks` names ({name: kwargs}), built from the registry."""
   hooks = dict(c.rollout.hooks)
   registry.check("rollout_hook", hooks, "rollout.hooks")
+  for name, kw in hooks.items():
+    registry.check_kwargs("rollout_hook", name, kw, f"rollout.hooks.{name}")
   return [registry.lookup("rollout_hook", name)(**dict(kw or {})) for name, kw in hooks.items()]
 
 

@@ -60,6 +60,8 @@ def validate(c) -> RunConfig:
   from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
+  for name, kw in dict(c.data.get("stages", {})).items():
+    registry.check_kwargs("data_stage", name, kw, f"data.stages.{name}")
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
   split = split_config(c)

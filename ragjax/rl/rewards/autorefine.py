@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 from ragjax import registry
 from ragjax.metrics import cover_exact_match, token_f1
-from ragjax.rl.rewards.registry import RewardContext, register_reward
+from ragjax.rl.rewards.context import RewardContext
 
 
 def refine_texts(row, required: bool = True) -> list[str]:
@@ -34,7 +34,7 @@ def refine_texts(row, required: bool = True) -> list[str]:
   return list(texts)
 
 
-@register_reward("autorefine")
+@registry.register("reward", "autorefine")
 def autorefine_reward(ctx: RewardContext, refine_score: float = 0.1) -> float:
   """AutoRefine's Eq. 3: the answer's F1, else refine_score when a refine block holds the answer."""
   if ctx.answer is None:
@@ -49,7 +49,7 @@ def autorefine_reward(ctx: RewardContext, refine_score: float = 0.1) -> float:
   return 0.0
 
 
-@register_reward("refine_cover_em")
+@registry.register("reward", "refine_cover_em")
 def refine_cover_em_reward(ctx: RewardContext) -> float:
   """The retrieval reward alone (Eq. 2, the code's cover-EM): a gold alias inside the
   concatenated `<refine>` text."""

@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ragjax import registry
-from ragjax.rl.rewards.registry import RewardContext, batched_reward, register_reward
+from ragjax.rl.rewards.context import RewardContext, batched_reward
 from ragjax.rollout.protocols.r3_rag import r3_step_fields
 from ragjax.services.r3_judges import answer_correct, step_relevance
 
@@ -98,7 +98,7 @@ def step_rewards(actions: Sequence[str], relevance: Sequence[float], outcome: st
   return out
 
 
-@register_reward("r3_rag")
+@registry.register("reward", "r3_rag")
 @batched_reward
 def r3_rag_reward(ctxs: Sequence[RewardContext], judge: str = "judge", process: bool = True,
                   answer_judge: bool = True, gamma_correct: float = 0.6,

@@ -27,7 +27,8 @@ import re
 import string
 from typing import Mapping, Optional, Sequence
 
-from ragjax.rl.rewards.registry import RewardContext, batched_reward, register_reward
+from ragjax import registry
+from ragjax.rl.rewards.context import RewardContext, batched_reward
 
 ANSWER = re.compile(r"<answer>[\s\S]*?</answer>")
 ANSWER_CONTENT = re.compile(r"<answer>([\s\S]*?)</answer>")
@@ -120,7 +121,7 @@ def check_judge_room(judge, records: Sequence[Mapping], turn_tokens: int,
         f"reach {need}; raise judge.max_prompt_tokens or lower sampler.max_new_tokens")
 
 
-@register_reward("rezero_correctness")
+@registry.register("reward", "rezero_correctness")
 @batched_reward
 def rezero_correctness(ctxs: Sequence[RewardContext], judge_input: str = "answer") -> list[float]:
   """1 iff checks (a)-(c) pass and the judge's reply contains "yes" (one judge request for the
@@ -159,7 +160,7 @@ def format_ok(text: Optional[str]) -> bool:
   return text.strip().endswith(("</search>", "</answer>"))
 
 
-@register_reward("rezero_format")
+@registry.register("reward", "rezero_format")
 def rezero_format(ctx: RewardContext) -> float:
   """1 iff the last assistant message is well formed (intermediate turns are not checked)."""
   return float(format_ok(last_assistant(messages(ctx))))
@@ -196,14 +197,14 @@ def retry_score(counts: Sequence[int], retry_counting: str = "all_searches") -> 
   return round(r, 3)
 
 
-@register_reward("rezero_retry")
+@registry.register("reward", "rezero_retry")
 def rezero_retry(ctx: RewardContext, retry_counting: str = "all_searches") -> float:
   """min(1, 0.2 + 0.15 min(n, 5)) for n searches (n - 1 with "after_first"), halved if one
   message holds several searches, 0 unless the last assistant message has an answer."""
   return retry_value(messages(ctx), retry_counting)
 
 
-@register_reward("search_retry")
+@registry.register("reward", "search_retry")
 def search_retry(ctx: RewardContext, retry_counting: str = "after_first") -> float:
   """ReZero's retry reward on any tag protocol: its value for the row's searches (one per turn),
   0 unless the row answered; for combining ReZero with other methods' protocols."""
@@ -231,7 +232,7 @@ def gold_chunk(example: Mapping) -> tuple[Optional[str], Optional[str]]:
                  f"supporting_paragraphs or supporting_ids)")
 
 
-@register_reward("rezero_em_chunk")
+@registry.register("reward", "rezero_em_chunk")
 def rezero_em_chunk(ctx: RewardContext) -> float:
   """1 iff the gold chunk is a substring of an information message (or, by id, was shown)."""
   text, pid = gold_chunk(ctx.example)
@@ -266,7 +267,7 @@ def strategy_value(msgs: Sequence[Mapping]) -> float:
   return round(score, 10)
 
 
-@register_reward("rezero_strategy")
+@registry.register("reward", "rezero_strategy")
 def rezero_strategy(ctx: RewardContext) -> float:
   """0.2 think+search in one message; 0.2 per information-based refinement (at most 0.4);
   0.4 for an answer whose thinking cites what was found."""
@@ -311,7 +312,7 @@ def diversity_value(queries: Sequence[str]) -> float:
   return min(1.0, max(0.0, base + 0.4 * diversity + op_bonus - sim_pen - dup_pen))
 
 
-@register_reward("rezero_diversity")
+@registry.register("reward", "rezero_diversity")
 def rezero_diversity(ctx: RewardContext) -> float:
   """Rewards distinct queries (similarity by difflib's ratio), penalises near-duplicates."""
   queries = [q for t in assistant_texts(messages(ctx)) for q in TAG_FREE_SEARCH.findall(t)]

@@ -33,7 +33,7 @@ import threading
 from ragjax import registry
 from ragjax.metrics import letter_match, math_equal
 from ragjax.metrics.answer import normalize_answer_spaced, token_f1
-from ragjax.rl.rewards.registry import RewardContext, register_reward
+from ragjax.rl.rewards.context import RewardContext
 from ragjax.rl.rewards.ur2_checks import violations
 from ragjax.data.schema import record_field
 from ragjax.rollout.protocols.ur2 import check_task
@@ -121,7 +121,7 @@ def answer_score(task: str, pred: str, golds, question: str = "", judge=None,
   return (2.0 if score == 2.0 else 0.0) if binary else score
 
 
-@register_reward("ur2_answer")
+@registry.register("reward", "ur2_answer")
 def ur2_answer_reward(ctx: RewardContext, task: str = "qa", binary: bool = False,
                       **judge_kwargs) -> float:
   """UR² answer score: QA 2 x F1, choice 2 / 0, math by rule and judge (binary=True: +2 / 0)."""
@@ -142,7 +142,7 @@ def row_violations(ctx: RewardContext, task: str = "qa", family="qwen",
                     missing_retrieval=missing, family=family)
 
 
-@register_reward("ur2_format")
+@registry.register("reward", "ur2_format")
 def ur2_format_reward(ctx: RewardContext, mode: str = "stage2", task: str = "qa",
                       family="qwen", missing_retrieval_steps: int = -1) -> float:
   """UR² format checks: 1 when none is violated; Stage 1 retrieval rows lose 1 per violation."""
@@ -154,7 +154,7 @@ def ur2_format_reward(ctx: RewardContext, mode: str = "stage2", task: str = "qa"
   return -float(n) if mode == "stage1" and example_retrieval(ctx) else 0.0
 
 
-@register_reward("ur2_retrieval")
+@registry.register("reward", "ur2_retrieval")
 def ur2_retrieval_reward(ctx: RewardContext, one: float = 3.0, many: float = 4.0,
                          steps: int = 0) -> float:
   """UR² Stage 1 retrieval reward: `one` for one search, `many` for more, on retrieval rows."""
@@ -164,7 +164,7 @@ def ur2_retrieval_reward(ctx: RewardContext, one: float = 3.0, many: float = 4.0
   return 0.0 if n == 0 else float(one) if n == 1 else float(many)
 
 
-@register_reward("ur2_fallback")
+@registry.register("reward", "ur2_fallback")
 def ur2_fallback_reward(ctx: RewardContext, penalty: float = 0.5) -> float:
   """UR² penalty per search answered with the summariser's fallback sentence."""
   if not example_retrieval(ctx):

@@ -11,6 +11,5 @@ Here, registered by name for a config to use:
                           (`correction`, with Algorithm 1's prompt PMF in `pmf`)
   metric "rex_rag"        clones made / kept / overflowed, z, a, keep ratio, accuracies, and
                           mu / pi_old by segment (`metrics`)
+(Registered when `ragjax.plugins` imports these modules.)
 """
-
-from ragjax.rl.rex_rag import correction, metrics, trajectory_filter  # noqa: F401  (registers)

@@ -1,5 +1,6 @@
-"""Search protocols, one per grammar, registered in `ragjax.registry` ("protocol") by their
-`name`, so a config picks one by name and a user protocol binds through gin like any plug-in."""
+"""Search protocols, one per grammar, each registered in `ragjax.registry` by a decorator on its
+class (`@registry.register("protocol")`, under its `name`), so a config picks one by name and
+a user protocol binds through gin like any plug-in (docs/adding_a_method.md)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ from ragjax.rollout.protocols.search_r1 import DirectAnswer, RexRag, SearchR1
 from ragjax.rollout.protocols.ur2 import UR2
 from ragjax.rollout.protocols.world import WorldSearch
 
-for _cls in (SearchR1, RexRag, DirectAnswer, AutoRefine, R3Rag, UR2, ReZero, WorldSearch):
-  registry.register("protocol", _cls.name)(_cls)
-
 
 def get_protocol(name: str, **overrides) -> Protocol:
   """The protocol registered as `name` with field `overrides` (e.g. `top_k=5`); an unknown
   name or field is a ValueError naming it (`protocol.<field>` as a config writes it)."""
   registry.check("protocol", [name], "protocol.name")
+  registry.check_kwargs("protocol", name, overrides, "protocol")
   from ragjax.typed_config import from_dict
   return from_dict(registry.lookup("protocol", name), overrides, "protocol")
 

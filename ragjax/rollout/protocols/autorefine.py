@@ -18,6 +18,7 @@ import dataclasses
 import re
 from typing import Sequence
 
+from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, PromptInput, search_r1_question
 from ragjax.rollout.protocols.search_r1 import (LONG_INVALID_MESSAGE, SEARCH_R1_TEMPLATE,
@@ -54,6 +55,7 @@ def refine_blocks(text: str) -> list[str]:
   return [m.strip() for m in re.findall(r"<refine>(.*?)</refine>", text, re.DOTALL)]
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class AutoRefine(SearchR1):
   """AutoRefine's rollout: Search-R1's tags with <documents> and a <refine> block after each search."""

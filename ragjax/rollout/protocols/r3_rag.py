@@ -27,6 +27,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
+from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import (Action, Kind, PromptInput, Protocol, RestartStep,
                                            hit_contents)
@@ -99,6 +100,7 @@ def parse_r3_step(text: str, *, final: bool, step_header: bool = False) -> Actio
   return Action(Kind.ANSWER, answer=answer, keep=keep)
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class R3Rag(Protocol):
   """R3-RAG's plain-text "Step j:" rollout, each step prompted afresh (a restart context).

@@ -19,6 +19,7 @@ import datetime
 import re
 from typing import Optional, Sequence
 
+from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, hit_contents
 from ragjax.rollout.segments import Segment
@@ -48,6 +49,7 @@ def rezero_results(hits: Sequence) -> str:
   return "".join(f"Result {i + 1}:\n{hit_contents(h)}\n------\n" for i, h in enumerate(hits))
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class ReZero(Protocol):
   """ReZero's chat rollout: tool-call searches answered as user turns, retries encouraged."""

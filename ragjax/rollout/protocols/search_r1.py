@@ -14,6 +14,7 @@ import dataclasses
 import re
 from typing import Sequence
 
+from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import (Action, Kind, PromptInput, Protocol, first_tag_action,
                                            search_r1_question)
@@ -73,6 +74,7 @@ def parse_search_answer(text: str, *, final: bool) -> Action:
   return Action(Kind.SEARCH, query=content, keep=m.end(), all_queries=all_queries)
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class SearchR1(Protocol):
   """Search-R1's rollout: <think>, <search> query </search>, <information> documents, <answer>."""
@@ -122,6 +124,7 @@ class SearchR1(Protocol):
     return [Segment(self.invalid_message, Source.ENV)]
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class RexRag(SearchR1):
   """REX-RAG's rollout (seeds §1.2): Search-R1 tags, 5 turns, a short invalid message.
@@ -140,6 +143,7 @@ DIRECT_TEMPLATE = (
     "Question: {question}")
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class DirectAnswer(SearchR1):
   """The model answering from memory: one turn, `<answer>` only (a real model's "direct"

@@ -13,6 +13,7 @@ import dataclasses
 import re
 from typing import Mapping, Optional, Sequence
 
+from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, hit_contents
 from ragjax.rollout.segments import Segment
@@ -188,6 +189,7 @@ def check_task(task: str, where: str = "UR2 task") -> str:
   return task
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class UR2(Protocol):
   """UR²'s rollout: QA, multiple choice and math prompts, with or without retrieval per example.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from ragjax import registry
 from ragjax.rollout.protocols.base import PromptInput, hit_contents, search_r1_question
 from ragjax.rollout.protocols.search_r1 import SearchR1
 
@@ -26,6 +27,7 @@ def compact_docs(hits: Sequence) -> str:
   return "".join(out)
 
 
+@registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class WorldSearch(SearchR1):
   """The synthetic world's short Search-R1-style protocol, for small from-scratch policies."""

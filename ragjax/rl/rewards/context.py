@@ -1,6 +1,7 @@
-"""Rewards: functions of one row's record, registered by name in `ragjax.registry` ("reward").
+"""What a reward reads (`RewardContext`) and how the rewards a config names are scored
+(`score_rows`).  Rewards register by name in `ragjax.registry`, like every plug-in:
 
-    @register_reward("em")
+    @registry.register("reward", "em")
     def em_reward(ctx: RewardContext, **kwargs) -> float | list[float]: ...
 
 `ctx.row` is the rollout's metadata record of the trajectory (parsed answer, queries, retrieved
@@ -49,11 +50,6 @@ class RewardContext:
     return self.row.answer
 
 
-def register_reward(name: str):
-  """Decorator: registers fn(ctx, **kwargs) as reward `name`."""
-  return registry.register("reward", name)
-
-
 def batched_reward(batch_fn):
   """Decorator for a reward scored a batch at a time: `batch_fn(ctxs, **kwargs) -> values`
   becomes a per-row reward (`fn(ctx)` = `batch_fn([ctx])[0]`) that carries `.batch`."""
@@ -62,6 +58,7 @@ def batched_reward(batch_fn):
   one.batch = batch_fn
   one.__name__, one.__doc__ = batch_fn.__name__, batch_fn.__doc__
   one.__module__ = batch_fn.__module__
+  one.__wrapped__ = batch_fn     # its keyword arguments are batch_fn's (the config check reads them)
   return one
 
 
