@@ -39,7 +39,7 @@ from ml_collections import ConfigDict, config_dict
 
 from ragjax.wiring.config_files import sibling
 from ragjax.data.splits import SplitConfig
-from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
+from ragjax.rl.run_config import OptimConfig, RLConfig, TrainerConfig
 from ragjax.rl.sft import SFTConfig
 from ragjax.typed_config import defaults
 
@@ -127,7 +127,7 @@ def get_config() -> ConfigDict:
   c.rollout.chat = config_dict.placeholder(bool)
 
   # The update's sections take their fields and defaults from the typed configs the code reads
-  # (ragjax.rl.config, ragjax.rl.sft: each field is documented there), so the defaults live in
+  # (ragjax.rl.run_config, ragjax.rl.sft: each field is documented there), so the defaults live in
   # one place; recipes set deltas.
   c.sft = ConfigDict(defaults(SFTConfig))
   c.rl = ConfigDict(defaults(RLConfig))

@@ -9,7 +9,7 @@ import numpy as np
 
 from conftest import temp_dir
 from ragjax.rollout.protocols import search_r1, autorefine, ur2, rezero
-from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
+from ragjax.sampling.sampler_config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
 from ragjax.rollout.teacher import TeacherState
 

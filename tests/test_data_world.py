@@ -200,7 +200,7 @@ def test_tfds_world_builder_is_byte_identical_and_round_trips(tmp_path):
 
 def test_flashrag_files_round_trip_through_the_flashrag_builder(tmp_path):
   from ragjax.data.builders import FilesConfig, RagjaxFlashrag
-  from ragjax.retrieval.corpus import read_passages
+  from ragjax.retrieval.corpus_reader import read_passages
   from ragjax.data.flashrag import read_flashrag
   from ragjax.data.load import load_split
   world = generate_world(SMALL)

@@ -64,7 +64,7 @@ def test_logits_and_greedy_decoding_match_transformers(model, reference):
   from ragjax.rollout.engine import EngineConfig, RolloutEngine
   from ragjax.rollout.labels import Source
   from ragjax.rollout.protocols import get_protocol
-  from ragjax.sampling.config import SamplerConfig
+  from ragjax.sampling.sampler_config import SamplerConfig
   from ragjax.sampling.sampler import Sampler
   cfg, params, tok = model
   rows = [chat_ids(tok, QUESTION), chat_ids(tok, "Name the capital of France.")[:30]]

@@ -12,7 +12,7 @@ from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
                                   reinforce_pp_baseline_advantages,
                                   reinforce_pp_group_norm_advantages, rloo_advantages,
                                   whiten_advantages)
-from ragjax.rl.config import RLConfig
+from ragjax.rl.run_config import RLConfig
 from ragjax.rl.step_batch import step_advantages
 from ragjax.rollout.token_rewards import place_rewards
 

@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.model_config import DecoderConfig, as_dtype
 from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
 from ragjax.models.pallas_decode import decode_attention as pallas_attention

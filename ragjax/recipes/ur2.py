@@ -29,7 +29,7 @@ import time
 from ragjax.data.readers import READERS, as_record, read_examples
 from ragjax.wiring import components as parts
 from ragjax.wiring.chat_services import MODEL_KINDS, check_chat, make_chat
-from ragjax.rl.config import parse_run_config
+from ragjax.rl.run_config import parse_run_config
 from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
 
 STAGE1_DIR = "stage1"

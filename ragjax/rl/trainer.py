@@ -42,12 +42,12 @@ import tqdm
 from ragjax import registry
 from ragjax.errors import STORAGE_ERRNOS, ServiceUnavailable, StorageError
 from ragjax.metrics import answer_metrics
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.parallel.distributed import global_array, is_main, to_host
 from ragjax.parallel.shard import batch_sharding
 from ragjax.rl.batch import TrainBatch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
-from ragjax.rl.config import RunConfig
+from ragjax.rl.run_config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate

@@ -30,7 +30,7 @@ from ragjax.rollout.hooks import Hook
 from ragjax.rollout.protocols.base import Protocol, as_prompt_input
 from ragjax.rollout.renderer import Renderer
 from ragjax.rollout.retrieval_step import RetrievalStep
-from ragjax.rollout.rows import RowStore
+from ragjax.rollout.row_store import RowStore
 from ragjax.rollout.sizing import plan_waves, spare_prompts, spare_rows_for, wave_spare_rows
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, assemble,
                                        assemble_samples)

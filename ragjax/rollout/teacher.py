@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
+from ragjax.sampling.sampler_config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
 
 
