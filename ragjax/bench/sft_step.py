@@ -43,7 +43,7 @@ from ragjax.rl.train_step import init_train_state, jit_update, make_update, plac
 from ragjax.rollout.factory import make_engine
 from ragjax.rollout.labels import LABEL_DTYPE, Source, loss_mask
 from ragjax.rollout.trajectory import pad_rows
-from ragjax.sampling.sampler_config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 from ragjax.typed_config import from_dict
 
 DEFAULT_CONFIG = "configs/world.py"

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Masks, masks as label_masks
-from ragjax.sampling.sampler_config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass

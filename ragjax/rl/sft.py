@@ -35,7 +35,7 @@ from ragjax.rl.train_step import (NonFiniteError, init_train_state, jit_update, 
 from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
                                    loss_mask, positions)
 from ragjax.rollout.trajectory import pad_rows
-from ragjax.sampling.sampler_config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass

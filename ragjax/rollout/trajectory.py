@@ -24,7 +24,7 @@ import numpy as np
 
 from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
                                    loss_mask)
-from ragjax.sampling.sampler_config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass

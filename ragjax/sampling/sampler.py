@@ -76,7 +76,8 @@ from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import layout
 from ragjax.sampling import state_edits as rows_lib
-from ragjax.sampling.sampler_config import SamplerConfig, pick_bucket
+from ragjax.parallel.buckets import pick_bucket
+from ragjax.sampling.sampler_config import SamplerConfig
 from ragjax.sampling.layout import constrain_cache, rows_sharding
 from ragjax.sampling.state import SamplerState, TurnOutput
 from ragjax.sampling.stops import StopTable, compile_stop_strings, token_bytes
