@@ -473,7 +473,7 @@ def test_swapped_traces_read_the_swapped_value_off_the_passages(tmp_path):
   from ragjax.retrieval.types import Passage
   from ragjax.rollout.engine import RolloutEngine
   from ragjax.rollout.protocols import get_protocol
-  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.rl.teacher_traces import teacher_traces
   world = generate_world(SMALL)
   write_store([Passage(p["id"], p["title"], p["text"]) for p in world.corpus("train")],
               str(tmp_path))

@@ -14,7 +14,7 @@ from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
                                   whiten_advantages)
 from ragjax.rl.run_config import RLConfig
 from ragjax.rl.step_batch import step_advantages
-from ragjax.rollout.token_rewards import place_rewards
+from ragjax.rl.token_rewards import place_rewards
 
 # Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
 REWARDS = [1, 0, 0, 1, 1, 0.5, 2, 2]

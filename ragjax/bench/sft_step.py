@@ -41,7 +41,8 @@ from ragjax.rl.optim import make_optimizer
 from ragjax.rl.sft import SFTConfig, make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, jit_update, make_update, place_train_state
 from ragjax.rollout.factory import make_engine
-from ragjax.rollout.labels import LABEL_DTYPE, Source, loss_mask
+from ragjax.rl.masks import loss_mask
+from ragjax.rollout.labels import LABEL_DTYPE, Source
 from ragjax.rollout.trajectory import pad_rows
 from ragjax.parallel.buckets import pick_bucket
 from ragjax.typed_config import from_dict

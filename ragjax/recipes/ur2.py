@@ -177,7 +177,7 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
   from ragjax.data.world_traces import TraceShares
   from ragjax.rl.sft import SFTConfig, run_sft
   from ragjax.rollout.factory import make_engine
-  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.rl.teacher_traces import teacher_traces
   from ragjax.typed_config import from_dict
   cache = os.path.join(workdir, COLD_START_DIR)
   meta = os.path.join(cache, COLD_START_META)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Masks, masks as label_masks
+from ragjax.rl.masks import DEFAULT_TRAIN_ON, Masks, masks as label_masks
 from ragjax.parallel.buckets import pick_bucket
 
 

@@ -32,8 +32,8 @@ from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (NonFiniteError, init_train_state, jit_update, make_update,
                                   nonfinite_keys, place_train_state)
-from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
-                                   loss_mask, positions)
+from ragjax.rl.masks import DEFAULT_TRAIN_ON, attention_mask, loss_mask, positions
+from ragjax.rollout.labels import LABEL_DTYPE, Source
 from ragjax.rollout.trajectory import pad_rows
 from ragjax.parallel.buckets import pick_bucket
 

@@ -100,6 +100,15 @@ class RolloutEngine:
                     f"per-turn budget and are cut after the action, which wastes decode steps",
                     stacklevel=2)
 
+  @property
+  def eos_ids(self) -> tuple[int, ...]:
+    """The policy's end-of-sequence ids."""
+    return tuple(self.sampler.eos_ids)
+
+  def set_params(self, params) -> None:
+    """The params the policy samples with from now on (the trainer's, before each rollout)."""
+    self.sampler.set_params(params)
+
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
           uids: Optional[Sequence[int]] = None,
           key_ids: Optional[Sequence[int]] = None) -> RolloutBatch:
