@@ -48,8 +48,8 @@ from ragjax.parallel.shard import batch_sharding
 from ragjax.rl.batch import TrainBatch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.run_config import RunConfig
-from ragjax.rl.masks import loss_mask
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
+from ragjax.rl.masks import loss_mask
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
