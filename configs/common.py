@@ -43,10 +43,10 @@ from ragjax.data.splits import SplitConfig
 from ragjax.data.world import WorldConfig
 from ragjax.models.lora import LoraConfig
 from ragjax.retrieval.noisy import NoiseConfig
-from ragjax.rl.config import OptimConfig, RLConfig, TrainerConfig
+from ragjax.rl.run_config import OptimConfig, RLConfig, TrainerConfig
 from ragjax.rl.sft import SFTConfig
 from ragjax.rollout.engine import EngineConfig
-from ragjax.sampling.config import SamplerConfig
+from ragjax.sampling.sampler_config import SamplerConfig
 from ragjax.typed_config import defaults, optional_type
 
 suites = sibling(__file__, "suites")  # (configs/suites.py: the benchmark suites, as data)
@@ -137,7 +137,7 @@ def get_config() -> ConfigDict:
   c.rollout.chat = config_dict.placeholder(bool)
 
   # The update's sections take their fields and defaults from the typed configs the code reads
-  # (ragjax.rl.config, ragjax.rl.sft: each field is documented there), so the defaults live in
+  # (ragjax.rl.run_config, ragjax.rl.sft: each field is documented there), so the defaults live in
   # one place; recipes set deltas.
   c.sft = ConfigDict(defaults(SFTConfig))
   c.rl = ConfigDict(defaults(RLConfig))

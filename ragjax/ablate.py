@@ -66,7 +66,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}", exitcode=2)
   if flags.FLAGS.pool:
     with exit_on_user_error("ragjax.ablate"):
-      from ragjax.recipes.ablation import pool_reports
+      from ragjax.eval.ablation_report import pool_reports
       from ragjax.typed_config import read_json
       reports = [read_json(p) for p in flags.FLAGS.pool]
       for path, report in zip(flags.FLAGS.pool, reports):

@@ -38,10 +38,10 @@ def chain_policy(out_dir: str, tok, answer: str, hidden: int = 64) -> list[int]:
   """Saves the bigram-chain decoder; returns the answer's token ids (all distinct from the
   rest of the chain, or ValueError)."""
   import jax
-  from ragjax.models.config import DecoderConfig
+  from ragjax.models.model_config import DecoderConfig
   from ragjax.models.decoder import init_params
   from ragjax.models.hf_io import save_decoder
-  from ragjax.rollout.chat import render_chat
+  from ragjax.models.chat_template import render_chat
   prompt = render_chat(tok, [{"role": "user", "content": "q"}])
   start = _ids(tok, prompt)[-1]
   after_obs = _ids(tok, "</information>\n\n")[-1]

@@ -9,7 +9,7 @@ import numpy as np
 
 from conftest import temp_dir
 from ragjax.rollout.protocols import search_r1, autorefine, ur2, rezero
-from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
+from ragjax.sampling.sampler_config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
 from ragjax.rollout.teacher import TeacherState
 
@@ -239,13 +239,14 @@ class ScriptedPolicy:
 
 def check_alignment(batch, policy_state=None):
   """Invariants every rollout must satisfy; returns nothing, raises AssertionError."""
+  from ragjax.rl.masks import loss_mask
   from ragjax.rollout.labels import Source
   t = batch.traj
   n, width = np.asarray(t.tokens).shape
   assert np.asarray(t.labels).shape == (n, width)
   assert np.asarray(t.sampler_logprobs).shape == (n, width)
   assert np.asarray(t.turn).shape == (n, width)
-  labels, mask = np.asarray(t.labels), t.loss_mask(("policy", "injected"))
+  labels, mask = np.asarray(t.labels), loss_mask(t.labels, ("policy", "injected"))
   for src in (Source.RETRIEVED, Source.ENV, Source.PROMPT, Source.PAD):
     assert not mask[labels == src].any(), src.name
   assert (mask[:, 1:][labels[:, 1:] == Source.POLICY] == 1).all()

@@ -33,7 +33,7 @@ def hf_model(arch: str, seed: int = 0, vocab: int = 384, init_range: float = 0.2
 
 def ragjax_from_hf(model):
   """(DecoderConfig, params) for a transformers model, via the project's own converter."""
-  from ragjax.models.config import decoder_config_from_hf
+  from ragjax.models.model_config import decoder_config_from_hf
   from ragjax.models.hf_io import params_from_torch_state_dict
   cfg = decoder_config_from_hf(model.config.to_dict())
   return cfg, params_from_torch_state_dict(cfg, model.state_dict())

@@ -3,7 +3,8 @@
 import pytest
 
 from ragjax.eval.systems import SystemResult
-from ragjax.recipes.ablation import apply_overrides, paired_rows, paired_table
+from ragjax.eval.ablation_report import paired_rows, paired_table
+from ragjax.recipes.ablation import apply_overrides
 
 
 def result(name, em, qtypes):
@@ -59,7 +60,7 @@ def test_pooled_reports_by_hand(tmp_path):
   import json
   import subprocess
   import sys
-  from ragjax.recipes.ablation import pool_reports
+  from ragjax.eval.ablation_report import pool_reports
   qt = ["1hop", "1hop", "2hop"]
   r0 = report("s0", [0, 0, 1], [1, 0, 1], qt, [0, 1, 0], [1, 2, 0], [1, 2, 0], [1, 2, 0])
   r1 = report("s1", [0, 1, 0], [1, 1, 0], qt, [0, 0, 1], [1, 1, 1], [1, 1, 0], [1, 1, 1])

@@ -5,7 +5,7 @@ matmul peak and the policy's own widest matmul, timed in the same run."""
 import pytest
 
 from ragjax.bench.sft_step import main, sft_flops
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 
 
 def test_sft_flops_by_hand():

@@ -77,7 +77,7 @@ def test_plugin_keyword_arguments_are_checked_against_signatures():
   """Issue 55: every kind's config kwargs are checked against the plug-in's signature when the
   config is checked, in one line naming the field and the names the plug-in takes."""
   from ragjax import registry
-  from ragjax.rl.config import RLConfig
+  from ragjax.rl.run_config import RLConfig
   from ragjax.rollout.protocols import get_protocol
   with pytest.raises(ValueError, match=r"rl.reward_kwargs.search_r1_em.format_scor: not an "
                                        r"argument of reward 'search_r1_em'; it takes: "

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragjax.data.choice import read_multiple_choice
-from ragjax.data.corpus import CorpusBuilder, passage_id
+from ragjax.data.corpus_builder import CorpusBuilder, passage_id
 from ragjax.data.flashrag import read_flashrag
 from ragjax.data.hotpotqa import read_hotpotqa
 from ragjax.data.mathsets import read_math

@@ -58,8 +58,8 @@ def test_builder_loads_shared_files_with_readme_counts(builder_name, tfds_dir):
 def test_multihop_corpora_keep_supporting_paragraphs():
   """Questions plus their paragraphs as a corpus: every supporting title present (README:
   'gold paras present'), supporting ids point into the corpus with the right titles."""
-  from ragjax.data.corpus import CorpusBuilder
-  from ragjax.retrieval.corpus import read_passages
+  from ragjax.data.corpus_builder import CorpusBuilder
+  from ragjax.retrieval.corpus_reader import read_passages
   from ragjax.data.hotpotqa import read_hotpotqa
   from ragjax.data.musique import read_musique
   from ragjax.data.twowiki import read_twowiki
@@ -88,7 +88,7 @@ def test_multihop_corpora_keep_supporting_paragraphs():
                                  "corpus/flashrag_wiki18_sample_1000.jsonl",
                                  "corpus/hipporag_2wikimultihopqa_corpus_6119.json"])
 def test_read_corpus_counts(rel):
-  from ragjax.retrieval.corpus import read_passages
+  from ragjax.retrieval.corpus_reader import read_passages
   passages = list(read_passages(os.path.join(SHARED_DATA, rel)))
   assert len(passages) == readme_counts()[rel]
   assert all(p.text for p in passages)

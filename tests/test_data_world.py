@@ -200,7 +200,7 @@ def test_tfds_world_builder_is_byte_identical_and_round_trips(tmp_path):
 
 def test_flashrag_files_round_trip_through_the_flashrag_builder(tmp_path):
   from ragjax.data.builders import FilesConfig, RagjaxFlashrag
-  from ragjax.retrieval.corpus import read_passages
+  from ragjax.retrieval.corpus_reader import read_passages
   from ragjax.data.flashrag import read_flashrag
   from ragjax.data.load import load_split
   world = generate_world(SMALL)
@@ -473,7 +473,7 @@ def test_swapped_traces_read_the_swapped_value_off_the_passages(tmp_path):
   from ragjax.retrieval.types import Passage
   from ragjax.rollout.engine import RolloutEngine
   from ragjax.rollout.protocols import get_protocol
-  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.rl.teacher_traces import teacher_traces
   world = generate_world(SMALL)
   write_store([Passage(p["id"], p["title"], p["text"]) for p in world.corpus("train")],
               str(tmp_path))

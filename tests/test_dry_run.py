@@ -63,7 +63,7 @@ def test_exact_lines_equal_placed_arrays_and_activations_match_the_compiled_step
   from ragjax.models.decoder import init_params
   from ragjax.models.presets import get_preset
   from ragjax.parallel.mesh import mesh_from_config
-  from ragjax.rl.config import parse_run_config
+  from ragjax.rl.run_config import parse_run_config
   from ragjax.rl.optim import make_optimizer
   from ragjax.rl.train_step import (init_train_state, jit_update, make_update, policy_loss_fn,
                                     shard_train_state)

@@ -321,7 +321,7 @@ def _random_policy(tmp):
   """The setup's tokenizer with a small randomly initialised decoder: near-uniform next-token
   distributions, so sampled text differs with the sampling key."""
   import jax
-  from ragjax.models.config import DecoderConfig
+  from ragjax.models.model_config import DecoderConfig
   from ragjax.models.decoder import init_params
   from ragjax.models.hf_io import load_tokenizer
   tok = load_tokenizer(str(tmp / "policy"))

@@ -64,7 +64,7 @@ def test_logits_and_greedy_decoding_match_transformers(model, reference):
   from ragjax.rollout.engine import EngineConfig, RolloutEngine
   from ragjax.rollout.labels import Source
   from ragjax.rollout.protocols import get_protocol
-  from ragjax.sampling.config import SamplerConfig
+  from ragjax.sampling.sampler_config import SamplerConfig
   from ragjax.sampling.sampler import Sampler
   cfg, params, tok = model
   rows = [chat_ids(tok, QUESTION), chat_ids(tok, "Name the capital of France.")[:30]]
@@ -102,6 +102,7 @@ def test_chat_template_special_tokens_labels_and_masks(model):
   """The renderer builds the model's own ChatML prompt; a special-token string in the question is
   text; policy, retrieved and environment tokens carry their labels on the real vocabulary."""
   from ragjax.rollout.engine import EngineConfig, RolloutEngine
+  from ragjax.rl.masks import loss_mask
   from ragjax.rollout.labels import Source
   from ragjax.rollout.protocols import get_protocol
   from ragjax.rollout.protocols.search_r1 import SEARCH_R1_TEMPLATE
@@ -133,7 +134,7 @@ def test_chat_template_special_tokens_labels_and_masks(model):
   assert text(Source.ENV) == "\n\n<information></information>\n\n"
   assert text(Source.RETRIEVED) == ('Doc 1(Title: "Tessaly River") The Tessaly River flows '
                                     'through Quillport into the Amber Sea.')
-  mask = t.loss_mask(("policy",))[0, :k]
+  mask = loss_mask(t.labels, ("policy",))[0, :k]
   np.testing.assert_array_equal(mask, (np.asarray(labels) == int(Source.POLICY)).astype(np.float32))
   assert batch.meta.answers == ["Jane Austen"] and batch.meta.queries == [["Tessaly River"]]
 

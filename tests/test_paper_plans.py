@@ -15,7 +15,7 @@ import pytest
 
 from ragjax.wiring.config_files import load_config
 from ragjax.planning.plan import ORIGINS, config_module, derived, plan_rows
-from ragjax.rl.config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
+from ragjax.rl.run_config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
                               updates_per_step)
 from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate
 

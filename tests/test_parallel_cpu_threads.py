@@ -19,7 +19,7 @@ from ragjax.parallel.cpu_threads import pin
 if sys.argv[1] != "none":
   print("cores", pin(int(sys.argv[1]), sys.argv[2]))
 import jax, jax.numpy as jnp, numpy as np
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import Decoder, init_params
 x = jax.random.normal(jax.random.PRNGKey(0), (4096, 96))
 w = jax.random.normal(jax.random.PRNGKey(1), (96, 512))

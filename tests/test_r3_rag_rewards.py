@@ -16,9 +16,10 @@ from test_services_fixtures import ScriptedChat  # noqa: E402
 from ragjax.rl import advantages as adv_lib  # noqa: E402
 from ragjax.rl.rewards import RewardContext, get_reward, score_rows  # noqa: E402
 from ragjax.rl.rewards.r3_rag import outcome_of, step_rewards  # noqa: E402
-from ragjax.rollout.labels import Source, loss_mask  # noqa: E402
-from ragjax.rollout.step_samples import prefix_samples, sample_rewards, step_samples  # noqa: E402
-from ragjax.rollout.token_rewards import place_rewards  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
+from ragjax.rl.step_samples import prefix_samples, sample_rewards, step_samples  # noqa: E402
+from ragjax.rl.token_rewards import place_rewards  # noqa: E402
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, TurnRecord,  # noqa: E402
                                        assemble)
 from ragjax.services.chat_model import ChatServiceError  # noqa: E402

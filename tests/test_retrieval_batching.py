@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from ragjax.retrieval.batcher import QueryBatcher
+from ragjax.retrieval.query_batcher import QueryBatcher
 from ragjax.retrieval.types import Hit
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from _retrieval_helpers import small_corpus, write_jsonl
 from conftest import SHARED_DATA
-from ragjax.retrieval.corpus import CorpusError, IngestReport, read_passages
+from ragjax.retrieval.corpus_reader import CorpusError, IngestReport, read_passages
 from ragjax.retrieval.store import PassageStore, write_store
 from ragjax.retrieval.types import Hit, split_contents
 

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
-from ragjax.retrieval.corpus import Passage  # noqa: E402
+from ragjax.retrieval.corpus_reader import Passage  # noqa: E402
 from ragjax.retrieval.noisy import (NoiseConfig, NoisyRetriever, coin, paraphrase_corpus,  # noqa
                                     rule_paraphrases, rng_for, wrap_retriever)
 from ragjax.rollout.engine import RolloutEngine  # noqa: E402

@@ -250,7 +250,7 @@ def test_the_two_readings_and_their_baselines_score_a_retry_trajectory_by_hand()
   import sys
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs"))
   import rezero as cfg
-  from ragjax.rl.config import parse_run_config
+  from ragjax.rl.run_config import parse_run_config
   msgs = [A("<think>I need the launch date</think><search>apollo 13 crew</search>"),
           U("Result 1:\nThe crew was Lovell.\n------\n"),
           A("<think>based on the results not yet</think><search>apollo 13 launch</search>"),

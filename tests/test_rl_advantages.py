@@ -12,9 +12,9 @@ from ragjax.rl.advantages import (gae, grpo_advantages, outcome_advantages,
                                   reinforce_pp_baseline_advantages,
                                   reinforce_pp_group_norm_advantages, rloo_advantages,
                                   whiten_advantages)
-from ragjax.rl.config import RLConfig
+from ragjax.rl.run_config import RLConfig
 from ragjax.rl.step_batch import step_advantages
-from ragjax.rollout.token_rewards import place_rewards
+from ragjax.rl.token_rewards import place_rewards
 
 # Group "q1" has G=5 EM rewards [1,0,0,1,1]: mean 0.6, unbiased std sqrt(1.2/4)=sqrt(0.3).
 REWARDS = [1, 0, 0, 1, 1, 0.5, 2, 2]
@@ -174,7 +174,7 @@ def test_gae_is_a_registered_critic_estimator():
   registered estimator says so (`critic_estimator`), not because its name is "gae"."""
   from ragjax import registry
   from ragjax.rl import advantages as A
-  from ragjax.rl.config import RLConfig
+  from ragjax.rl.run_config import RLConfig
   assert "gae" in registry.names("advantage")
   assert A.uses_critic("gae") and not A.uses_critic("grpo")
   assert RLConfig(advantage="gae").uses_critic and not RLConfig().uses_critic

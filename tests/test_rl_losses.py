@@ -9,7 +9,7 @@ import pytest
 
 from ragjax.rl.batch import make_train_batch
 from ragjax.rollout.labels import Source
-from ragjax.rl.config import RLConfig
+from ragjax.rl.run_config import RLConfig
 from ragjax.rl.losses import (AGG_MODES, agg_denominator, aggregate, clipped_surrogate,
                               clipped_value_loss, kl_penalty)
 from ragjax.rl.train_step import policy_objective

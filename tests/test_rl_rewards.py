@@ -117,7 +117,7 @@ def test_registry_checks_names_before_any_work():
     registry.check("reward", {"emm": 1.0}, "rl.rewards")
   with pytest.raises(ValueError, match="already registered"):
     registry.register("reward", "em")(lambda ctx: 0.0)
-  from ragjax.rl.config import RLConfig
+  from ragjax.rl.run_config import RLConfig
   with pytest.raises(ValueError, match="rl.advantage: unknown advantage"):
     RLConfig(advantage="grpoo")
   with pytest.raises(ValueError, match="rl.train_on: cannot train on 'prompt'"):

@@ -16,7 +16,7 @@ from _rl_helpers import random_rl_batch, tiny_cfg, tiny_params  # noqa: E402
 
 from ragjax import registry  # noqa: E402
 from ragjax.rl.batch import make_train_batch, pad_batch_rows  # noqa: E402
-from ragjax.rl.config import RLConfig  # noqa: E402
+from ragjax.rl.run_config import RLConfig  # noqa: E402
 from ragjax.rl.rex_rag.correction import (CONTINUATION, NONE, ORIGIN, ORIGINAL,  # noqa: E402
                                           PROBE_PROMPT, MixtureBehaviour, segment_kinds)
 from ragjax.rl.rex_rag.metrics import rex_rag_metrics  # noqa: E402

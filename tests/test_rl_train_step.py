@@ -13,7 +13,7 @@ from _rl_helpers import random_rl_batch, tiny_cfg, tiny_params
 from ragjax.parallel.mesh import make_mesh
 from ragjax.rl.batch import make_train_batch
 from ragjax.rollout.labels import Source
-from ragjax.rl.config import OptimConfig, RLConfig
+from ragjax.rl.run_config import OptimConfig, RLConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
                                   policy_loss_fn, shard_train_state)

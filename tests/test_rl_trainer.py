@@ -95,6 +95,9 @@ class FlakyEngine:
     self.engine, self.failures, self.calls = engine, failures, 0
     self.sampler = engine.sampler
 
+  def set_params(self, params) -> None:
+    self.engine.set_params(params)
+
   def run(self, *args, **kwargs):
     from ragjax.retrieval.client import RetrievalUnavailable
     self.calls += 1

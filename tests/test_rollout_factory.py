@@ -52,7 +52,7 @@ def test_the_cpu_attention_kernel_is_a_config_field_a_resume_may_change():
   field is not part of the checkpoint's fingerprint (it changes how, not what, the run
   computes)."""
   from ragjax.models import cpu_attention
-  from ragjax.rl.config import config_fingerprint
+  from ragjax.rl.run_config import config_fingerprint
   c, tok, ret = _config(), h.tokenizer(), h.bm25_retriever()
   cfg = policy_config(c, tok)
   params = init_params(cfg, jax.random.PRNGKey(0))

@@ -33,6 +33,7 @@ import ragjax.rl.rewards  # noqa: E402,F401  (registers the rewards and metrics)
 from ragjax.rl.rewards.context import RewardContext, score_rows  # noqa: E402
 from ragjax.rollout.dump import batch_records  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax import registry  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
@@ -119,7 +120,7 @@ def test_fuzzed_outputs_never_crash_and_stay_aligned(protocol_name, request):
     rollouts += 1
     emitted += int(sum(min(c, len(scripts[r])) for r, c in enumerate(pol.state.cursor)))
     h.check_alignment(batch)
-    labels, mask = np.asarray(batch.traj.labels), batch.traj.loss_mask(("policy",))
+    labels, mask = np.asarray(batch.traj.labels), loss_mask(batch.traj.labels, ("policy",))
     assert not mask[(labels == Source.RETRIEVED) | (labels == Source.ENV)].any()
     metas = batch.meta.rows
     for m in metas:
@@ -143,7 +144,7 @@ def test_fuzzed_outputs_never_crash_and_stay_aligned(protocol_name, request):
       except Exception as e:  # noqa: BLE001
         failures.append((f"metric {name}", repr(e)[-600:], scripts))
     try:
-      records = batch_records(batch, tok)
+      records = batch_records(batch, tok, trained=loss_mask(batch.traj.labels))
       page = page_html(records)
       terminal_text(records)
       assert "<script>alert" not in page

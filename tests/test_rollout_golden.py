@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.protocols.base import search_r1_docs  # noqa: E402
@@ -62,7 +63,7 @@ def expect_row(batch, eng, tok, i, pieces, prompt=Q, train_on=("policy",)):
   assert list(t.tokens[i, :k]) == ids
   lab = np.asarray(labels)
   want_mask = (lab == POL) | ((lab == INJ) & ("injected" in train_on))
-  np.testing.assert_array_equal(t.loss_mask(train_on)[i, :k], want_mask.astype(np.float32))
+  np.testing.assert_array_equal(loss_mask(t.labels, train_on)[i, :k], want_mask.astype(np.float32))
 
 
 def check_logprobs_and_history(batch, pol):
@@ -484,11 +485,11 @@ def test_trajectory_is_a_jittable_pytree_with_host_metadata_outside():
                               1: ["<answer> b </answer>"]})
   t = batch.traj
   got = jax.jit(lambda tr: ((tr.labels == 2) * tr.sampler_logprobs).sum(axis=1))(t)
-  np.testing.assert_allclose(np.asarray(got), (t.loss_mask() * t.sampler_logprobs).sum(axis=1),
+  np.testing.assert_allclose(np.asarray(got), (loss_mask(t.labels) * t.sampler_logprobs).sum(axis=1),
                              rtol=1e-6)
   assert len(jax.tree_util.tree_leaves(t)) == 7
   assert t.tokens.dtype == np.int32 and t.labels.dtype == np.int8
-  assert t.loss_mask().dtype == np.float32 and t.group_id.shape == (2,)
+  assert loss_mask(t.labels).dtype == np.float32 and t.group_id.shape == (2,)
   assert t.tokens.shape[1] % 8 == 0                      # no widths: padded to a multiple of 8
   sub = t.select([1])
   assert sub.tokens.shape == (1, t.tokens.shape[1]) and int(sub.group_id[0]) == 0

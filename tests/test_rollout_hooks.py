@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine, spare_prompts  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.rex_rag import ABLATION_FIVE, EXPLORATION_PROMPTS, RexRagCloneHook, pool  # noqa: E402
@@ -76,7 +77,7 @@ def test_rex_rag_clone_joins_group_drops_answer_and_trains_on_probe():
   assert runs[6] == ("<answer> Quillport </answer>", "POLICY", 2)
   # injected probe tokens are trained on only when configured; the source row is untouched
   inj = labels == Source.INJECTED
-  assert inj.sum() > 0 and (t.loss_mask(("policy", "injected"))[2, :k][inj] == 1).all()
+  assert inj.sum() > 0 and (loss_mask(t.labels, ("policy", "injected"))[2, :k][inj] == 1).all()
   assert "<answer> Paris </answer>" in tok.decode(t.tokens[0, :int(t.lengths[0])].tolist())
   # the clone's sampler row holds exactly its trajectory; its policy log-probs sit at its slots
   assert pol.state.histories[m.rows[2].sampler_row] == ids
@@ -107,7 +108,7 @@ def test_search_probe_opens_the_clones_search():
 def test_rex_rag_default_mask_and_no_clone_when_p_zero():
   batch, *_ = run_rex()
   inj = batch.traj.labels == Source.INJECTED
-  assert inj.any() and not batch.traj.loss_mask()[inj].any()
+  assert inj.any() and not loss_mask(batch.traj.labels)[inj].any()
   batch, pol, *_ = run_rex(p=0.0)
   assert len(batch.meta) == 2 and pol.calls["clone_rows"] == 0
 

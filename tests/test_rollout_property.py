@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax import registry  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
@@ -88,7 +89,7 @@ def test_any_text_rolls_out_aligned(sc):
   h.check_alignment(batch)
   t = batch.traj
   labels = np.asarray(t.labels)
-  mask = t.loss_mask(("policy", "injected") if train_injected else ("policy",))
+  mask = loss_mask(t.labels, ("policy", "injected") if train_injected else ("policy",))
   assert not mask[(labels == Source.RETRIEVED) | (labels == Source.ENV)].any()
   assert (mask[labels == Source.INJECTED] == float(train_injected)).all()
   assert eng.retrieval_calls == len(ret.calls)

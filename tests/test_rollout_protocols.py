@@ -11,8 +11,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import _rollout_helpers as h  # noqa: E402
 
-from ragjax.rollout.chat import user_turn_framing  # noqa: E402
-from ragjax.rollout.labels import Source, loss_mask  # noqa: E402
+from ragjax.models.chat_template import user_turn_framing  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
+from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import (Kind, PromptInput, as_prompt_input,  # noqa: E402
                                       get_protocol)
 from ragjax.rollout.protocols import autorefine, ur2  # noqa: E402

@@ -14,6 +14,7 @@ import _rollout_helpers as h  # noqa: E402
 
 from ragjax.rollout.dump import DumpError, dump_batch, read_jsonl  # noqa: E402
 from ragjax.rollout.engine import RolloutEngine  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax.rollout.protocols import get_protocol  # noqa: E402
 from ragjax.rollout.viewer import page_html, terminal_text  # noqa: E402
@@ -35,7 +36,8 @@ def small_batch():
 def dumped(tmp_path):
   batch, tok = small_batch()
   path = str(tmp_path / "roll.jsonl")
-  assert dump_batch(path, batch, tok, rewards=[1.0, 0.0]) == 2
+  assert dump_batch(path, batch, tok, rewards=[1.0, 0.0],
+                    trained=loss_mask(batch.traj.labels)) == 2
   return path, batch
 
 
@@ -49,7 +51,7 @@ def test_dump_round_trips_tokens_labels_and_metadata(dumped):
     labels = [Source[s["label"]] for s in rec["spans"] for _ in s["ids"]]
     assert ids == t.tokens[i, :k].tolist()
     assert labels == t.labels[i, :k].tolist()
-    assert sum(s["trained"] for s in rec["spans"]) == int(t.loss_mask()[i].sum())
+    assert sum(s["trained"] for s in rec["spans"]) == int(loss_mask(t.labels)[i].sum())
   assert [r["reward"] for r in recs] == [1.0, 0.0]
   assert recs[0]["turns"][0]["query"] == "Tessaly River"
   assert recs[0]["turns"][0]["doc_ids"] == ["p4"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from _sampling_helpers import TAG, trained_bpe
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.sampling import STOP, Sampler, SamplerConfig, compile_stop_strings, token_bytes
 from ragjax.sampling.stops import MATCH, OVERHANG

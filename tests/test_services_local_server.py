@@ -9,7 +9,7 @@ import requests
 
 from _sampling_helpers import hf_greedy
 from test_services_fixtures import checkpoint_dir, conversations, local_model
-from ragjax.rollout.chat import render_chat
+from ragjax.models.chat_template import render_chat
 from ragjax.services.chat_model import ChatModel, ChatServiceError
 from ragjax.services.http_client import OpenAIChatClient
 from ragjax.services.local import PromptTooLong

@@ -6,7 +6,7 @@ import pytest
 
 from ragjax import registry
 from ragjax.eval.systems import SystemResult
-from ragjax.recipes.ablation import signature_rows, signature_table
+from ragjax.eval.ablation_report import signature_rows, signature_table
 from ragjax.report.bootstrap import bootstrap_ratio, bootstrap_ratio_diff
 from ragjax.rl.signatures import pairs, signature_metrics
 from ragjax.rollout.trajectory import RowMeta, TurnRecord

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from ragjax.rollout.engine import RolloutEngine  # noqa: E402
+from ragjax.rl.masks import loss_mask  # noqa: E402
 from ragjax.rollout.labels import Source  # noqa: E402
 from ragjax import registry  # noqa: E402
 from ragjax.rollout.teacher import TeacherPolicy  # noqa: E402
@@ -70,7 +71,7 @@ def test_checks_catch_a_broken_batch(setups):
   eng = RolloutEngine(m.protocol, pol, m.setup.retriever, m.tok, m.engine_config)
   batch = eng.run(m.records[:2], samples_per_prompt=2)
   from ragjax.rollout.dump import batch_records
-  recs = batch_records(batch, m.tok)
+  recs = batch_records(batch, m.tok, trained=loss_mask(batch.traj.labels))
   assert fuzz.check_batch(batch, pol.state.histories, recs) == []
   labels = np.asarray(batch.traj.labels).copy()
   i = int(np.nonzero(labels[0] == Source.POLICY)[0][0])

@@ -8,7 +8,7 @@ import numpy as np
 
 from ragjax.data.tokenizer import train_world_tokenizer
 from ragjax.data.world import WorldConfig, generate_world
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import Decoder, init_params
 from ragjax.eval.trace_nll import nll_table, token_kinds, trace_nll
 from ragjax.rollout.labels import Source

@@ -62,7 +62,7 @@ def main(argv=None) -> None:
   import jax.numpy as jnp
   import optax
   from configs.world import get_config
-  from ragjax.models.config import DecoderConfig
+  from ragjax.models.model_config import DecoderConfig
   from ragjax.models.decoder import Decoder, init_params
 
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)

@@ -20,7 +20,7 @@ import numpy as np
 
 def write_random_checkpoint(cfg, out_dir: str, dtype: str, seed: int = 0) -> int:
   """HF-layout random tensors of the config's shapes, written shard by shard."""
-  from ragjax.models.config import as_dtype, decoder_config_to_hf
+  from ragjax.models.model_config import as_dtype, decoder_config_to_hf
   from ragjax.models.hf_io import decoder_tensor_maps
   from ragjax.models.safetensors_io import write_safetensors
   os.makedirs(out_dir, exist_ok=True)

@@ -42,7 +42,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 
 THINK_OPEN, THINK_CLOSE, SEARCH_OPEN, SEARCH_CLOSE = "<think>", "</think>", "<search>", "</search>"
 

@@ -66,7 +66,7 @@ from ragjax.bench.hf_loop import ForwardTimer, hf_rollout  # noqa: E402
 from ragjax.bench.planted import Grammar, grammar_table, plant  # noqa: E402
 from ragjax.bench.rollout_env import build_env  # noqa: E402
 from ragjax.bench.rollout_policies import RePrefillPolicy, TimedPolicy  # noqa: E402
-from ragjax.models.config import DecoderConfig  # noqa: E402
+from ragjax.models.model_config import DecoderConfig  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.presets import get_preset  # noqa: E402
 from ragjax.rollout.engine import EngineConfig, RolloutEngine  # noqa: E402

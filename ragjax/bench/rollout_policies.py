@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragjax.models import kv_cache
-from ragjax.sampling.config import CACHE_FULL, EOS, NOT_RUN, pick_bucket
+from ragjax.parallel.buckets import pick_bucket
+from ragjax.sampling.sampler_config import CACHE_FULL, EOS, NOT_RUN
 from ragjax.sampling.state import TurnOutput
 
 KINDS = ("prefill", "decode", "extend", "other")

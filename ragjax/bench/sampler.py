@@ -22,7 +22,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ragjax.bench.timing import best_time  # noqa: E402
-from ragjax.models.config import DecoderConfig, as_dtype, decoder_config_to_hf  # noqa: E402
+from ragjax.models.model_config import DecoderConfig, as_dtype, decoder_config_to_hf  # noqa: E402
 from ragjax.models.decoder import init_params  # noqa: E402
 from ragjax.models.hf_io import params_to_hf_tensors  # noqa: E402
 from ragjax.models.presets import get_preset  # noqa: E402

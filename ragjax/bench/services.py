@@ -41,7 +41,7 @@ _TEXT = ["Who founded the Quillport Observatory, and in which year?",
 def make_checkpoint(out_dir: str, hidden: int, layers: int, seed: int = 0) -> None:
   import jax
   from ragjax.data.tokenizer import EOS, train_tokenizer
-  from ragjax.models.config import DecoderConfig
+  from ragjax.models.model_config import DecoderConfig
   from ragjax.models.decoder import init_params
   from ragjax.models.hf_io import save_decoder
   tok = train_tokenizer(_TEXT * 50, vocab_size=600, added_tokens=(), min_frequency=1)

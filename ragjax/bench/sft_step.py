@@ -36,14 +36,15 @@ from ragjax.bench.train_step import measured_matmul_peak, model_flops_per_token
 from ragjax.wiring import components as parts
 from ragjax.recipes import world as world_recipe
 from ragjax.wiring.config_files import apply_overrides, load_config
-from ragjax.rl.config import OptimConfig
+from ragjax.rl.run_config import OptimConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.sft import SFTConfig, make_sft_batch, sft_loss_fn
 from ragjax.rl.train_step import init_train_state, jit_update, make_update, place_train_state
 from ragjax.rollout.factory import make_engine
-from ragjax.rollout.labels import LABEL_DTYPE, Source, loss_mask
+from ragjax.rl.masks import loss_mask
+from ragjax.rollout.labels import LABEL_DTYPE, Source
 from ragjax.rollout.trajectory import pad_rows
-from ragjax.sampling.config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 from ragjax.typed_config import from_dict
 
 DEFAULT_CONFIG = "configs/world.py"

@@ -30,7 +30,7 @@ from ragjax.models.decoder import init_params
 from ragjax.models.presets import get_preset
 from ragjax.parallel.mesh import make_mesh
 from ragjax.rl.batch import TrainBatch, trained_positions
-from ragjax.rl.config import OptimConfig, RLConfig
+from ragjax.rl.run_config import OptimConfig, RLConfig
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (batch_shardings, init_train_state, jit_update, make_update,
                                   policy_loss_fn, shard_train_state)

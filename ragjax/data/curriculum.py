@@ -42,7 +42,7 @@ import random
 from typing import Mapping, Optional, Sequence
 
 from ragjax import registry
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 
 LEVELS = (("easy", 0.8), ("medium", 0.5), ("hard", 0.2))
 VERY_HARD = "very_hard"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ragjax.data.corpus import CorpusBuilder, passage_id
+from ragjax.data.corpus_builder import CorpusBuilder, passage_id
 from ragjax.data.schema import (DataError, Example, dedupe, make_example, require_str,
                                 require_str_list)
 from ragjax.data.sources import iter_json_records

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ragjax.data.corpus import CorpusBuilder, passage_id
+from ragjax.data.corpus_builder import CorpusBuilder, passage_id
 from ragjax.data.schema import Example, dedupe, make_example, require_str, require_str_list
 from ragjax.data.sources import iter_json_records
 from ragjax.retrieval.paragraphs import decomposition_titles, musique_paragraphs

@@ -55,15 +55,6 @@ class Example:
             "metadata": meta}
 
 
-def record_field(record: Mapping, field: str, default=None):
-  """A per-example field of a record (UR²'s task, retrieval flag, difficulty): the record's
-  own key, else its `metadata` key (files keep such fields in metadata), else `default`."""
-  if field in record:
-    return record[field]
-  meta = record.get("metadata") or {}
-  return meta.get(field, default) if isinstance(meta, Mapping) else default
-
-
 def require_str_list(rec: Mapping, field: str, where: str, *, allow_empty: bool = False,
                      coerce_number: bool = False) -> tuple[str, ...]:
   """rec[field] as a tuple of non-empty strs (a bare string counts as a one-item list)."""

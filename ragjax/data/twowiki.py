@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ragjax.data.corpus import CorpusBuilder
+from ragjax.data.corpus_builder import CorpusBuilder
 from ragjax.data.hotpotqa import read_multihop_official
 from ragjax.data.schema import Example
 from ragjax.retrieval.types import Passage

@@ -15,7 +15,7 @@ way a base model's are, so RL has something to discover (what the seed papers sa
     value (drawn apart from the decisions above, so independent of what the search found).
 Retry traces otherwise first try the obvious query (which tends to land on a namesake, see
 `ragjax.data.world`), then retry.  The traces are run through the real rollout engine with a
-`TeacherPolicy` (`ragjax.rollout.teacher.teacher_traces`), so the observations are real
+`TeacherPolicy` (`ragjax.rl.teacher_traces`), so the observations are real
 retrieval results and labels match RL rollouts exactly.  Examples are world records
 (`Example.to_record()` dicts).
 

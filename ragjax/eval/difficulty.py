@@ -27,7 +27,7 @@ import os
 from typing import Callable, Mapping, Optional, Sequence
 
 from ragjax.data.curriculum import label_of
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 from ragjax.retrieval.records import iter_json_records, write_jsonl
 from ragjax.rl.rewards.ur2 import answer_score
 from ragjax.rollout.protocols.base import as_prompt_input

@@ -153,6 +153,7 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever,
               batch_size: Optional[int] = None,
               log: Callable[[str], None] = print) -> SuiteRun:
   """Runs what `plan` (default: `plan_suite(c, suite, root, out_dir, limit)`) left to do."""
+  from ragjax.rl.masks import loss_mask
   from ragjax.rollout.dump import batch_records
   from ragjax.rollout.factory import make_engine
   cfg, params, tok = policy
@@ -201,7 +202,7 @@ def run_suite(c, suite: Suite, root: str, out_dir: str, *, policy, retriever,
         for sc, v in zip(scores, verdicts):
           sc["acc"] = float(v)
       seconds = (time.monotonic() - t0) / len(chunk)
-      trajs = batch_records(out, tok)
+      trajs = batch_records(out, tok, trained=loss_mask(out.traj.labels))
       store.append(key, [prediction_record(key, i, rec, row, traj, sc, seconds)
                          for i, rec, row, traj, sc in zip(idx, chunk, rows, trajs, scores)])
       count += len(chunk)

@@ -115,9 +115,11 @@ def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str
 def write_viewer(result: SystemResult, records: Sequence[dict], tokenizer, out_path: str,
                  limit: int = 40) -> str:
   """JSONL dump + HTML page of the first `limit` trajectories, with gold answers and EM."""
+  from ragjax.rl.masks import loss_mask
   from ragjax.rollout.dump import batch_records, write_jsonl
   from ragjax.rollout.viewer import page_html
-  recs = [r for batch in result.batch for r in batch_records(batch, tokenizer)][:len(records)]
+  recs = [r for batch in result.batch
+          for r in batch_records(batch, tokenizer, trained=loss_mask(batch.traj.labels))][:len(records)]
   for rec, ex, em in zip(recs, records, result.em):
     rec.update(question=ex["question"], golden_answers=list(ex["golden_answers"]), reward=em,
                qtype=qtype_of(ex))

@@ -19,7 +19,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.rl.logprobs import sequence_logprobs
 from ragjax.rollout.labels import Source
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 from ragjax.metrics.answer import cover_exact_match, exact_match, token_f1
 from ragjax.metrics.choice import letter_match
 from ragjax.metrics.math_equiv import math_equal

@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.model_config import DecoderConfig, as_dtype
 from ragjax.models import cpu_attention
 from ragjax.models.kv_cache import Cache, init_cache, is_stacked  # noqa: F401
 from ragjax.models.pallas_decode import decode_attention as pallas_attention
@@ -98,6 +98,129 @@ def _mix_heads_major(probs, values):
                              (((3,), (2,)), ((0, 1), (0, 1))))
 
 
+def _uncached_keys(k, v, attention_mask):
+  """Keys and values of a forward without a cache: (keys, values, valid [1 or B, T, T], None,
+  query slots, None).  Heads-major (a copy of T x KVH x D per row), so the score and mix
+  products are plain batched matmuls (see the cached path)."""
+  t = k.shape[1]
+  q_slots = jnp.arange(t)[None, :]
+  keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+  k_slots = jnp.arange(t)
+  valid = k_slots[None, None, :] <= q_slots[:, :, None]                # [1, T, T]
+  if attention_mask is not None:
+    valid = valid & attention_mask[:, None, :].astype(bool)
+  return keys, values, valid, None, q_slots, None
+
+
+def _cached_keys(kv, k, v, cache_start, layer, attend_length, dt):
+  """The new keys/values written into the cache `kv` at each row's slots, and what the queries
+  attend to: (keys, values, valid [B, T, S], new (k, v) cache, slots [B, T], window n,
+  heads_major)."""
+  b, t = k.shape[:2]
+  q_slots = jnp.arange(t)[None, :]
+  k_all, v_all = kv
+  slots = cache_start[:, None] + q_slots                                # [B, T]
+  rows = jnp.arange(b)[:, None]
+  # Only the first `attend_length` slots can hold a visible key: the caller guarantees
+  # every row's position stays below it, so the rest of the cache is neither read nor
+  # scored (a short turn early in a long cache costs what its length needs).
+  s = k_all.shape[2]
+  n = min(attend_length or s, s)
+  heads_major = False
+  if is_stacked(k_all):
+    index = (layer, rows, slots)
+    k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
+    window = (1, b, n) + k_all.shape[3:]
+    keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+    values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
+  else:
+    # [B, KVH, S, D]: the advanced indices (rows, slots) lead the update's shape, so the
+    # new [B, T, KVH, D] keys go in as they are.
+    index = (rows, slice(None), slots)
+    k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
+    keys, values = k_all, v_all
+    if n < s:
+      keys, values = keys[:, :, :n], values[:, :, :n]
+    keys, values, heads_major = keys.astype(dt), values.astype(dt), True
+  k_slots = jnp.arange(n)
+  valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
+  return keys, values, valid, (k_all, v_all), slots, n, heads_major
+
+
+def _cpu_kernel_attention(qg, new_kv, slots, n, dt):
+  """Cached attention through `cpu_attention`: each row's keys and values read once, up to its
+  own slot.  qg [B, T, KVH, G, D] -> [B, T, H, D]."""
+  b, t, kvh, g, d = qg.shape
+  qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
+  out = cpu_attention.cached_attention(qh, new_kv[0], new_kv[1], slots, window=n)
+  return out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, kvh * g, d)
+
+
+def _matmul_attention(qg, keys, values, valid, dt, cached: bool, attention_rows: int):
+  """Several query tokens over heads-major keys as batched matmuls: [B, KVH, G*T, D] x
+  [B, KVH, S, D] contracted on D, so XLA's CPU backend writes the scores in [.., T, S] order
+  directly (the einsum form computes [.., S, T] and transposes the whole score tensor: 2x the
+  attention time of an extend).  Long uncached sequences go in causal blocks; cached
+  attention `attention_rows` rows at a time when set."""
+  b, t, kvh, g, d = qg.shape
+  q_major = qg.transpose(0, 2, 3, 1, 4)                              # [B, KVH, G, T, D]
+  qh = q_major.reshape(b, kvh, g * t, d)
+  valid_b = jnp.broadcast_to(valid, (b,) + valid.shape[1:])
+  n = attention_rows if cached else 0
+  if not cached and t >= 2 * CAUSAL_BLOCK:
+    out = _attend_causal_blocks(q_major, keys, values, valid_b, dt, CAUSAL_BLOCK)
+  elif n and b % n == 0 and b > n:
+    chunk = lambda x: x.reshape((b // n, n) + x.shape[1:])
+    out = jax.lax.map(lambda a: _attend_heads_major(*a, g, dt),
+                      (chunk(qh), chunk(keys), chunk(values), chunk(valid_b)))
+    out = out.reshape((b,) + out.shape[2:])
+  else:
+    out = _attend_heads_major(qh, keys, values, valid_b, g, dt)
+  return out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, kvh * g, d)
+
+
+def _einsum_attention(qg, keys, values, valid, dt, heads_major: bool):
+  """One einsum for scores and one for the mix: a decode step (T = 1) is fastest so (its
+  [.., S, G] scores are small).  As in `_attend_heads_major`, the scale goes on the queries and
+  the softmax's normaliser divides the [.., D] output rather than the [.., S] weights: two
+  passes over the scores fewer (on an accelerator, fewer kernels per layer)."""
+  b, t, kvh, g, d = qg.shape
+  kv_spec = "bksd" if heads_major else "bskd"
+  qs = qg * jnp.asarray(1.0 / d ** 0.5, qg.dtype)
+  scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qs, keys,
+                      preferred_element_type=jnp.float32)
+  scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))
+  norm = weights.sum(axis=-1)                                           # [B, KVH, G, T]
+  if heads_major:
+    out = _mix_heads_major(weights.astype(dt), values)                  # [B, KVH, G*T, D]
+    out = out.astype(jnp.float32) / norm.reshape(b, kvh, g * t, 1)
+    return out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, kvh * g, d)
+  out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(dt), values)
+  out = out.astype(jnp.float32) / norm.transpose(0, 3, 1, 2)[..., None]
+  return out.astype(dt).reshape(b, t, kvh * g, d)
+
+
+def _library_attention(q, kv, valid, heads_major: bool, causal: bool, implementation: str):
+  """`jax.nn.dot_product_attention` (cfg.attention_impl: "xla" or "cudnn") of q [B, T, H, D]
+  over kv = (keys, values), [B, S, KVH, D] or heads-major [B, KVH, S, D] (transposed here),
+  under valid [B or 1, T, S].  Without a cache the attention is causal (cuDNN then skips
+  the blocks above the diagonal); cached rows attend up to their own slots (a mask)."""
+  keys, values = kv
+  if heads_major:
+    keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+  b, t = q.shape[:2]
+  mask = jnp.broadcast_to(valid[:, None], (b, 1, t, keys.shape[1]))
+  return jax.nn.dot_product_attention(q, keys, values, mask=mask, is_causal=causal,
+                                      implementation=implementation)
+
+
+def _pallas_decode_attention(q, keys, values, slots):
+  """A decode step's attention in the Pallas kernel (`ragjax.models.pallas_decode`)."""
+  b, t, h, d = q.shape
+  return pallas_attention(q.reshape(b, h, d), keys, values, slots[:, 0] + 1).reshape(b, t, h, d)
+
+
 class Attention(nn.Module):
   cfg: DecoderConfig
   attend_length: Optional[int] = None   # cached decoding: attend to the first N slots only
@@ -135,117 +258,34 @@ class Attention(nn.Module):
       v = proj("v_proj", kvh, cfg.qkv_bias, "kv_heads")
     q, k = rotate(q, rope), rotate(k, rope)
 
-    q_slots = jnp.arange(t)[None, :]
-    heads_major = False
     if kv is None:
-      # Heads-major keys/values (a copy of T x KVH x D per row), so the score and mix products
-      # below are plain batched matmuls (see the cached path).
-      keys, values, heads_major = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), True
-      k_slots = jnp.arange(t)
-      valid = k_slots[None, None, :] <= q_slots[:, :, None]                # [1, T, T]
-      if attention_mask is not None:
-        valid = valid & attention_mask[:, None, :].astype(bool)
-      new_kv = None
+      keys, values, valid, new_kv, slots, n = _uncached_keys(k, v, attention_mask)
+      heads_major = True
     else:
-      k_all, v_all = kv
-      slots = cache_start[:, None] + q_slots                                # [B, T]
-      rows = jnp.arange(b)[:, None]
-      # Only the first `attend_length` slots can hold a visible key: the caller guarantees
-      # every row's position stays below it, so the rest of the cache is neither read nor
-      # scored (a short turn early in a long cache costs what its length needs).
-      s = k_all.shape[2]
-      n = min(self.attend_length or s, s)
-      if is_stacked(k_all):
-        index = (layer, rows, slots)
-        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
-        window = (1, b, n) + k_all.shape[3:]
-        keys = jax.lax.dynamic_slice(k_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
-        values = jax.lax.dynamic_slice(v_all, (layer, 0, 0, 0, 0), window)[0].astype(dt)
-      else:
-        # [B, KVH, S, D]: the advanced indices (rows, slots) lead the update's shape, so the
-        # new [B, T, KVH, D] keys go in as they are.
-        index = (rows, slice(None), slots)
-        k_all, v_all = write_slots(k_all, index, k), write_slots(v_all, index, v)
-        keys, values = k_all, v_all
-        if n < s:
-          keys, values = keys[:, :, :n], values[:, :, :n]
-        keys, values, heads_major = keys.astype(dt), values.astype(dt), True
-      k_slots = jnp.arange(n)
-      valid = k_slots[None, None, :] <= slots[:, :, None]                  # [B, T, S]
-      new_kv = (k_all, v_all)
+      keys, values, valid, new_kv, slots, n, heads_major = _cached_keys(
+          kv, k, v, cache_start, layer, self.attend_length, dt)
 
     g = h // kvh
     qg = q.reshape(b, t, kvh, g, d)
     if kv is not None and heads_major and self.cpu_kernel and new_kv[0].dtype == jnp.float32:
-      # Each row's keys and values read once, up to its own slot (see cpu_attention).
-      qh = qg.transpose(0, 2, 3, 1, 4).reshape(b, kvh, g * t, d)
-      out = cpu_attention.cached_attention(qh, new_kv[0], new_kv[1], slots, window=n)
-      out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+      out = _cpu_kernel_attention(qg, new_kv, slots, n, dt)
     elif cfg.attention_impl and t > 1:
-      out = self._dot_product_attention(q, (k, v) if kv is None else (keys, values), valid,
-                                        heads_major=kv is not None and heads_major,
-                                        causal=kv is None)
+      out = _library_attention(q, (k, v) if kv is None else (keys, values), valid,
+                               heads_major=kv is not None and heads_major, causal=kv is None,
+                               implementation=cfg.attention_impl)
     elif heads_major and t > 1:
-      # [B, KVH, G*T, D] x [B, KVH, S, D] contracted on D: XLA's CPU backend then writes the
-      # scores in [.., T, S] order directly (the einsum form computes [.., S, T] and
-      # transposes the whole score tensor: 2x the attention time of an extend).
-      q_major = qg.transpose(0, 2, 3, 1, 4)                              # [B, KVH, G, T, D]
-      qh = q_major.reshape(b, kvh, g * t, d)
-      valid_b = jnp.broadcast_to(valid, (b,) + valid.shape[1:])
-      n = self.attention_rows if kv is not None else 0
-      if kv is None and t >= 2 * CAUSAL_BLOCK:
-        out = _attend_causal_blocks(q_major, keys, values, valid_b, dt, CAUSAL_BLOCK)
-      elif n and b % n == 0 and b > n:
-        chunk = lambda x: x.reshape((b // n, n) + x.shape[1:])
-        out = jax.lax.map(lambda a: _attend_heads_major(*a, g, dt),
-                          (chunk(qh), chunk(keys), chunk(values), chunk(valid_b)))
-        out = out.reshape((b,) + out.shape[2:])
-      else:
-        out = _attend_heads_major(qh, keys, values, valid_b, g, dt)
-      out = out.reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
+      out = _matmul_attention(qg, keys, values, valid, dt, cached=kv is not None,
+                              attention_rows=self.attention_rows)
     elif (self.pallas_decode and t == 1 and kv is not None and heads_major
           and pallas_supported(keys.shape[2])):
-      out = pallas_attention(q.reshape(b, h, d), keys, values, slots[:, 0] + 1).reshape(
-          b, t, h, d)
+      out = _pallas_decode_attention(q, keys, values, slots)
     else:
-      # A decode step (T = 1) is faster as this einsum (its [.., S, G] scores are small).
-      # As in `_attend_heads_major`, the scale goes on the queries and the softmax's
-      # normaliser divides the [.., D] output rather than the [.., S] weights: two passes
-      # over the scores fewer (on an accelerator, fewer kernels per layer).
-      kv_spec = "bksd" if heads_major else "bskd"
-      qs = qg * jnp.asarray(1.0 / d ** 0.5, qg.dtype)
-      scores = jnp.einsum(f"btkgd,{kv_spec}->bkgts", qs, keys,
-                          preferred_element_type=jnp.float32)
-      scores = jnp.where(valid[:, None, None], scores, jnp.finfo(jnp.float32).min)
-      weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))
-      norm = weights.sum(axis=-1)                                           # [B, KVH, G, T]
-      if heads_major:
-        out = _mix_heads_major(weights.astype(dt), values)                  # [B, KVH, G*T, D]
-        out = out.astype(jnp.float32) / norm.reshape(b, kvh, g * t, 1)
-        out = out.astype(dt).reshape(b, kvh, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
-      else:
-        out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(dt), values)
-        out = out.astype(jnp.float32) / norm.transpose(0, 3, 1, 2)[..., None]
-        out = out.astype(dt).reshape(b, t, h, d)
+      out = _einsum_attention(qg, keys, values, valid, dt, heads_major)
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), use_bias=cfg.o_bias, dtype=dt, param_dtype=pdt,
         name="o_proj", kernel_init=logical_init(_KERNEL_INIT, ("heads", "head_dim", "embed")),
         bias_init=logical_init(nn.initializers.zeros, ("embed",)))(out.reshape(b * t, h, d))
     return out.reshape(b, t, -1), new_kv
-
-  def _dot_product_attention(self, q, kv, valid, heads_major: bool, causal: bool):
-    """`jax.nn.dot_product_attention` (cfg.attention_impl: "xla" or "cudnn") of q [B, T, H, D]
-    over kv = (keys, values), [B, S, KVH, D] or heads-major [B, KVH, S, D] (transposed here),
-    under valid [B or 1, T, S].  Without a cache the attention is causal (cuDNN then skips
-    the blocks above the diagonal); cached rows attend up to their own slots (a mask)."""
-    keys, values = kv
-    if heads_major:
-      keys, values = keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
-    b, t = q.shape[:2]
-    mask = jnp.broadcast_to(valid[:, None], (b, 1, t, keys.shape[1]))
-    return jax.nn.dot_product_attention(q, keys, values, mask=mask,
-                                        is_causal=causal,
-                                        implementation=self.cfg.attention_impl)
 
   def _fused_qkv(self, x_flat, b, t):
     """Queries, keys and values from one [E, KVH, G + 2, D] product (see models.fused)."""

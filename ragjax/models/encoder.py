@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.models.config import EncoderConfig, as_dtype, encoder_config_from_hf, read_hf_config
+from ragjax.models.model_config import EncoderConfig, as_dtype, encoder_config_from_hf, read_hf_config
 from ragjax.models.hf_io import TensorMap, check_tensors
 from ragjax.models.layers import logical_init
 from ragjax.models.safetensors_io import SafetensorsReader

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 
 
 def _group(x, cfg: DecoderConfig, heads: int, axis: int):

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional
 import jax
 import numpy as np
 
-from ragjax.models.config import (DecoderConfig, as_dtype, decoder_config_from_hf,
+from ragjax.models.model_config import (DecoderConfig, as_dtype, decoder_config_from_hf,
                                   decoder_config_to_hf, read_hf_config)
 from ragjax.models.gguf_io import check_gguf, gguf_hf_config, gguf_tensors, gguf_tokenizer, is_gguf
 from ragjax.models.safetensors_io import CheckpointError, SafetensorsReader, write_safetensors

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.model_config import DecoderConfig, as_dtype
 
 Cache = dict
 

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import RopeScaling
+from ragjax.models.model_config import RopeScaling
 
 
 def logical_init(init_fn, axes: tuple):

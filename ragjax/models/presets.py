@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ragjax.models.config import DecoderConfig, RopeScaling, decoder_config_from_hf, read_hf_config
+from ragjax.models.model_config import DecoderConfig, RopeScaling, decoder_config_from_hf, read_hf_config
 
 _QWEN = dict(arch="qwen2", rope_theta=1_000_000.0, rms_norm_eps=1e-6, qkv_bias=True,
              max_position_embeddings=32768, bos_token_id=151643, eos_token_id=151643,

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import jax
 from jax.sharding import Mesh
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import Decoder, abstract_params, param_logical_axes
 from ragjax.parallel.shard import batch_sharding, param_shardings
 

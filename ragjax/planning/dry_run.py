@@ -25,14 +25,14 @@ import numpy as np
 from flax import traverse_util
 from jax.sharding import PartitionSpec
 
-from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.model_config import DecoderConfig, as_dtype
 from ragjax.models.decoder import abstract_params, param_logical_axes
 from ragjax.models.kv_cache import STACKED_AXES
 from ragjax.models.lora import LoraConfig, init_adapters
 from ragjax.parallel.memory import (GB, MeshShape, Target, array_bytes, layer_activation_bytes,
                                    sharded_bytes, tree_bytes)
 from ragjax.parallel.shard import batch_axes
-from ragjax.rl.config import parse_run_config
+from ragjax.rl.run_config import parse_run_config
 from ragjax.rollout.engine import spare_prompts, spare_rows_for
 from ragjax.rollout.factory import make_hooks, wave_rows
 from ragjax.typed_config import from_dict

@@ -30,7 +30,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from ragjax.planning.retriever import KEYS as RETRIEVER_KEYS, retriever_rows
-from ragjax.rl.config import parse_run_config, updates_per_step
+from ragjax.rl.run_config import parse_run_config, updates_per_step
 
 # quantity -> how the plan names it (the order is the table's)
 LABELS = {

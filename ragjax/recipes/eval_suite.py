@@ -135,7 +135,7 @@ def _run(c, suite, subset, opts: SuiteOptions, directory: str) -> str:
   from ragjax.eval.fingerprint import checkpoint_fingerprint
   from ragjax.eval.harness import plan_suite, run_suite
   from ragjax.eval.suites import data_root
-  from ragjax.models.config import read_hf_config
+  from ragjax.models.model_config import read_hf_config
   from ragjax.models.hf_io import load_decoder, load_tokenizer
   root = data_root(c.eval, opts.data_root)
   c = c.copy_and_resolve_references()

@@ -30,7 +30,7 @@ from ragjax.data.prepare import write_flashrag
 from ragjax.eval.systems import evaluate_system, write_viewer
 from ragjax.metrics import answer_metrics
 from ragjax.recipes import rl
-from ragjax.rl.config import config_fingerprint
+from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
 from ragjax.rollout.factory import make_engine

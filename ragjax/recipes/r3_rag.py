@@ -234,7 +234,7 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
   """The PPO trainer: sampling engine (the config's protocol), a greedy dev engine in the
   evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
   from ragjax.rl.trainer import Trainer
-  from ragjax.rl.config import config_fingerprint
+  from ragjax.rl.run_config import config_fingerprint
   judge = judge_chat(c, policy=(cfg, params, tok), setup=setup, mesh=mesh)
   engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
   greedy = make_engine(eval_config(c), cfg, params, tok, setup.retriever, greedy=True,

@@ -29,7 +29,7 @@ import time
 from ragjax.data.readers import READERS, as_record, read_examples
 from ragjax.wiring import components as parts
 from ragjax.wiring.chat_services import MODEL_KINDS, check_chat, make_chat
-from ragjax.rl.config import parse_run_config
+from ragjax.rl.run_config import parse_run_config
 from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
 
 STAGE1_DIR = "stage1"
@@ -177,7 +177,7 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
   from ragjax.data.world_traces import TraceShares
   from ragjax.rl.sft import SFTConfig, run_sft
   from ragjax.rollout.factory import make_engine
-  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.rl.teacher_traces import teacher_traces
   from ragjax.typed_config import from_dict
   cache = os.path.join(workdir, COLD_START_DIR)
   meta = os.path.join(cache, COLD_START_META)

@@ -32,7 +32,7 @@ from ragjax.wiring import components as parts
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.rollout.teacher import teacher_traces
+from ragjax.rl.teacher_traces import teacher_traces
 from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
 
 COLD_START_DIR = "cold_start_policy"   # under the workdir, beside policy/

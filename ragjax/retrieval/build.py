@@ -28,7 +28,7 @@ from ragjax.retrieval.argtypes import positive_int
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--corpus", nargs="+", required=True, help="corpus / QA files (see corpus.py formats)")
+  ap.add_argument("--corpus", nargs="+", required=True, help="corpus / QA files (see corpus_reader.py formats)")
   ap.add_argument("--out", required=True, help="index directory to create or resume")
   ap.add_argument("--backend", choices=("scann", "exact", "bm25"), default="scann")
   ap.add_argument("--encoder", default=None, help="HF BERT-family directory (default: shipped MiniLM)")

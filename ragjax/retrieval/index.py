@@ -18,7 +18,7 @@ import os
 from typing import Iterable, Optional
 
 from ragjax.retrieval import embed_store
-from ragjax.retrieval.corpus import CorpusError, IngestReport, read_passages
+from ragjax.retrieval.corpus_reader import CorpusError, IngestReport, read_passages
 from ragjax.retrieval.scann_index import ScannConfig
 from ragjax.retrieval.store import PassageStore, write_store
 

@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ragjax.retrieval.corpus import Passage, read_passages
+from ragjax.retrieval.corpus_reader import Passage, read_passages
 from ragjax.retrieval.types import Hit, check_search_args
 
 KINDS = ("", "paraphrase", "replace", "shuffle", "drop_gold")

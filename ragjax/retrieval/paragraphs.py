@@ -1,6 +1,6 @@
 """Paragraphs and gold titles of multi-hop QA records: one function per source format.
 
-The corpus reader (`ragjax.retrieval.corpus`), recall (`ragjax.retrieval.recall`) and the
+The corpus reader (`ragjax.retrieval.corpus_reader`), recall (`ragjax.retrieval.recall`) and the
 dataset importers (`ragjax.data.hotpotqa`, `twowiki`, `musique`) all read paragraphs through
 here, so a paragraph gets the same text whichever of them reads it.
 

@@ -30,7 +30,7 @@ class DenseRetriever:
   """Encoder (kind="query") -> ScaNN or exact index -> passages.
 
   The three stages are separate methods so the server can run them over the queries of many
-  requests at once and time each (`ragjax.retrieval.batcher`)."""
+  requests at once and time each (`ragjax.retrieval.query_batcher`)."""
 
   def __init__(self, store: PassageStore, encoder, index: VectorIndex):
     if encoder.dim != index.dim:

@@ -22,7 +22,7 @@ surrogate (`"\\ud800"`: not Unicode text; rejected rather than silently altered)
 Search-R1's trainer sends one request per rollout step (batch x samples queries), hence the
 default of 4096 queries.
 
-Query side (`ragjax.retrieval.batcher`): the queries of all concurrent requests go through one
+Query side (`ragjax.retrieval.query_batcher`): the queries of all concurrent requests go through one
 encoder call per batch (fixed shapes at a few bucketed token widths, compiled for the two
 narrowest at start-up), and query vectors are cached by text (--cache-size entries; results
 are the same with or without the cache, and whatever a query is batched with).  A request is
@@ -121,7 +121,7 @@ def make_app(retriever: Retriever, default_topk: int = 3, info: Optional[dict] =
   from fastapi.responses import JSONResponse
   from starlette.concurrency import run_in_threadpool
 
-  from ragjax.retrieval.batcher import QueryBatcher, Timing
+  from ragjax.retrieval.query_batcher import QueryBatcher, Timing
 
   if not 1 <= default_topk <= limits.max_topk:
     raise ValueError(f"default topk {default_topk} is outside 1..{limits.max_topk}")

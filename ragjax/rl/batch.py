@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Masks, masks as label_masks
-from ragjax.sampling.config import pick_bucket
+from ragjax.rl.masks import DEFAULT_TRAIN_ON, Masks, masks as label_masks
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass

@@ -26,7 +26,7 @@ import orbax.checkpoint as ocp
 from flax import serialization
 
 from ragjax.errors import STORAGE_ERRNOS, StorageError
-from ragjax.rl.config import resume_mutable
+from ragjax.rl.run_config import resume_mutable
 from ragjax.typed_config import json_safe
 
 

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import optax
 
-from ragjax.rl.config import OptimConfig
+from ragjax.rl.run_config import OptimConfig
 
 
 def learning_rate_schedule(cfg: OptimConfig, lr: float | None = None) -> optax.Schedule:

@@ -339,7 +339,7 @@ def sft_step_samples(engine, records: Sequence[Mapping], *, eos_text: str,
                      max_new_tokens: int, cache_length: int, chunk: int = 256, seed: int = 0):
   """(tokens, labels) of every step sample of the kept trajectories, forced through the real
   engine (see the module docstring), and counts {trajectories, samples, doc_mismatches}."""
-  from ragjax.rollout.teacher import teacher_traces
+  from ragjax.rl.teacher_traces import teacher_traces
   scripts = [[t + eos_text for t in step_texts(r["metadata"]["r3_trajectory"])] for r in records]
   stats = {"trajectories": len(records), "samples": 0, "doc_mismatches": 0, "incomplete": 0}
 

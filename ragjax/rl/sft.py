@@ -22,20 +22,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.rl.batch import trained_positions
 from ragjax.rl.checkpoint import Checkpointer, ConfigMismatchError
-from ragjax.rl.config import OptimConfig
+from ragjax.rl.run_config import OptimConfig
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs
 from ragjax.rl.losses import agg_denominator, aggregate
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import make_optimizer
 from ragjax.rl.train_step import (NonFiniteError, init_train_state, jit_update, make_update,
                                   nonfinite_keys, place_train_state)
-from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
-                                   loss_mask, positions)
+from ragjax.rl.masks import DEFAULT_TRAIN_ON, attention_mask, loss_mask, positions
+from ragjax.rollout.labels import LABEL_DTYPE, Source
 from ragjax.rollout.trajectory import pad_rows
-from ragjax.sampling.config import pick_bucket
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass

@@ -34,7 +34,7 @@ import numpy as np
 
 from ragjax import registry
 from ragjax.data import curriculum
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 from ragjax.metrics import answer_metrics, cover_exact_match
 from ragjax.rl.rewards.autorefine import refine_texts
 

@@ -30,9 +30,9 @@ from ragjax.rl import advantages as adv_lib
 from ragjax.rl.batch import TrainBatch, make_train_batch
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.rewards import RewardResult
-from ragjax.rollout.labels import Masks, masks as label_masks
-from ragjax.rollout.step_samples import sample_rewards, step_samples as make_step_samples
-from ragjax.rollout.token_rewards import place_rewards
+from ragjax.rl.masks import Masks, masks as label_masks
+from ragjax.rl.step_samples import sample_rewards, step_samples as make_step_samples
+from ragjax.rl.token_rewards import place_rewards
 from ragjax.rollout.trajectory import RolloutBatch, StepSamples
 
 

@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel import shard
 from ragjax.parallel.mesh import replicated
 from ragjax.rl.batch import TrainBatch
-from ragjax.rl.config import RLConfig
+from ragjax.rl.run_config import RLConfig
 from ragjax.rl.logprobs import logprobs_at, sequence_logprobs, sequence_values
 from ragjax.rl.losses import (agg_denominator, aggregate, clipped_surrogate, clipped_value_loss,
                               kl_penalty)

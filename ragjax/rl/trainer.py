@@ -42,13 +42,14 @@ import tqdm
 from ragjax import registry
 from ragjax.errors import STORAGE_ERRNOS, ServiceUnavailable, StorageError
 from ragjax.metrics import answer_metrics
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.parallel.distributed import global_array, is_main, to_host
 from ragjax.parallel.shard import batch_sharding
 from ragjax.rl.batch import TrainBatch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
-from ragjax.rl.config import RunConfig
+from ragjax.rl.run_config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
+from ragjax.rl.masks import loss_mask
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
@@ -241,7 +242,7 @@ class Trainer:
 
   def _rollout(self, engine, prompts: Sequence[Mapping], uids: Sequence[int], group_size: int,
                rng) -> RolloutBatch:
-    engine.sampler.set_params(self.policy_params())
+    engine.set_params(self.policy_params())
     seed = int(jax.random.randint(rng, (), 0, 2**31 - 1))
     return engine.run(prompts, samples_per_prompt=group_size, seed=seed, uids=uids)
 
@@ -294,7 +295,7 @@ class Trainer:
              for row, r in zip(batch.rows, results)]
     path = os.path.join(out, f"step_{step:06d}.jsonl")
     dump_batch(path + ".tmp", batch, self.tokenizer, [r.total for r in results], extra,
-               train_on=self.rl.train_on)
+               trained=loss_mask(batch.traj.labels, self.rl.train_on))
     os.replace(path + ".tmp", path)
 
   def _rewards(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Kind, Protocol, RestartStep
 from ragjax.rollout.renderer import Renderer
-from ragjax.rollout.rows import Row
+from ragjax.rollout.row_store import Row
 from ragjax.rollout.textspan import decode
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 
-from ragjax.rollout.labels import DEFAULT_TRAIN_ON, Source
+from ragjax.rollout.labels import Source
 from ragjax.rollout.textspan import decode
 if TYPE_CHECKING:                      # keeps the viewer CLI free of jax imports
   from ragjax.rollout.trajectory import RolloutBatch
@@ -41,11 +41,11 @@ def spans_of(tokens, labels, turns, mask, logprobs, tokenizer) -> list[dict]:
 
 
 def batch_records(batch: "RolloutBatch", tokenizer, rewards: Optional[Sequence[float]] = None,
-                  extra: Optional[Sequence[dict]] = None,
-                  train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> list[dict]:
-  """One record per row; a span's `trained` counts its tokens under `train_on`."""
+                  extra: Optional[Sequence[dict]] = None, *, trained) -> list[dict]:
+  """One record per row; a span's `trained` counts its tokens that `trained` ([R, T], the
+  caller's loss mask, `ragjax.rl.masks.loss_mask`) marks."""
   t = batch.traj
-  mask = t.loss_mask(train_on)
+  mask = np.asarray(trained)
   recs = []
   for i, m in enumerate(batch.meta.rows):
     k = int(t.lengths[i])
@@ -76,9 +76,10 @@ def write_jsonl(path: str, records: Iterable[dict], append: bool = False) -> int
 
 
 def dump_batch(path: str, batch: "RolloutBatch", tokenizer, rewards=None, extra=None,
-               append: bool = False, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> int:
+               append: bool = False, *, trained) -> int:
   """Writes one line per trajectory row; returns the number written."""
-  return write_jsonl(path, batch_records(batch, tokenizer, rewards, extra, train_on), append)
+  return write_jsonl(path, batch_records(batch, tokenizer, rewards, extra, trained=trained),
+                     append)
 
 
 def _lines(f, path: str):

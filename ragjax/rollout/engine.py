@@ -30,7 +30,7 @@ from ragjax.rollout.hooks import Hook
 from ragjax.rollout.protocols.base import Protocol, as_prompt_input
 from ragjax.rollout.renderer import Renderer
 from ragjax.rollout.retrieval_step import RetrievalStep
-from ragjax.rollout.rows import RowStore
+from ragjax.rollout.row_store import RowStore
 from ragjax.rollout.sizing import plan_waves, spare_prompts, spare_rows_for, wave_spare_rows
 from ragjax.rollout.trajectory import (RolloutBatch, RowMeta, TrajectoryMeta, assemble,
                                        assemble_samples)
@@ -99,6 +99,15 @@ class RolloutEngine:
       warnings.warn(f"the sampler does not stop on {missing} ({protocol.name}); turns run to the "
                     f"per-turn budget and are cut after the action, which wastes decode steps",
                     stacklevel=2)
+
+  @property
+  def eos_ids(self) -> tuple[int, ...]:
+    """The policy's end-of-sequence ids."""
+    return tuple(self.sampler.eos_ids)
+
+  def set_params(self, params) -> None:
+    """The params the policy samples with from now on (the trainer's, before each rollout)."""
+    self.sampler.set_params(params)
 
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
           uids: Optional[Sequence[int]] = None,

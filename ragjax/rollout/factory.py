@@ -14,7 +14,7 @@ from typing import Optional
 from ragjax import registry
 from ragjax.rollout.engine import EngineConfig, RolloutEngine
 from ragjax.rollout.protocols import Protocol, get_protocol
-from ragjax.sampling.config import SamplerConfig
+from ragjax.sampling.sampler_config import SamplerConfig
 from ragjax.sampling.sampler import Sampler
 from ragjax.typed_config import from_dict
 
@@ -51,7 +51,7 @@ def wave_rows(c, model_cfg, mesh_shape=None, cache_dtype: Optional[str] = None) 
   evenly over the mesh's batch axes.  `mesh_shape`: {axis: size} (a mesh's `.shape`)."""
   import math
   import numpy as np
-  from ragjax.models.config import as_dtype
+  from ragjax.models.model_config import as_dtype
   from ragjax.parallel.memory import kv_row_bytes, layer_activation_bytes
   from ragjax.parallel.shard import batch_axes
   r = c.rollout

@@ -3,7 +3,7 @@
 After every turn is parsed and before retrieval, each hook gets a `TurnView` per live row and a
 `RowEditor` that can clone a row (sampler state and KV cache included) into a spare row of the
 same group, delete a span that ends the row's last turn, insert labelled tokens, and make the
-row continue without retrieval (the edits are `ragjax.rollout.rows.RowStore`'s).  Hooks are
+row continue without retrieval (the edits are `ragjax.rollout.row_store.RowStore`'s).  Hooks are
 registered plug-ins (`ragjax.registry`, category "rollout_hook"), built from the config's
 `rollout.hooks`.
 """
@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ragjax.rollout.protocols.base import Action
-from ragjax.rollout.rows import RowStore
+from ragjax.rollout.row_store import RowStore
 from ragjax.rollout.segments import Segment
 
 

@@ -5,7 +5,7 @@ The JAX `ragjax.sampling.Sampler` implements it (the RL policy and in-process ju
 tests/ implement it too.  Rows are prompt-major (row p * G + g is sample g of prompt p), every
 call takes a state and returns the next one, and the state exposes `cache_length` (the most
 tokens a row may hold).  `decode` returns a `ragjax.sampling.state.TurnOutput` whose
-`stop_reason` uses the codes of `ragjax.sampling.config`.
+`stop_reason` uses the codes of `ragjax.sampling.sampler_config`.
 
 Optional: `refill(state, rows, prompts, samples_per_prompt, seed, first_row)` puts new prompts'
 samples into rows that finished (continuous batching; `ragjax.sampling.Sampler.refill`).  The

@@ -44,6 +44,9 @@ class ProcessShardedEngine:
   def __getattr__(self, name):
     return getattr(self.engine, name)
 
+  def set_params(self, params) -> None:
+    self.sampler.set_params(params)
+
   def run(self, prompts: Sequence, samples_per_prompt: int = 1, seed: int = 0,
           uids: Optional[Sequence[int]] = None) -> RolloutBatch:
     t0 = time.perf_counter()

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
-from ragjax.rollout.chat import has_chat_template, render_chat, user_turn_framing
+from ragjax.models.chat_template import has_chat_template, render_chat, user_turn_framing
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import PromptInput, Protocol, as_prompt_input
-from ragjax.rollout.segments import Segment, encode_text, encode_texts, tokenize_segments
+from ragjax.models.text_encoding import encode_text, encode_texts
+from ragjax.rollout.segments import Segment, tokenize_segments
 
 
 class Renderer:

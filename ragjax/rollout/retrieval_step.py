@@ -18,7 +18,7 @@ import time
 from typing import Optional, Sequence
 
 from ragjax.rollout.protocols.base import Protocol, hit_id
-from ragjax.rollout.rows import Row
+from ragjax.rollout.row_store import Row
 from ragjax.rollout.textspan import decode
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+from ragjax.models.text_encoding import encode_text
 from ragjax.rollout.labels import Source
 
 
@@ -30,28 +31,6 @@ class Segment:
   @property
   def is_plain(self) -> bool:
     return self.label == Source.RETRIEVED if self.plain is None else bool(self.plain)
-
-
-def encode_text(tokenizer, text: str, *, plain: bool = False) -> list[int]:
-  """Ids of `text` with no BOS/EOS added.  Special-token strings map to their ids unless
-  `plain`: data (retrieved passages, questions) is always tokenised plain, so a passage that
-  contains `<|im_end|>` or `<|eot_id|>` cannot end the policy's turn."""
-  if not text:
-    return []
-  return list(tokenizer(text, add_special_tokens=False, split_special_tokens=plain)["input_ids"])
-
-
-def encode_texts(tokenizer, texts: Sequence[str], *, plain: bool = False) -> list[list[int]]:
-  """`encode_text` of every text, in one batched tokenizer call (a fast tokenizer encodes the
-  batch on several threads)."""
-  out: list[list[int]] = [[] for _ in texts]
-  live = [i for i, t in enumerate(texts) if t]
-  if live:
-    enc = tokenizer([texts[i] for i in live], add_special_tokens=False,
-                    split_special_tokens=plain)["input_ids"]
-    for i, ids in zip(live, enc):
-      out[i] = list(ids)
-  return out
 
 
 def tokenize_segments(tokenizer, segments: Sequence[Segment],

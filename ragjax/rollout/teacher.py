@@ -5,7 +5,8 @@ the same prompt, the same observation formatting, the same labels.  Driving the 
 with a policy that *emits given text* instead of sampling gives that for free, with real
 retrieval results in the observations.  Row r emits `scripts[r][i]` on its i-th decode; like
 the sampler it stops after the token that completes a stop string, on eos or when the cache
-is full.  A script that runs out emits eos.
+is full.  A script that runs out emits eos.  `ragjax.rl.teacher_traces` runs it through the
+engine to make SFT traces.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ragjax.sampling.config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
+from ragjax.sampling.sampler_config import BUDGET, CACHE_FULL, EOS, NOT_RUN, STOP
 from ragjax.sampling.state import TurnOutput
 
 
@@ -132,40 +133,3 @@ class TeacherPolicy:
       del state.histories[r][n:]
       state.finished[r] = False
     return state
-
-
-def teacher_traces(engine, prompts: Sequence, scripts: Sequence[Sequence[str]], *,
-                   max_new_tokens: int, cache_length: int, chunk: int = 500, seed: int = 0,
-                   steps: bool = False, on_batch=None, retriever=None
-                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  """Forced traces run through the real engine: (tokens, labels) per prompt, unpadded; with
-  `steps`, per step sample instead (`ragjax.rollout.step_samples`: each turn with the context
-  it was generated from, R3-RAG's SFT samples).
-
-  `engine` supplies the protocol, retriever, tokenizer, eos ids and loop settings; each chunk of
-  `chunk` prompts runs with a `TeacherPolicy` emitting `scripts[i]` in place of its policy, so
-  observations are real retrieval results and labels match RL rollouts exactly.
-  `on_batch(batch, offset)` sees each chunk's `RolloutBatch` (offset = its first prompt);
-  `retriever` replaces the engine's (e.g. a wrapper that rewrites the passages)."""
-  from ragjax.rollout.engine import RolloutEngine
-  from ragjax.rollout.step_samples import step_samples
-  if len(prompts) != len(scripts):
-    raise ValueError(f"{len(prompts)} prompts but {len(scripts)} scripts")
-  rows_t, rows_l = [], []
-  for s in range(0, len(prompts), chunk):
-    teacher = TeacherPolicy(engine.tokenizer, scripts[s:s + chunk],
-                            stop_strings=engine.protocol.stop_sequences,
-                            eos_ids=tuple(engine.sampler.eos_ids),
-                            max_new_tokens=max_new_tokens, cache_length=cache_length)
-    forced = RolloutEngine(engine.protocol, teacher, retriever or engine.retriever,
-                           engine.tokenizer, engine.config)
-    batch = forced.run(list(prompts[s:s + chunk]), samples_per_prompt=1, seed=seed)
-    if on_batch is not None:
-      on_batch(batch, s)
-    t = step_samples(batch).traj if steps else batch.traj
-    tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
-    for i in range(t.num_rows):
-      n = int(t.lengths[i])
-      rows_t.append(tokens[i, :n])
-      rows_l.append(labels[i, :n])
-  return rows_t, rows_l

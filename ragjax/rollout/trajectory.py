@@ -5,7 +5,8 @@ This is the one type that crosses from rollout to training.  Arrays (`Trajectory
   policy tokens), group_id [R] int32 (the prompt's uid; REX-RAG clones share their source's),
   turn [R,T] int32 (-1 on prompt and padding), lengths [R], prompt_lengths [R] int32.
 Rows are right-padded to a width bucket: [prompt | response | PAD].  The loss mask is not
-stored: it is `labels.loss_mask(labels, train_on)`, a function of the config.
+stored: it is `ragjax.rl.masks.loss_mask(labels, train_on)`, a function of the config that
+training computes.
 
 The metadata record (`RowMeta`: parsed answer, queries, retrieved ids and texts, per-turn token
 spans = step boundaries, stop reason, protocol fields such as refine text or fallback counts)
@@ -22,9 +23,8 @@ import flax.struct
 import jax.numpy as jnp
 import numpy as np
 
-from ragjax.rollout.labels import (DEFAULT_TRAIN_ON, LABEL_DTYPE, Source, attention_mask,
-                                   loss_mask)
-from ragjax.sampling.config import pick_bucket
+from ragjax.rollout.labels import LABEL_DTYPE, Source
+from ragjax.parallel.buckets import pick_bucket
 
 
 @flax.struct.dataclass
@@ -40,12 +40,6 @@ class Trajectory:
   @property
   def num_rows(self) -> int:
     return int(self.tokens.shape[0])
-
-  def attention_mask(self) -> np.ndarray:
-    return attention_mask(self.labels)
-
-  def loss_mask(self, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> np.ndarray:
-    return loss_mask(self.labels, train_on)
 
   def select(self, rows: Sequence[int]) -> "Trajectory":
     idx = np.asarray(rows, np.int64)
@@ -154,7 +148,7 @@ class StepSamples:
   """One training sample per policy turn: [S, T] arrays whose sample holds the context the turn
   was generated from (trained on nothing) and the turn's own tokens (POLICY), with the
   trajectory row (`row`, -1 for padding) and turn index (`turn`) it comes from.  A
-  restart-context engine records them as it runs; `ragjax.rollout.step_samples` derives them
+  restart-context engine records them as it runs; `ragjax.rl.step_samples` derives them
   from stream trajectories (each turn's prefix) and pads them."""
   traj: Trajectory
   row: np.ndarray                   # [S] int32

@@ -46,7 +46,7 @@ from ragjax.rollout.hooks import run_hooks
 from ragjax.rollout.retrieval_step import RetrievalStep
 from ragjax.rollout.turns import Turns
 from ragjax.rollout.waves import Wave
-from ragjax.sampling.config import BUDGET, PAUSED
+from ragjax.sampling.sampler_config import BUDGET, PAUSED
 
 
 class TurnLoop:

@@ -23,10 +23,10 @@ from ragjax.rollout.contexts import StreamContext
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, Kind, Protocol, hit_contents, hit_id
 from ragjax.rollout.renderer import Renderer
-from ragjax.rollout.rows import Row, RowStore
+from ragjax.rollout.row_store import Row, RowStore
 from ragjax.rollout.textspan import decode, tokens_covering
 from ragjax.rollout.trajectory import TurnRecord
-from ragjax.sampling.config import BUDGET, CACHE_FULL, NOT_RUN
+from ragjax.sampling.sampler_config import BUDGET, CACHE_FULL, NOT_RUN
 
 _FINAL_REASONS = ("search_in_final_turn", "no_action_in_final_turn", "query_in_final_turn")
 

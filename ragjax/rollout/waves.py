@@ -16,7 +16,7 @@ import dataclasses
 import warnings
 from typing import Optional, Sequence
 
-from ragjax.rollout.rows import Row, RowStore
+from ragjax.rollout.row_store import Row, RowStore
 from ragjax.rollout.sizing import spare_prompts
 
 

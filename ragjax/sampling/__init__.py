@@ -1,6 +1,6 @@
 """ragjax.sampling: KV-cache sampler (jit prefill, while_loop decode, stops, extend)."""
 
-from ragjax.sampling.config import (BUDGET, CACHE_FULL, EOS, NOT_RUN, PAUSED, STOP,
+from ragjax.sampling.sampler_config import (BUDGET, CACHE_FULL, EOS, NOT_RUN, PAUSED, STOP,
                                     STOP_REASONS, SamplerConfig)
 from ragjax.sampling.sampler import Sampler
 from ragjax.sampling.state import SamplerState, TurnOutput

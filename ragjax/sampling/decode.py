@@ -18,8 +18,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig
-from ragjax.sampling import config as C
+from ragjax.models.model_config import DecoderConfig
+from ragjax.sampling import sampler_config as C
 from ragjax.sampling.forward import forward_into_cache
 from ragjax.sampling.layout import constrain_cache, constrain_rows, constrain_state
 from ragjax.sampling.sample import sample_tokens

@@ -10,7 +10,7 @@ from typing import Optional
 
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig, as_dtype
+from ragjax.models.model_config import DecoderConfig, as_dtype
 from ragjax.models.decoder import Decoder, unembedding
 
 

@@ -32,7 +32,7 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 * `extend(state, rows, token_lists)`: appends tokens at each row's own length, runs them
   through the model into the cache (no re-prefill of the history) and reopens the rows.  When
   the rows fit in a power-of-two count under half the batch, only they run: they are cut out
-  of the state, extended and written back (`ragjax.sampling.rows.take` / `put`), so an
+  of the state, extended and written back (`ragjax.sampling.state_edits.take` / `put`), so an
   extend costs what its rows need, not the whole batch (unsharded samplers only).
 * `set_done(state, rows)`: the rows stop decoding until extended or truncated.
 * `refill(state, rows, prompts, samples_per_prompt, seed, first_row, row_ids)`: rows that
@@ -68,15 +68,16 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ragjax.models import kv_cache
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.fused import shared_fused_copy
 from ragjax.models.sharded import decoder_shardings
 from ragjax.parallel.shard import batch_axis_size, shard_params
 from ragjax.sampling import decode as decode_lib
 from ragjax.sampling import prefill as prefill_lib
 from ragjax.sampling import layout
-from ragjax.sampling import rows as rows_lib
-from ragjax.sampling.config import SamplerConfig, pick_bucket
+from ragjax.sampling import state_edits as rows_lib
+from ragjax.parallel.buckets import pick_bucket
+from ragjax.sampling.sampler_config import SamplerConfig
 from ragjax.sampling.layout import constrain_cache, rows_sharding
 from ragjax.sampling.state import SamplerState, TurnOutput
 from ragjax.sampling.stops import StopTable, compile_stop_strings, token_bytes

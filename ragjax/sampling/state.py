@@ -57,7 +57,7 @@ class TurnOutput:
   lengths: jnp.ndarray            # [B] int32, tokens produced by this call
   logprobs: jnp.ndarray           # [B, steps] float32, 0 after `lengths`
   sampling_logprobs: jnp.ndarray  # [B, steps] float32
-  stop_reason: jnp.ndarray        # [B] int32, see ragjax.sampling.config
+  stop_reason: jnp.ndarray        # [B] int32, see ragjax.sampling.sampler_config
   stop_id: jnp.ndarray            # [B] int32
 
   def token_lists(self) -> list[list[int]]:

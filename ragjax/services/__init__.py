@@ -5,7 +5,7 @@
 * `OpenAIChatClient` (http_client.py): any OpenAI-compatible endpoint, with retries, a deadline,
   concurrency and a disk cache (`ChatCache`, reply_cache.py; `CachedChatModel` wraps any model).
 * `LocalChatModel` (local.py): a ragjax decoder in this process, batched on the `Sampler`.
-* `python -m ragjax.services.chat_server` (chat_server.py, batcher.py): an OpenAI-compatible
+* `python -m ragjax.services.chat_server` (chat_server.py, decode_batcher.py): an OpenAI-compatible
   server on a `LocalChatModel` that batches concurrent requests into one decode.
 * Templates (templates.py): the ReZero, R3-RAG and UR² judge / summariser / teacher prompts
   with their parsers; `TemplateJudge` (judge.py) runs one over a `ChatModel`.

@@ -41,7 +41,7 @@ from fastapi import Request
 from ragjax.http_body import RequestError as BodyError, parse_json, read_body
 from ragjax.http_server import serve
 from ragjax.retrieval.argtypes import float_range, port, positive_int
-from ragjax.services.batcher import Overloaded, RequestBatcher
+from ragjax.services.decode_batcher import Overloaded, RequestBatcher
 from ragjax.services.chat_model import check_messages, check_sampling, check_seed, check_stop
 from ragjax.services.local import LocalChatModel, PromptTooLong, check_stop_bounds
 

@@ -36,10 +36,10 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.hf_io import load_decoder, load_tokenizer
-from ragjax.rollout.chat import chat_prompt_ids, has_chat_template, render_chat
-from ragjax.sampling.config import EOS, STOP, SamplerConfig
+from ragjax.models.chat_template import chat_prompt_ids, has_chat_template, render_chat
+from ragjax.sampling.sampler_config import EOS, STOP, SamplerConfig
 from ragjax.sampling.sampler import Sampler
 from ragjax.sampling.stops import compile_stop_strings, token_bytes
 from ragjax.services.chat_model import (SEED_RANGE, Completion, Message, check_messages,

@@ -27,8 +27,8 @@ parser's docstring says which).  `TemplateJudge` (ragjax.services.judge) counts 
 Where the spec gives less than the whole prompt, the gap is filled as each constant's comment
 says ([D] in the spec's terms); the weak UR² prompts are the main case.  The R3-RAG teacher's
 reply is one step of R3-RAG's own protocol, so it is parsed by the rollout's
-`ragjax.rollout.protocols.r3_rag.parse_r3_step` (services import only `rollout.chat` from
-the rollout package, so the caller applies it).
+`ragjax.rollout.protocols.r3_rag.parse_r3_step` (services do not import rollout, so the caller
+applies it).
 """
 
 from __future__ import annotations

@@ -121,11 +121,12 @@ class FuzzPolicy:
 
 def check_batch(batch, histories, dump_records) -> list[str]:
   """Violations of the rollout contract in `batch` (empty when it holds)."""
+  from ragjax.rl.masks import loss_mask
   from ragjax.rollout.labels import Source
   t = batch.traj
   tokens, labels = np.asarray(t.tokens), np.asarray(t.labels)
   lps, turn = np.asarray(t.sampler_logprobs), np.asarray(t.turn)
-  mask = t.loss_mask(("policy", "injected"))
+  mask = loss_mask(t.labels, ("policy", "injected"))
   bad = []
   for i, meta in enumerate(batch.meta.rows):
     k, p = int(t.lengths[i]), int(t.prompt_lengths[i])
@@ -314,8 +315,9 @@ class Method:
     records as read back)."""
     from ragjax.rl.rewards import RewardContext, score_rows
     from ragjax.rl.step_context import StepContext
+    from ragjax.rl.masks import loss_mask
     from ragjax.rollout.dump import batch_records, read_jsonl, write_jsonl
-    from ragjax.rollout.step_samples import step_samples
+    from ragjax.rl.step_samples import step_samples
     from ragjax.rollout.viewer import page_html, terminal_text
     problems = []
     rows = batch.meta.rows
@@ -331,14 +333,14 @@ class Method:
     t = batch.traj
     ctx = StepContext(step=0, rollout=batch, examples=examples, rewards=totals,
                       old_logprobs=np.asarray(t.sampler_logprobs),
-                      loss_mask=t.loss_mask(tuple(self.c.rl.train_on)),
+                      loss_mask=loss_mask(t.labels, tuple(self.c.rl.train_on)),
                       num_prompts=len(prompts), group_size=group, rl=self.c.rl, method_state={})
     for name, fn in self.metrics.items():
       takes_ctx = "ctx" in inspect.signature(fn).parameters
       out = fn(rows, examples, ctx=ctx) if takes_ctx else fn(rows, examples)
       if not all(math.isfinite(float(v)) for v in out.values()):
         problems.append(f"metric {name}: non-finite values {out}")
-    recs = batch_records(batch, self.tok, totals)
+    recs = batch_records(batch, self.tok, totals, trained=loss_mask(batch.traj.labels))
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
       path = f.name
     try:

@@ -17,7 +17,7 @@ import jax
 from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
 from ragjax.data.splits import SplitConfig, merge_splits, split_records
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.models.hf_io import check_decoder_dir
 from ragjax.models.lora import adapter_from_config
@@ -27,7 +27,7 @@ from ragjax.wiring.chat_services import check_chat, make_services
 from ragjax.wiring.checks import check_data_files, check_mesh, check_run_inputs, check_world
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
-from ragjax.rl.config import RunConfig, config_fingerprint, parse_run_config
+from ragjax.rl.run_config import RunConfig, config_fingerprint, parse_run_config
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
 from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config, sampler_config

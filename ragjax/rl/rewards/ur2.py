@@ -35,7 +35,7 @@ from ragjax.metrics import letter_match, math_equal
 from ragjax.metrics.answer import normalize_answer_spaced, token_f1
 from ragjax.rl.rewards.context import RewardContext
 from ragjax.rl.rewards.ur2_checks import violations
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 from ragjax.rollout.protocols.ur2 import check_task
 
 STAGE_MODES = ("stage1", "stage2")

@@ -27,10 +27,10 @@ from typing import Optional
 import numpy as np
 
 from ragjax import registry
+from ragjax.models.text_encoding import encode_text
 from ragjax.rl.rex_rag.pmf import PromptPMF
 from ragjax.rollout.labels import Source
 from ragjax.rollout.rex_rag import named_pool
-from ragjax.rollout.segments import encode_text
 
 # Segment kinds of a token (what `segment_kinds` returns); NONE: prompt or padding.
 NONE, ORIGINAL, ORIGIN, PROBE_PROMPT, CONTINUATION = range(5)

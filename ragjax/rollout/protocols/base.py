@@ -12,7 +12,7 @@ import enum
 import re
 from typing import Optional, Sequence
 
-from ragjax.data.schema import record_field
+from ragjax.example_fields import record_field
 from ragjax.rollout.labels import Source
 from ragjax.rollout.segments import Segment
 

@@ -131,11 +131,3 @@ class SamplerConfig:
     if self.cache_dtype is not None:
       return self.cache_dtype
     return model_dtype if jax.default_backend() == "cpu" else "bfloat16"
-
-
-def pick_bucket(buckets: tuple[int, ...], n: int, what: str) -> int:
-  """The smallest bucket holding n tokens, or a clear error naming what overflowed."""
-  for b in buckets:
-    if n <= b:
-      return b
-  raise ValueError(f"{what} has {n} tokens, more than the largest bucket {buckets[-1]}")

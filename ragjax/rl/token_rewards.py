@@ -4,11 +4,8 @@ A row's reward is a per-step list (one entry per turn, `ragjax.rl.rewards`); a s
 last policy token (`RowMeta.step_ends`).  Each step's reward but the last sits on its step end;
 the last step's, and that of any step that kept no token, on the row's last trained token (the
 trajectory's end).  An outcome reward is a one-step list; a step sample (R3-RAG,
-`ragjax.rollout.step_samples`) is a row with one step, so its turn's reward lands on the
+`ragjax.rl.step_samples`) is a row with one step, so its turn's reward lands on the
 sample's last trained token.  The token rewards feed GAE (`ragjax.rl.advantages.gae`).
-
-It lives in rollout, beside the step boundaries it reads, so the trainer (rl) and the step
-samples (rollout) both reach it without an upward import.
 """
 
 from __future__ import annotations

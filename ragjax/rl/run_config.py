@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 from ragjax import registry
 from ragjax.rl.advantages import WHITENINGS, uses_critic
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
-from ragjax.rollout.labels import check_train_on
+from ragjax.rl.masks import check_train_on
 from ragjax.typed_config import flatten, from_dict
 
 
@@ -64,7 +64,7 @@ class RLConfig:
   # registered signature metrics (ragjax.rl.signatures): logged every step as signature/<name>
   # and compared question by question by `python -m ragjax.ablate`
   signatures: tuple = ()
-  # Every policy turn is its own sample (R3-RAG; `ragjax.rollout.step_samples`): its turn's
+  # Every policy turn is its own sample (R3-RAG; `ragjax.rl.step_samples`): its turn's
   # reward on its last token, GAE within the turn.  Needs the critic (advantage "gae").
   step_samples: bool = False
 

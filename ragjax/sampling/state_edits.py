@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ragjax.models.config import DecoderConfig
+from ragjax.models.model_config import DecoderConfig
 from ragjax.models.kv_cache import put_rows, take_rows
 from ragjax.sampling.forward import forward_into_cache
 from ragjax.sampling.layout import constrain_state

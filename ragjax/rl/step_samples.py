@@ -11,7 +11,7 @@ on nothing, so the update keeps a fixed shape however many turns the rollouts to
 
 The trainer uses them when `rl.step_samples` is set: rewards are still computed once per
 trajectory (a per-step list, `ragjax.rl.rewards`), then each sample takes its turn's value
-(`sample_rewards`), placed on its tokens like any row's (`ragjax.rollout.token_rewards`).
+(`sample_rewards`), placed on its tokens like any row's (`ragjax.rl.token_rewards`).
 """
 
 from __future__ import annotations
@@ -112,6 +112,6 @@ def step_samples(batch: RolloutBatch, multiple: int = 1) -> StepSamples:
 
 def sample_rewards(samples: StepSamples, per_step: Sequence[Sequence[float]]) -> list[list[float]]:
   """Each sample's rewards as a one-step list: the reward of its (row, turn), which
-  `ragjax.rollout.token_rewards.place_rewards` puts on the sample's last trained token.
+  `ragjax.rl.token_rewards.place_rewards` puts on the sample's last trained token.
   `per_step[i]` is trajectory row i's per-turn reward list; padding samples get none."""
   return [[float(per_step[i][j])] if i >= 0 else [] for i, j in zip(samples.row, samples.turn)]

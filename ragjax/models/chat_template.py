@@ -12,7 +12,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence
 
-from ragjax.rollout.segments import encode_text
+from ragjax.models.text_encoding import encode_text
 
 _A = "\x00RAGJAX_ASSISTANT\x00"
 _U = "\x00RAGJAX_USER\x00"

@@ -3,7 +3,7 @@
 Importers of multi-hop files expose their paragraphs as `Passage`s (the retrieval package's
 type, so it can index them as they are); ids are content hashes, so the same paragraph read
 from two files gets the same id and supporting ids stay valid across merged corpora.  Reading
-a corpus file is `ragjax.retrieval.corpus.read_passages`; writing one is `write_corpus`.
+a corpus file is `ragjax.retrieval.corpus_reader.read_passages`; writing one is `write_corpus`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,70 @@
+"""The loss mask, attention mask and positions a batch derives from its source labels.
+
+The one mask function: the trainer and the SFT loop build their masks here from the labels the
+rollout wrote (`ragjax.rollout.labels.Source`).  REX-RAG trains on its injected exploration
+prompt; everything the environment wrote (retrieved documents, tag wrappers, chat framing,
+invalid-action messages) is never trained on.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ragjax.rollout.labels import Source
+
+# Labels a config may train on (`rl.train_on`), by lower-case name.  Prompts and environment
+# text are never trained on; retrieved documents only as Search-R1's ablation ("w/o retrieved
+# token mask"), which shows why they are masked by default.
+TRAINABLE = ("policy", "injected", "retrieved")
+DEFAULT_TRAIN_ON = ("policy",)
+
+
+def check_train_on(train_on: Sequence[str], field: str = "train_on") -> tuple[Source, ...]:
+  """The Source values named by `train_on`, or a ValueError naming the offending entry."""
+  out = []
+  for name in train_on:
+    if name not in TRAINABLE:
+      raise ValueError(f"{field}: cannot train on {name!r}; trainable labels: {list(TRAINABLE)}")
+    out.append(Source[name.upper()])
+  return tuple(out)
+
+
+def loss_mask(labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON, dtype=np.float32) -> np.ndarray:
+  """[B, T] 1.0 where the token's label is trained on.  Position 0 is never predicted (no token
+  before it), so it is always 0."""
+  labels = np.asarray(labels)
+  mask = np.isin(labels, np.asarray([int(s) for s in check_train_on(train_on)])).astype(dtype)
+  if mask.ndim == 2:
+    mask[:, 0] = 0
+  return mask
+
+
+def attention_mask(labels) -> np.ndarray:
+  """1 on real tokens, 0 on padding (int32)."""
+  return (np.asarray(labels) != Source.PAD).astype(np.int32)
+
+
+def positions(labels) -> np.ndarray:
+  """RoPE positions that count real tokens only, so padding never shifts them."""
+  return _count_positions(attention_mask(labels))
+
+
+def _count_positions(attention: np.ndarray) -> np.ndarray:
+  return np.maximum(np.cumsum(attention, axis=-1) - 1, 0).astype(np.int32)
+
+
+class Masks(NamedTuple):
+  """The three arrays a batch derives from its labels."""
+  loss: np.ndarray          # [B, T] float32, `loss_mask`
+  attention: np.ndarray     # [B, T] int32, `attention_mask`
+  positions: np.ndarray     # [B, T] int32, `positions`
+
+
+def masks(labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> Masks:
+  """The loss mask, attention mask and positions of `labels`, built once for a batch."""
+  labels = np.asarray(labels)
+  attention = attention_mask(labels)
+  return Masks(loss=loss_mask(labels, train_on), attention=attention,
+               positions=_count_positions(attention))
