@@ -108,10 +108,11 @@ def get_config() -> ConfigDict:
   c.protocol = protocol("search_r1", "top_k", "max_turns", "obs_max_tokens")
   # cpu_attention_kernel: on an unsharded CPU the cached attention runs in ragjax's C++ kernel
   # (ragjax.models.cpu_attention; XLA's attention when False or when it cannot be built).
+  # unroll_layers: a `model.scan_layers` policy samples with its layers unrolled (a CPU's choice).
   # Other SamplerConfig fields are set by the code (greedy, stops, eos) or added by a recipe.
   c.sampler = ConfigDict(defaults(SamplerConfig, (
       "max_cache_length", "max_new_tokens", "prompt_buckets", "extend_buckets", "temperature",
-      "top_p", "cpu_attention_kernel")))
+      "top_p", "cpu_attention_kernel", "unroll_layers")))
   # Override: a run's shapes are Search-R1's (a 4096-token cache, 500 new tokens per turn);
   # SamplerConfig's own are a small sampler's, which tests and benchmarks build directly.
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500,

@@ -40,7 +40,8 @@ def get_config(arg: str = "default"):
   c = common.get_config()
   c.recipe = "qa"        # ragjax/recipes/qa.py: the table before and after RL
   c.workdir = f"runs/smollm2_{arg}"
-  # scan_layers: one layer compiled, not 30 (compiles of the sampler and the update in seconds);
+  # scan_layers: one layer compiled, not 30 (the update compiles in seconds; the sampler runs
+  # the layers unrolled, `sampler.unroll_layers`);
   # remat: the update keeps each layer's input only (without it, 30 layers' attention
   # probabilities of 8 rows x 1,280 positions asked for 26.5 GB and the first update failed)
   c.model.update(dict(checkpoint=installed_gguf(*SMOLLM2_135M), dtype="float32",
@@ -56,7 +57,10 @@ def get_config(arg: str = "default"):
                                max_turns=1 if tiny else 2, obs_max_tokens=32 if tiny else 192,
                                demonstration=True)
   c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=8 if tiny else 64,
-                        temperature=0.7, top_p=1.0, prompt_buckets=(512, 640, 768)))
+                        temperature=0.7, top_p=1.0, prompt_buckets=(512, 640, 768),
+                        # the trainer scans the 30 layers (one compiled layer); the sampler
+                        # runs them unrolled: 1.8x faster rollouts on this CPU
+                        unroll_layers=True))
   c.rollout.update(dict(widths=(768,) if tiny else (768, 1024, 1280), decode_chunk=0))
 
   # GRPO (Search-R1's EM reward, retrieved tokens masked), one update per rollout batch with

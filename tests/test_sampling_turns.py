@@ -267,6 +267,19 @@ def test_attention_windows_change_nothing_but_the_work(model):
   for x, y in zip(got, outs[0][1:]):
     assert x.token_lists() == y.token_lists()
     np.testing.assert_allclose(np.asarray(x.logprobs), np.asarray(y.logprobs), atol=1e-5)
+  # `unroll_layers`: the scanned model's weights unstacked, a per-layer cache grown through
+  # the windows; the same tokens again, and `params` stay the caller's stacked tree.
+  unrolled = Sampler(cfg.replace(scan_layers=True), stacked, None,
+                     base.replace(attend_buckets=(16, 24, 48), unroll_layers=True))
+  state, *got = _two_turns(unrolled, obs=obs)
+  assert unrolled.grow_cache and [x.shape[2] for x in state.cache["k"]] == [48] * 2
+  assert unrolled.params is stacked and unrolled.cfg.scan_layers
+  np.testing.assert_array_equal(
+      np.asarray(unrolled.run_params["layers_1"]["self_attn"]["q_proj"]["kernel"]),
+      np.asarray(params["layers_1"]["self_attn"]["q_proj"]["kernel"]))
+  for x, y in zip(got, outs[0][1:]):
+    assert x.token_lists() == y.token_lists()
+    np.testing.assert_allclose(np.asarray(x.logprobs), np.asarray(y.logprobs), atol=1e-5)
 
 
 def test_temperature_ladder_samples_each_row_at_its_own_temperature(model):

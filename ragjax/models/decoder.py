@@ -379,6 +379,19 @@ class _ScanLayer(nn.Module):
     return (x, new_kv, i + 1), None
 
 
+def unstack_layers(params: dict, num_layers: int) -> dict:
+  """A `scan_layers` params tree (one stacked `layers/layer` subtree, [L, ...] leaves) in the
+  unrolled layout (`layers_0` .. `layers_{L-1}`), the same values: what a config with
+  `scan_layers=False` runs.  Any other tree comes back as it is."""
+  if "layers" not in params:
+    return params
+  out = {k: v for k, v in params.items() if k != "layers"}
+  stacked = params["layers"]["layer"]
+  for i in range(num_layers):
+    out[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+  return out
+
+
 class Decoder(nn.Module):
   """Causal LM (`head="lm"`) or value model (`head="value"`, one scalar per token).
 

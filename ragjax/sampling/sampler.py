@@ -59,6 +59,7 @@ observations to `extend_buckets`, a turn returns `max_new_tokens` columns, and t
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 from typing import Optional, Sequence
 
@@ -68,6 +69,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ragjax.models import kv_cache
+from ragjax.models.decoder import unstack_layers
 from ragjax.models.model_config import DecoderConfig
 from ragjax.models.fused import shared_fused_copy
 from ragjax.models.sharded import decoder_shardings
@@ -90,6 +92,11 @@ class Sampler:
                config: SamplerConfig = SamplerConfig(), mesh: Optional[Mesh] = None,
                stop_rows: int = 0):
     self.cfg, self.config, self.mesh = cfg, config, mesh
+    # The model the calls run: the caller's, or with `unroll_layers` a scanned model's layers
+    # unrolled over a per-layer cache (the same weights, unstacked in `set_params`).
+    self.unrolled = bool(config.unroll_layers and cfg.scan_layers)
+    self.run_cfg = (dataclasses.replace(cfg, scan_layers=False, remat=False) if self.unrolled
+                    else cfg)
     self.eos_ids = tuple(config.eos_ids if config.eos_ids is not None else cfg.eos_ids)
     self.cache_dtype = config.resolved_cache_dtype(cfg.dtype)
     self.stop_table = None
@@ -101,13 +108,14 @@ class Sampler:
     self._param_shardings = self._run_shardings = None
     if mesh is not None:
       self._param_shardings = decoder_shardings(cfg, mesh)
-      self._run_shardings = decoder_shardings(cfg, mesh, fused=True) if self.fused else None
+      if self.fused or self.unrolled:
+        self._run_shardings = decoder_shardings(self.run_cfg, mesh, fused=self.fused)
     self.set_params(params)
     # A per-layer cache is kept as wide as the window its rows need and grown through the
     # windows, so every call attends it whole: a window sliced out of a wider array is copied
     # before the dot each step (bench.decode_attention).  A stacked cache (scan_layers) is
     # allocated whole and each call slices its window.
-    self.grow_cache = not cfg.scan_layers
+    self.grow_cache = not self.run_cfg.scan_layers
     self.cpu_kernel = layout.cpu_kernel(mesh, config.cpu_attention_kernel)
     self.trace_counts: collections.Counter = collections.Counter()
     self._prefill = jax.jit(self._counted("prefill", self._prefill_fn),
@@ -136,7 +144,7 @@ class Sampler:
   def _prefill_fn(self, params, tokens, lengths, seed, temperature, row_ids, *, samples,
                   cache_length, cache_width):
     return prefill_lib.prefill(
-        self.cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids,
+        self.run_cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
         cache_width=cache_width, cpu_kernel=self.cpu_kernel, fused=self.fused)
@@ -145,23 +153,23 @@ class Sampler:
     return constrain_cache(kv_cache.grow(cache, slots), self.mesh)
 
   def _decode_fn(self, params, stop_table, state, top_p, *, window, steps, nucleus):
-    return decode_lib.decode_turn(self.cfg, self.config, self.eos_ids, params, stop_table,
+    return decode_lib.decode_turn(self.run_cfg, self.config, self.eos_ids, params, stop_table,
                                   state, mesh=self.mesh, window=window, steps=steps,
                                   cpu_kernel=self.cpu_kernel, top_p=top_p, nucleus=nucleus,
                                   fused=self.fused,
                                   pallas_decode=self.config.decode_attention == "pallas")
 
   def _extend_fn(self, params, state, tokens, counts, *, window):
-    return prefill_lib.extend(self.cfg, params, state, tokens, counts, mesh=self.mesh,
+    return prefill_lib.extend(self.run_cfg, params, state, tokens, counts, mesh=self.mesh,
                               window=window, cpu_kernel=self.cpu_kernel, fused=self.fused)
 
   def _extend_rows_fn(self, params, state, src, dst, tokens, counts, *, window):
-    part = prefill_lib.extend(self.cfg, params, rows_lib.take(state, src), tokens, counts,
+    part = prefill_lib.extend(self.run_cfg, params, rows_lib.take(state, src), tokens, counts,
                               window=window, cpu_kernel=self.cpu_kernel, fused=self.fused)
     return rows_lib.put(state, dst, part)
 
   def _truncate_fn(self, params, state, new_lengths, chosen):
-    return rows_lib.truncate(self.cfg, params, state, new_lengths, chosen, mesh=self.mesh,
+    return rows_lib.truncate(self.run_cfg, params, state, new_lengths, chosen, mesh=self.mesh,
                              cpu_kernel=self.cpu_kernel, fused=self.fused)
 
   def _place_fn(self, state, fresh, dst, src, batch_rows, seed, temperature):
@@ -221,7 +229,8 @@ class Sampler:
 
   @property
   def run_params(self):
-    """The weights the compiled calls run on: `params`, or their fused copy."""
+    """The weights the compiled calls run on: `params`, their unrolled copy
+    (`unroll_layers`) or their fused copy."""
     return self._run_params
 
   def set_params(self, params) -> None:
@@ -232,12 +241,15 @@ class Sampler:
     if self._param_shardings is not None:
       params = shard_params(params, self._param_shardings)
     self.params = params
-    self._run_params = params
+    run = unstack_layers(params, self.cfg.num_layers) if self.unrolled else params
+    place = None
+    if self._run_shardings is not None:
+      place = functools.partial(shard_params, shardings=self._run_shardings)
     if self.fused:
-      place = None
-      if self._run_shardings is not None:
-        place = functools.partial(shard_params, shardings=self._run_shardings)
-      self._run_params = shared_fused_copy(self.cfg, params, place, self.mesh)
+      run = shared_fused_copy(self.run_cfg, run, place, self.mesh)
+    elif self.unrolled and place is not None:
+      run = place(run)
+    self._run_params = run
 
   def prefill(self, prompts: Sequence[Sequence[int]], samples_per_prompt: int = 1,
               seed: int = 0, first_row: int = 0,

@@ -71,6 +71,12 @@ class SamplerConfig:
   # kernel per row and KV head over the row's own length, ragjax.models.pallas_decode: Triton
   # on GPUs, interpret mode on CPU; windows that are not a power of two >= 64 use XLA's).
   decode_attention: str = "xla"
+  # Run a scanned model (`model.scan_layers`: stacked params, one compiled layer for training)
+  # with its layers unrolled over a per-layer cache, the weights unstacked once per
+  # `set_params`: on a CPU the stacked cache costs a copy of each layer's slice every step
+  # (SmolLM2-135M's greedy rollout of 8 questions: 134 s stacked, 75 s unrolled,
+  # docs/real_model.md).  No effect on a model without `scan_layers`.
+  unroll_layers: bool = False
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
