@@ -28,7 +28,8 @@ times the rollout of N training questions both ways, greedy, on the same weights
 engine) and the transformers loop of `ragjax.bench.hf_loop` (`generate` per turn on the
 re-tokenised history, with the config's protocol, budget and retriever):
 
-    python -m ragjax.bench.grpo_step --config configs/smollm2.py --steps 3 --hf-reference 16
+    python -m ragjax.bench.grpo_step --config configs/smollm2.py --steps 1 --hf-reference 16 \\
+        --hf-reference-reps 2      # the two loops twice in turn: medians under a changing load
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
   trainer = parts.make_trainer(c, run, cfg, params, tok, setup, mesh)
-  reference = (hf_reference(c, trainer.eval_engine, setup, args.hf_reference)
-               if args.hf_reference else {})
+  reference = (hf_reference(c, trainer.eval_engine, setup, args.hf_reference,
+                            args.hf_reference_reps) if args.hf_reference else {})
   steps = [trainer.train_step(s) for s in range(1, args.steps + 1)]
   trainer.ckpt.close()
   # A step whose padded width is new compiles the scoring and update programs for it: time
@@ -128,9 +129,10 @@ class ChatRendered:
     return getattr(self._protocol, name)
 
 
-def hf_reference(c, engine, setup, n: int) -> dict:
+def hf_reference(c, engine, setup, n: int, reps: int = 1) -> dict:
   """Greedy rollouts of `n` training questions by ragjax's engine and by the transformers loop
-  on the same weights (each timed after a warm-up run): seconds, policy tokens, tokens/s."""
+  on the same weights, each after a warm-up run, then `reps` times in turn (the medians, so a
+  load that changes during the run weighs on both): seconds, policy tokens, tokens/s."""
   import collections
   import time
   import torch
@@ -143,10 +145,6 @@ def hf_reference(c, engine, setup, n: int) -> dict:
     raise ValueError("--hf-reference needs model.checkpoint (an HF directory or a GGUF file)")
   records = setup.splits["train"][:n]
   engine.run(records)                                       # compiles
-  t0 = time.perf_counter()
-  batch = engine.run(records)
-  ours_s = time.perf_counter() - t0
-  ours_tokens = int((batch.traj.labels == Source.POLICY).sum())
   path = c.model.checkpoint
   kw = dict(dtype=torch.float32, local_files_only=True)
   if is_gguf(path):
@@ -161,17 +159,26 @@ def hf_reference(c, engine, setup, n: int) -> dict:
   budget = c.sampler.max_new_tokens
   hf_rollout(model, tok, protocol, engine.retriever, records[:2], budget,
              collections.Counter())                          # warm-up
-  timings = collections.Counter()
-  t0 = time.perf_counter()
-  texts = hf_rollout(model, tok, protocol, engine.retriever, records, budget, timings)
-  hf_s = time.perf_counter() - t0
+  ours, theirs, generate = [], [], []
+  for _ in range(max(1, reps)):
+    t0 = time.perf_counter()
+    batch = engine.run(records)
+    ours.append(time.perf_counter() - t0)
+    timings = collections.Counter()
+    t0 = time.perf_counter()
+    texts = hf_rollout(model, tok, protocol, engine.retriever, records, budget, timings)
+    theirs.append(time.perf_counter() - t0)
+    generate.append(timings["generate_s"])
+  ours_s, hf_s = statistics.median(ours), statistics.median(theirs)
+  ours_tokens = int((batch.traj.labels == Source.POLICY).sum())
   prompts = [len(tok(protocol.plain_prompt(r["question"]))["input_ids"]) for r in records]
   # the policy's tokens: everything after the prompt less the documents and messages the loop
   # inserted (counted from the text, as the loop keeps no labels)
   hf_tokens = sum(len(tok(t)["input_ids"]) - p for t, p in zip(texts, prompts))
   return {"reference_questions": len(records), "ragjax_greedy_rollout_s": round(ours_s, 2),
           "ragjax_policy_tokens": ours_tokens, "transformers_rollout_s": round(hf_s, 2),
-          "transformers_generate_s": round(timings["generate_s"], 2),
+          "transformers_generate_s": round(statistics.median(generate), 2),
+          "reference_reps": max(1, reps),
           "transformers_tokens_after_prompt": hf_tokens,
           "rollout_speedup_vs_transformers": round(hf_s / ours_s, 2),
           "torch_threads": torch.get_num_threads()}
@@ -190,6 +197,8 @@ def main(argv=None):
   ap.add_argument("--hf-reference", type=int, default=0, metavar="N",
                   help="also time N questions' greedy rollout in ragjax and in a transformers "
                        "generate loop on the same weights (needs model.checkpoint)")
+  ap.add_argument("--hf-reference-reps", type=int, default=1, metavar="R",
+                  help="with --hf-reference: time the two loops R times in turn (medians)")
   args = ap.parse_args(argv)
   if args.steps < 1:
     ap.error("--steps must be >= 1")
