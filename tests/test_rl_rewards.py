@@ -69,6 +69,27 @@ def test_builtin_rewards_read_the_parsed_answer():
   assert no_answer.answer is None and get_reward("cover_em")(no_answer) == 0.0
 
 
+def test_search_r1_format_reward_by_hand():
+  """Search-R1 qa_em_format.compute_score_em at structure 0.2, final 0.1, retrieval 0.1: each
+  branch of its table, by hand."""
+  r = get_reward("search_r1_format")
+  kw = dict(structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.1)
+  assert r(ctx(), **kw) == 1.0                                    # EM, valid
+  invalid = GOOD.replace("<think> found it </think>", "found it")  # stray text: invalid
+  assert not is_valid_search_r1_format(invalid)
+  assert r(ctx(invalid), **kw) == pytest.approx(0.8)               # EM, invalid: 1 - 0.2
+  wrong = GOOD.replace("The Paris!", "Lyon")
+  assert r(ctx(wrong), **kw) == pytest.approx(0.3)                 # valid, gold in information
+  assert r(ctx(wrong, gold=("Marseille",)), **kw) == pytest.approx(0.2)   # valid, not retrieved
+  assert r(ctx(wrong), structure_format_score=0.2) == pytest.approx(0.2)  # retrieval 0: default
+  direct = "<think> I know </think> <answer> Lyon </answer>"       # valid without a search
+  assert r(ctx(direct), **kw) == pytest.approx(0.2)
+  assert r(ctx(invalid.replace("The Paris!", "Lyon")), **kw) == pytest.approx(0.1)  # final
+  assert r(ctx(GOOD.split("<answer>")[0] + "so"), **kw) == 0.0     # no answer, invalid
+  # the gold "A" normalises to "": never counts as retrieved
+  assert r(ctx(wrong, gold=("A",)), **kw) == pytest.approx(0.2)
+
+
 def test_other_protocols_answers_are_scored():
   """R3-RAG and UR² answers are not <answer> tags; the protocol's parse is what is scored."""
   r3 = "Step 1:\nThe problem analysis: it is known.\nThe final answer: Paris"

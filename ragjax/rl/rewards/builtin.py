@@ -4,7 +4,10 @@ Each reads the row's record (`RewardContext`).  Method rewards have their own mo
 from __future__ import annotations
 
 from ragjax import registry
+import re
+
 from ragjax.metrics import cover_exact_match, exact_match, token_f1
+from ragjax.metrics.answer import normalize_answer
 from ragjax.rl.rewards.context import RewardContext
 from ragjax.rl.rewards.tags import is_valid_search_r1_format
 
@@ -43,6 +46,44 @@ def search_r1_em_reward(ctx: RewardContext, format_score: float = 0.0) -> float:
   if ctx.answer is None:
     return 0.0
   return 1.0 if exact_match(ctx.answer, ctx.golden_answers) else float(format_score)
+
+
+_INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
+
+
+def answer_retrieved(response: str, golden_answers) -> bool:
+  """Search-R1 `is_retrieval_correct`: a normalised gold alias occurs in a normalised
+  `<information>` block of the response (an alias that normalises to "" never counts)."""
+  golds = [normalize_answer(g) for g in ([golden_answers] if isinstance(golden_answers, str)
+                                          else golden_answers)]
+  golds = [g for g in golds if g]
+  blocks = [normalize_answer(b) for b in _INFORMATION.findall(response)]
+  return any(g in b for b in blocks for g in golds)
+
+
+@registry.register("reward", "search_r1_format")
+def search_r1_format_reward(ctx: RewardContext, structure_format_score: float = 0.2,
+                            final_format_score: float = 0.1,
+                            retrieval_score: float = 0.0) -> float:
+  """Search-R1's format-aware EM reward (`qa_em_format.compute_score_em`, the v0.3
+  `train_grpo_format.sh` recipe: structure 0.2, final 0.1, retrieval 0):
+
+  | answer | valid format | reward |
+  |---|---|---|
+  | EM | yes / no | 1 / 1 - structure |
+  | wrong or none | yes | structure (+ retrieval when a gold alias is in an `<information>` block) |
+  | wrong | no | final |
+  | none | no | 0 |
+  """
+  response = ctx.row.response_text
+  valid = is_valid_search_r1_format(response)
+  partial = float(structure_format_score) + (
+      float(retrieval_score) if valid and answer_retrieved(response, ctx.golden_answers) else 0.0)
+  if ctx.answer is not None and exact_match(ctx.answer, ctx.golden_answers):
+    return 1.0 if valid else 1.0 - float(structure_format_score)
+  if valid:
+    return partial
+  return 0.0 if ctx.answer is None else float(final_format_score)
 
 
 def gold_titles(example) -> set:
