@@ -73,18 +73,20 @@ def get_config(arg: str = "default"):
                    use_sampler_logprobs=True, gather=True, logprob_chunk=4096, ppo_epochs=1,
                    mini_batch_size=0, micro_batch_size=0 if tiny else 4))
   # Search-R1's format-aware EM reward (its v0.3 `train_grpo_format.sh`: structure 0.2, final
-  # 0.1) with its retrieval term on: 0.2 more when a gold answer is in the retrieved passages
-  # of a well-formed trajectory.  The released script sets retrieval 0; here a format term
-  # without it paid the policy to stop searching (docs/real_model.md), so retrieval is paid.
+  # 0.1) with its retrieval term on (0.2 more when a gold answer is in the passages a
+  # well-formed trajectory retrieved) and well-formed counting only trajectories that searched.
+  # The released script pays retrieval 0 and any well-formed answer; here both ways paid the
+  # policy to stop searching within 10 steps (docs/real_model.md), so these two differ.
   c.rl.rewards = {"search_r1_format": 1.0}
   c.rl.reward_kwargs = {"search_r1_format": dict(structure_format_score=0.2,
-                                                 final_format_score=0.1, retrieval_score=0.2)}
+                                                 final_format_score=0.1, retrieval_score=0.2,
+                                                 search_required=True)}
   c.rl.metrics = ("search_r1",)      # search rate, valid format, gold recall per step
   c.optim.update(dict(lr=1e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                       weight_decay=0.0, grad_clip=1.0))
-  c.trainer.update(dict(num_steps=1 if tiny else 30, batch_prompts=2,
-                        eval_every=0 if tiny else 10, eval_prompts=2 if tiny else 50,
-                        save_every=1 if tiny else 5, max_to_keep=2, keep_best=not tiny,
+  c.trainer.update(dict(num_steps=1 if tiny else 24, batch_prompts=2,
+                        eval_every=0 if tiny else 12, eval_prompts=2 if tiny else 50,
+                        save_every=1 if tiny else 4, max_to_keep=2, keep_best=not tiny,
                         keep_best_metric="dev/em", tensorboard=False))
   c.eval.update(dict(batch_size=2 if tiny else 50))
   return c

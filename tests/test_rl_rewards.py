@@ -88,6 +88,15 @@ def test_search_r1_format_reward_by_hand():
   assert r(ctx(GOOD.split("<answer>")[0] + "so"), **kw) == 0.0     # no answer, invalid
   # the gold "A" normalises to "": never counts as retrieved
   assert r(ctx(wrong, gold=("A",)), **kw) == pytest.approx(0.2)
+  # search_required: a well-formed answer without a search is scored as malformed
+  req = dict(kw, search_required=True)
+  assert r(ctx(direct), **req) == pytest.approx(0.1)
+  assert r(ctx(direct.replace("Lyon", "Paris")), **req) == pytest.approx(0.8)
+  searched = row(wrong, turns=[TurnRecord(0, "search", "<search> capital </search>",
+                                           query="capital of France"),
+                                TurnRecord(1, "answer", "<answer> Lyon </answer>")])
+  assert searched.num_searches == 1
+  assert r(RewardContext(searched, {"golden_answers": ["Paris"]}), **req) == pytest.approx(0.3)
 
 
 def test_other_protocols_answers_are_scored():

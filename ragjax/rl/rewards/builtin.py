@@ -63,26 +63,29 @@ def answer_retrieved(response: str, golden_answers) -> bool:
 
 @registry.register("reward", "search_r1_format")
 def search_r1_format_reward(ctx: RewardContext, structure_format_score: float = 0.2,
-                            final_format_score: float = 0.1,
-                            retrieval_score: float = 0.0) -> float:
+                            final_format_score: float = 0.1, retrieval_score: float = 0.0,
+                            search_required: bool = False) -> float:
   """Search-R1's format-aware EM reward (`qa_em_format.compute_score_em`, the v0.3
   `train_grpo_format.sh` recipe: structure 0.2, final 0.1, retrieval 0):
 
-  | answer | valid format | reward |
+  | answer | well-formed | reward |
   |---|---|---|
   | EM | yes / no | 1 / 1 - structure |
   | wrong or none | yes | structure (+ retrieval when a gold alias is in an `<information>` block) |
   | wrong | no | final |
   | none | no | 0 |
-  """
+
+  Well-formed is Search-R1's tag state machine; with `search_required` (not in Search-R1) a
+  trajectory is well-formed only if it also searched at least once, so a format term cannot pay
+  a policy for answering without retrieval."""
   response = ctx.row.response_text
-  valid = is_valid_search_r1_format(response)
-  partial = float(structure_format_score) + (
-      float(retrieval_score) if valid and answer_retrieved(response, ctx.golden_answers) else 0.0)
+  valid = is_valid_search_r1_format(response) and (not search_required
+                                                   or ctx.row.num_searches > 0)
   if ctx.answer is not None and exact_match(ctx.answer, ctx.golden_answers):
     return 1.0 if valid else 1.0 - float(structure_format_score)
   if valid:
-    return partial
+    return float(structure_format_score) + (
+        float(retrieval_score) if answer_retrieved(response, ctx.golden_answers) else 0.0)
   return 0.0 if ctx.answer is None else float(final_format_score)
 
 
