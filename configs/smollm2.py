@@ -75,8 +75,9 @@ def get_config(arg: str = "default"):
   # Search-R1's format-aware EM reward (its v0.3 `train_grpo_format.sh`: structure 0.2, final
   # 0.1) with its retrieval term on (0.2 more when a gold answer is in the passages a
   # well-formed trajectory retrieved) and well-formed counting only trajectories that searched.
-  # The released script pays retrieval 0 and any well-formed answer; here both ways paid the
-  # policy to stop searching within 10 steps (docs/real_model.md), so these two differ.
+  # The released script pays retrieval 0 and any well-formed answer; here that paid the policy
+  # to stop searching within 10 steps, so these two differ.  Measured: this too ends without
+  # search (every answer without one still earns `final_format_score`); docs/real_model.md.
   c.rl.rewards = {"search_r1_format": 1.0}
   c.rl.reward_kwargs = {"search_r1_format": dict(structure_format_score=0.2,
                                                  final_format_score=0.1, retrieval_score=0.2,
