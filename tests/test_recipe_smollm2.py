@@ -24,7 +24,7 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   # has a gradient (tests/dense_reward.gin)
   out, _ = finish(train(["--config=configs/smollm2.py:tiny", f"--config.workdir={work}",
                          "--gin_file", os.path.join(TESTS, "dense_reward.gin"),
-                         "--config.rl.rewards={'search_r1_em': 1.0, 'test_vowels': 1.0}",
+                         "--config.rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}",
                          "--config.progress=False"]))
   assert "data: {'train': 1664, 'dev': 2, 'test': 2} questions" in out
   (m,) = read_metrics(work)
@@ -44,6 +44,6 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   # a rerun of the finished config reuses every evaluation (nothing is rolled out again)
   out2, _ = finish(train(["--config=configs/smollm2.py:tiny", f"--config.workdir={work}",
                           "--gin_file", os.path.join(TESTS, "dense_reward.gin"),
-                          "--config.rl.rewards={'search_r1_em': 1.0, 'test_vowels': 1.0}",
+                          "--config.rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}",
                           "--config.progress=False"]))
   assert out2.count(": reusing ") == 3
