@@ -59,6 +59,21 @@ def test_cpu_threads_below_zero_is_refused():
     pin(-1)
 
 
+def test_smollm2_default_pins_its_measured_run():
+  """The values of the measured default run (docs/real_model.md): Search-R1's format-aware
+  reward with retrieval 0.2 and search_required, groups of 8 over 2 questions, 24 steps."""
+  from ragjax.wiring.config_files import load_config
+  c = load_config("configs/smollm2.py")
+  assert dict(c.rl.rewards) == {"search_r1_format": 1.0}
+  assert dict(c.rl.reward_kwargs["search_r1_format"]) == dict(
+      structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.2,
+      search_required=True)
+  assert (c.rl.group_size, c.trainer.batch_prompts, c.trainer.num_steps,
+          c.trainer.eval_every) == (8, 2, 24, 12)
+  assert (c.data.split.test, c.data.split.dev, c.protocol.max_turns, c.protocol.top_k) == (
+      400, 100, 2, 3)
+
+
 def test_split_files_and_the_corpus_are_checked_before_any_work():
   from ragjax.wiring.components import validate
   from ragjax.wiring.config_files import load_config

@@ -7,7 +7,6 @@ from ragjax import registry
 import re
 
 from ragjax.metrics import cover_exact_match, exact_match, token_f1
-from ragjax.metrics.answer import normalize_answer
 from ragjax.rl.rewards.context import RewardContext
 from ragjax.rl.rewards.tags import is_valid_search_r1_format
 
@@ -53,12 +52,9 @@ _INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
 
 def answer_retrieved(response: str, golden_answers) -> bool:
   """Search-R1 `is_retrieval_correct`: a normalised gold alias occurs in a normalised
-  `<information>` block of the response (an alias that normalises to "" never counts)."""
-  golds = [normalize_answer(g) for g in ([golden_answers] if isinstance(golden_answers, str)
-                                          else golden_answers)]
-  golds = [g for g in golds if g]
-  blocks = [normalize_answer(b) for b in _INFORMATION.findall(response)]
-  return any(g in b for b in blocks for g in golds)
+  `<information>` block of the response (cover EM of each block; an alias that normalises to ""
+  never counts)."""
+  return any(cover_exact_match(b, golden_answers) for b in _INFORMATION.findall(response))
 
 
 @registry.register("reward", "search_r1_format")
