@@ -16,8 +16,8 @@ in two splits.  Retriever: BM25 over those 31,144 passages, built once under the
 loop, plus one worked example before the question (`protocol.demonstration`): prompted with
 the instruction alone, this model writes no tag at all (docs/real_model.md).  Shorter than the
 paper's so that it fits a 2-core CPU: 2 searches of top-3 passages cut to 192 tokens, 64 new
-tokens per turn, temperature 0.7, GRPO groups of 8 over 2 questions a step, Search-R1's format-aware EM reward
-with its retrieval term, no KL.  What a run measures and takes:
+tokens per turn, temperature 0.7, GRPO groups of 8 over 2 questions a step, Search-R1's
+format-aware EM reward with its retrieval term, no KL.  What a run measures and takes:
 docs/real_model.md.
 """
 

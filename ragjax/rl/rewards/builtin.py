@@ -3,9 +3,9 @@ Each reads the row's record (`RewardContext`).  Method rewards have their own mo
 
 from __future__ import annotations
 
-from ragjax import registry
 import re
 
+from ragjax import registry
 from ragjax.metrics import cover_exact_match, exact_match, token_f1
 from ragjax.rl.rewards.context import RewardContext
 from ragjax.rl.rewards.tags import is_valid_search_r1_format
