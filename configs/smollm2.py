@@ -14,11 +14,12 @@ split by `data.split.seed` into 400 test, 100 dev and 1,168 training questions, 
 in two splits.  Retriever: BM25 over those 31,144 passages, built once under the workdir
 (`--config.retriever.backend=scann` for MiniLM + ScaNN).  Protocol: Search-R1's prompt and
 loop, plus one worked example before the question (`protocol.demonstration`): prompted with
-the instruction alone, this model writes no tag at all (docs/real_model.md).  Shorter than the
-paper's so that it fits a 2-core CPU: 2 searches of top-3 passages cut to 192 tokens, 64 new
-tokens per turn, temperature 0.7, GRPO groups of 8 over 2 questions a step, Search-R1's
-format-aware EM reward with its retrieval term, no KL.  What a run measures and takes:
-docs/real_model.md.
+the instruction alone, this model writes no tag at all (docs/real_model.md).  Cold start: LoRA
+SFT on scripted search traces of training questions (`ragjax.rl.search_traces`: the question as
+the query, the BM25 passages, the gold answer), merged before GRPO.  Shorter than the paper's so
+that it fits a 2-core CPU: 2 searches of top-3 passages cut to 192 tokens, 64 new tokens per
+turn, temperature 0.7, GRPO groups of 8 over 2 questions a step, Search-R1's format-aware EM
+reward with its retrieval term, no KL.  What a run measures and takes: docs/real_model.md.
 """
 
 import os
@@ -57,7 +58,7 @@ def get_config(arg: str = "default"):
   c.protocol = common.protocol("search_r1", top_k=1 if tiny else 3,
                                max_turns=1 if tiny else 2, obs_max_tokens=32 if tiny else 192,
                                demonstration=True)
-  c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=8 if tiny else 64,
+  c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=64,
                         temperature=0.7, top_p=1.0, prompt_buckets=(512, 640, 768),
                         # the trainer scans the 30 layers (one compiled layer); the sampler
                         # runs them unrolled: 1.8x faster rollouts on this CPU
@@ -74,20 +75,29 @@ def get_config(arg: str = "default"):
                    mini_batch_size=0, micro_batch_size=0 if tiny else 4))
   # Search-R1's format-aware EM reward (its v0.3 `train_grpo_format.sh`: structure 0.2, final
   # 0.1) with its retrieval term on (0.2 more when a gold answer is in the passages a
-  # well-formed trajectory retrieved) and well-formed counting only trajectories that searched.
-  # The released script pays retrieval 0 and any well-formed answer; here that paid the policy
-  # to stop searching within 10 steps, so these two differ.  Measured: this too ends without
-  # search (every answer without one still earns `final_format_score`); docs/real_model.md.
+  # well-formed trajectory retrieved), well-formed counting only trajectories that searched,
+  # and final 0.  The released script pays retrieval 0, any well-formed answer and 0.1 for an
+  # ill-formed one; here each of those paid the policy to stop searching within 6-15 steps
+  # (without the cold start: docs/real_model.md), so these three differ.
   c.rl.rewards = {"search_r1_format": 1.0}
   c.rl.reward_kwargs = {"search_r1_format": dict(structure_format_score=0.2,
-                                                 final_format_score=0.1, retrieval_score=0.2,
+                                                 final_format_score=0.0, retrieval_score=0.2,
                                                  search_required=True)}
   c.rl.metrics = ("search_r1",)      # search rate, valid format, gold recall per step
+  # Cold start (docs/real_model.md): prompted, this model rarely finishes a search trajectory
+  # well-formed and every RL reward design above drove search to 0, so before GRPO the LoRA
+  # adapters are fitted (then merged) on scripted traces of training questions: the question
+  # as the query, the BM25 passages, the gold answer (`ragjax.rl.search_traces`), kept only
+  # where the passages hold the answer.
+  c.traces = common.ConfigDict(dict(questions=4 if tiny else 800, require_retrieved=not tiny))
+  c.sft.update(dict(steps=1 if tiny else 60, batch_size=2 if tiny else 4, lr=3e-4,
+                    warmup_steps=0 if tiny else 5, min_lr_ratio=0.1, weight_decay=0.0,
+                    gather=True, log_every=1 if tiny else 5, save_every=0 if tiny else 20))
   c.optim.update(dict(lr=1e-4, schedule="constant", warmup_steps=0, warmup_ratio=0.0,
                       weight_decay=0.0, grad_clip=1.0))
-  c.trainer.update(dict(num_steps=1 if tiny else 24, batch_prompts=2,
-                        eval_every=0 if tiny else 12, eval_prompts=2 if tiny else 50,
-                        save_every=1 if tiny else 4, max_to_keep=2, keep_best=not tiny,
+  c.trainer.update(dict(num_steps=1 if tiny else 12, batch_prompts=2,
+                        eval_every=0 if tiny else 6, eval_prompts=2 if tiny else 50,
+                        save_every=1 if tiny else 3, max_to_keep=2, keep_best=not tiny,
                         keep_best_metric="dev/em", tensorboard=False))
   c.eval.update(dict(batch_size=2 if tiny else 50))
   return c

@@ -60,16 +60,20 @@ def test_cpu_threads_below_zero_is_refused():
 
 
 def test_smollm2_default_pins_its_measured_run():
-  """The values of the measured default run (docs/real_model.md): Search-R1's format-aware
-  reward with retrieval 0.2 and search_required, groups of 8 over 2 questions, 24 steps."""
+  """The values of the measured default run (docs/real_model.md): a cold start (60 SFT steps
+  of 4 scripted search traces of 800 training questions), then Search-R1's format-aware
+  reward with retrieval 0.2, final 0 and search_required, groups of 8 over 2 questions, 12
+  steps."""
   from ragjax.wiring.config_files import load_config
   c = load_config("configs/smollm2.py")
+  assert (c.traces.questions, c.traces.require_retrieved) == (800, True)
+  assert (c.sft.steps, c.sft.batch_size, c.sft.lr, c.sft.warmup_steps) == (60, 4, 3e-4, 5)
   assert dict(c.rl.rewards) == {"search_r1_format": 1.0}
   assert dict(c.rl.reward_kwargs["search_r1_format"]) == dict(
-      structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.2,
+      structure_format_score=0.2, final_format_score=0.0, retrieval_score=0.2,
       search_required=True)
   assert (c.rl.group_size, c.trainer.batch_prompts, c.trainer.num_steps,
-          c.trainer.eval_every) == (8, 2, 24, 12)
+          c.trainer.eval_every) == (8, 2, 12, 6)
   assert (c.data.split.test, c.data.split.dev, c.protocol.max_turns, c.protocol.top_k) == (
       400, 100, 2, 3)
 

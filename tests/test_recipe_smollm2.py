@@ -18,6 +18,11 @@ pytestmark = pytest.mark.skipif(
     reason="needs the SmolLM2 GGUF wheel (requirements-model.txt), gguf and ../shared/data")
 
 
+def read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
 def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   work = str(tmp_path / "run")
   # a dense user reward next to EM, so one step of a model that answers nothing right still
@@ -33,9 +38,14 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   with open(os.path.join(work, "summary.json")) as f:
     summary = json.load(f)
   assert list(summary["systems"]) == ["untrained, direct answer", "untrained + search",
-                                      "trained + search"]
+                                      "cold start + search", "trained + search"]
   assert summary["test_questions"] == 2 and set(summary["timings_s"]) >= {
-      "data_index_policy", "evaluation_before", "rl", "evaluation_after", "total"}
+      "data_index_policy", "evaluation_before", "cold_start", "evaluation_cold_start", "rl",
+      "evaluation_after", "total"}
+  # the cold start: one SFT step on scripted search traces, merged into an HF directory
+  assert "cold start: 4 traces kept of 4 training questions" in out
+  assert [r["step"] for r in read_jsonl(os.path.join(work, "sft_metrics.jsonl"))] == [1]
+  assert os.path.exists(os.path.join(work, "cold_start_policy", "model.safetensors"))
   table = open(os.path.join(work, "results.md")).read()
   assert "| trained + search |" in table and "gold recall of searches" in table
   # LoRA: the exported policy is the merged model, loadable as an HF directory
@@ -46,4 +56,4 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
                           "--gin_file", os.path.join(TESTS, "dense_reward.gin"),
                           "--config.rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}",
                           "--config.progress=False"]))
-  assert out2.count(": reusing ") == 3
+  assert out2.count(": reusing ") == 5 and "cold start: reusing" in out2

@@ -8,9 +8,15 @@
    (built once under the workdir), the pretrained policy;
 2. the test questions answered by the untrained policy: directly (no search; the `direct`
    protocol) and prompted with the search protocol;
-3. RL (the generic trainer: resumable, keep-best on dev);
-4. the test questions again with the trained policy;
-5. `results.md` (EM and F1 with 95% bootstrap intervals, search rate, valid format, mean
+3. with `sft.steps` > 0, a cold start: SFT (through `model.lora`'s adapters, then merged) on
+   scripted search traces of `traces.questions` training questions
+   (`ragjax.rl.search_traces`: the question as the query, the retrieved passages, the gold
+   answer; kept only where the passages hold it), cached in `<workdir>/cold_start_policy`,
+   and the test questions answered by it;
+4. RL from there (the generic trainer: resumable, keep-best on dev; fresh adapters on the
+   cold-started weights, which are also the KL reference);
+5. the test questions again with the trained policy;
+6. `results.md` (EM and F1 with 95% bootstrap intervals, search rate, valid format, mean
    searches, gold-passage recall of the searches, paired differences), `summary.json`,
    PNG curves of reward and search rate over training, a trajectory viewer and wall time by
    phase; the policy as an HF directory.
@@ -20,8 +26,10 @@ killed run resumes where it stopped.  This module only wires; every step is a pa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import time
 
 import numpy as np
@@ -29,16 +37,25 @@ import numpy as np
 from ragjax.data.prepare import write_flashrag
 from ragjax.eval.systems import evaluate_system, write_viewer
 from ragjax.metrics import answer_metrics
+from ragjax.models.lora import adapter_from_config
 from ragjax.recipes import rl
 from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
+from ragjax.rl.search_traces import search_traces
+from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import json_safe, read_json, write_json_atomic
+from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
 from ragjax.wiring import components as parts
 
 EVAL_DIR = "eval"
 DATA_DIR = "data"                # the split, as FlashRAG jsonl (for `ragjax.evaluate --suite`)
+COLD_START_DIR = "cold_start_policy"   # the cold-started policy (HF directory) and its meta
+COLD_START_META = "ragjax_cold_start.json"
+SFT_DIR = "sft"                  # the cold start's SFT checkpoints (a killed SFT resumes)
+# The config sections a cold start depends on (a cached one is reused only when they match).
+COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout", "retriever",
+                       "sft", "traces")
 STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_recall")
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
           "em", "dev/em", "response_length")
@@ -69,14 +86,63 @@ def per_question(result, records) -> dict:
 
 # Config fields that never change a greedy evaluation: how the policy is trained (the weights'
 # tag says which weights are evaluated) and the resumable fields.
-TRAINING_ONLY = ("rl.", "optim.", "critic_optim.", "trainer.", "sft.", "judge.", "model.remat",
-                 "model.lora.")
+TRAINING_ONLY = ("rl.", "optim.", "critic_optim.", "trainer.", "sft.", "traces.", "judge.",
+                 "model.remat", "model.lora.")
 
 
 def eval_fingerprint(c) -> dict:
   """The config fields an evaluation's result depends on (a cached evaluation is reused only
   when they are equal)."""
   return {k: v for k, v in config_fingerprint(c).items() if not k.startswith(TRAINING_ONLY)}
+
+
+def cold_start_fingerprint(c) -> dict:
+  """The config fields the cold start depends on (its traces are teacher-forced, so the
+  sampling settings do not matter)."""
+  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows",
+          "sft.save_every", "sft.log_every")
+  return {k: v for k, v in flatten(c).items()
+          if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
+
+
+def cold_start(c, s, workdir) -> tuple:
+  """(params, SFT metrics, weights tag): SFT of the loaded policy on scripted search traces of
+  the training questions (module docstring, step 3), or the policy reused from
+  `<workdir>/cold_start_policy` when it was trained under the same cold-start fields."""
+  fingerprint = json_safe(cold_start_fingerprint(c))
+  tag = "cold start " + hashlib.sha256(
+      json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+  cache = os.path.join(workdir, COLD_START_DIR)
+  meta_path = os.path.join(cache, COLD_START_META)
+  log_path = os.path.join(workdir, "sft_metrics.jsonl")
+  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
+    cached = c.copy_and_resolve_references()
+    with cached.unlocked():
+      cached.model.checkpoint = cache
+    _, params, _ = parts.load_policy(cached, mesh=s.mesh)
+    parts.log(f"cold start: reusing {cache} (same cold-start config)")
+    return params, MetricsLog(log_path).read(), tag
+  records = s.setup.splits["train"][:c.traces.questions]
+  template = make_engine(c, s.cfg, s.params, s.tokenizer, s.setup.retriever, greedy=True,
+                         hooks=[])
+  rows_t, rows_l, stats = search_traces(
+      template, records, max_new_tokens=c.sampler.max_new_tokens,
+      cache_length=c.sampler.max_cache_length, require_retrieved=c.traces.require_retrieved,
+      seed=c.seed)
+  parts.log(f"cold start: {stats['kept']} traces kept of {stats['questions']} training "
+            f"questions ({stats['retrieved']} with a gold answer in the passages, "
+            f"{stats['too_long']} with a turn over sampler.max_new_tokens)")
+  if not rows_t:
+    raise ValueError("the cold start kept no trace: raise traces.questions or set "
+                     "traces.require_retrieved=False")
+  params, history = run_sft(s.cfg, s.params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
+                            c.rollout.widths, seed=c.seed, mesh=s.mesh, log_path=log_path,
+                            progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
+                            fingerprint=fingerprint, adapter=adapter_from_config(c.model.lora))
+  parts.export_policy(cache, s.cfg, params, s.tokenizer)
+  write_json_atomic(meta_path, {"fingerprint": fingerprint, "traces": stats})
+  shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)  # the export supersedes them
+  return params, history, tag
 
 
 def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, weights=""):
@@ -147,7 +213,7 @@ def run(c) -> dict:
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   t0 = time.perf_counter()
-  s = rl.start(c)
+  s = rl.start(c, world_cold_start=False)
   for split, records in s.setup.splits.items():
     if records:
       write_flashrag(os.path.join(workdir, DATA_DIR, f"{split}.jsonl"), records)
@@ -164,26 +230,37 @@ def run(c) -> dict:
                                   weights=base)
   mark("evaluation_before", t0)
 
+  systems = {"untrained, direct answer": direct, "untrained + search": prompted}
+  start_params, sft_history, start_tag = s.params, [], base
+  if c.sft.steps:
+    t0 = time.perf_counter()
+    start_params, sft_history, start_tag = cold_start(c, s, workdir)
+    mark("cold_start", t0)
+    t0 = time.perf_counter()
+    systems["cold start + search"], _, sampler = evaluate(
+        c, s, "cold start + search", start_params, test, c, workdir, sampler, start_tag)
+    mark("evaluation_cold_start", t0)
+
   t0 = time.perf_counter()
-  trainer = parts.make_trainer(c, run_cfg, s.cfg, s.params, s.tokenizer, s.setup, s.mesh)
+  trainer = parts.make_trainer(c, run_cfg, s.cfg, start_params, s.tokenizer, s.setup, s.mesh)
   trainer.train()
   params = trainer.final_params()
   best = trainer.ckpt.best_step() if c.trainer.keep_best else None
-  weights = f"step {trainer.ckpt.latest_step()}, best {best}"
+  weights = f"{start_tag}; step {trainer.ckpt.latest_step()}, best {best}"
   trainer.ckpt.close()
   mark("rl", t0)
 
   t0 = time.perf_counter()
-  trained, result, _ = evaluate(c, s, "trained + search", params, test, c, workdir, sampler,
-                                weights)
+  systems["trained + search"], result, _ = evaluate(c, s, "trained + search", params, test, c,
+                                                    workdir, sampler, weights)
   mark("evaluation_after", t0)
 
   t0 = time.perf_counter()
-  md_table, numbers = table({"untrained, direct answer": direct,
-                             "untrained + search": prompted, "trained + search": trained})
+  md_table, numbers = table(systems)
   from ragjax.report.plots import plot_curves
   metrics = MetricsLog(os.path.join(workdir, parts.RL_DIR, "metrics.jsonl")).read()
   plots = plot_curves(metrics, CURVES, os.path.join(workdir, "plots"))
+  plots += plot_curves(sft_history, ("loss",), os.path.join(workdir, "plots", "sft"))
   viewer = None
   if result is not None:
     viewer = write_viewer(result, test, s.tokenizer, os.path.join(workdir, "trajectories.html"),

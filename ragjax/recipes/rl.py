@@ -16,13 +16,14 @@ import os
 from ragjax.wiring import components as parts
 
 
-def start(c) -> parts.Start:
+def start(c, world_cold_start: bool = True) -> parts.Start:
   """Data, retriever and the initial policy (what every arm of an ablation shares).  With
   `sft.steps` > 0 the policy is first cold-started on the synthetic world's scripted traces,
   as the embedded default's (`ragjax.recipes.world.start`, cached in the workdir): a tiny
   from-scratch policy then follows the protocol, so a method acting on its actions (REX-RAG
-  clones wrong answers) has something to act on."""
-  if c.sft.steps:
+  clones wrong answers) has something to act on.  `world_cold_start=False`: the policy as
+  loaded (a recipe with its own cold start, `ragjax.recipes.qa`)."""
+  if c.sft.steps and world_cold_start:
     if c.data.source != "world":
       raise ValueError("sft.steps > 0 needs data.source='world' (the cold-start traces are "
                        "scripted from the world's hop chains)")

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ragjax.models.model_config import DecoderConfig
+from ragjax.models.sharded import decoder_shardings
 from ragjax.rl.batch import trained_positions
 from ragjax.rl.checkpoint import Checkpointer, ConfigMismatchError
 from ragjax.rl.run_config import OptimConfig
@@ -36,6 +37,7 @@ from ragjax.rl.masks import DEFAULT_TRAIN_ON, attention_mask, loss_mask, positio
 from ragjax.rollout.labels import LABEL_DTYPE, Source
 from ragjax.rollout.trajectory import pad_rows
 from ragjax.parallel.buckets import pick_bucket
+from ragjax.parallel.mesh import replicated
 
 
 @flax.struct.dataclass
@@ -149,8 +151,13 @@ class SFTConfig:
 def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
             rows_l: Sequence[np.ndarray], sft: SFTConfig, widths: Sequence[int], *, seed: int,
             log_path: str, progress: bool = True, mesh=None, ckpt_dir: Optional[str] = None,
-            fingerprint: Optional[Mapping[str, Any]] = None):
+            fingerprint: Optional[Mapping[str, Any]] = None, adapter=None):
   """SFT on unpadded trajectories (tokens, labels per row); returns (params, history).
+
+  With `adapter` (e.g. `ragjax.models.lora.LoraAdapter`, as the RL trainer takes it) only the
+  adapter's trainable params are optimised and checkpointed, the base is a frozen input of the
+  update, and the returned params are the two combined (a plain param tree: the RL stage puts
+  fresh adapters on top of it).
 
   Batches are drawn from one width bucket at a time (chosen in proportion to its size), so
   short traces are not padded to the longest and each width compiles once.  Metrics go to
@@ -161,7 +168,17 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
                       min_lr_ratio=sft.min_lr_ratio, total_steps=sft.steps,
                       weight_decay=sft.weight_decay, grad_clip=1.0)
   optimizer = make_optimizer(optim)
-  state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer)
+  frozen, combine = (), None
+  if adapter is not None:
+    params, base = adapter.split(params)
+    frozen, combine = (base,), adapter.combine
+    if mesh is not None:
+      frozen = (jax.device_put(base, decoder_shardings(model_cfg, mesh)),)
+    state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer,
+                              param_shardings=None if mesh is None else jax.tree.map(
+                                  lambda _: replicated(mesh), params))
+  else:
+    state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer)
   loss_fn, denom = sft_loss_fn(model_cfg, context_weight=sft.context_weight)
   updates = {}
   rng = np.random.default_rng(seed)
@@ -196,8 +213,9 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
                              gather=sft.gather, context=sft.context_weight > 0)
       shape = (width, None if batch.loss_index is None else batch.loss_index.shape[1])
       if shape not in updates:
-        updates[shape] = jit_update(make_update(loss_fn, denom, optimizer, 1), state, batch, mesh)
-      state, m = updates[shape](state, batch)
+        updates[shape] = jit_update(make_update(loss_fn, denom, optimizer, 1, combine), state,
+                                    batch, mesh, *frozen)
+      state, m = updates[shape](state, batch, *frozen)
       saving = ckpt is not None and (step % sft.save_every == 0) and step < sft.steps
       if step % sft.log_every == 0 or step == sft.steps or saving:
         rec = {"step": step, **{k: float(v) for k, v in jax.device_get(m).items()}}
@@ -214,4 +232,6 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
     if ckpt is not None:
       ckpt.wait()
       ckpt.close()
+  if adapter is not None:
+    return jax.jit(adapter.combine)(state.params, frozen[0]), history
   return state.params, history

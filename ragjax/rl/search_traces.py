@@ -1,0 +1,71 @@
+"""Search-R1 traces of real questions for a cold start: search the question, answer with gold.
+
+    rows_t, rows_l, stats = search_traces(engine, records, max_new_tokens=64, cache_length=1280)
+
+Each training question becomes one scripted trajectory in Search-R1's grammar:
+
+    <think> I need to search for the answer. </think>
+    <search> {question} </search>
+    <information> ... the passages the engine's retriever returns ... </information>
+    <think> The documents give the answer. </think>
+    <answer> {first gold answer} </answer>
+
+forced through the real rollout engine (`teacher_traces`), so the prompt, the retrieved
+passages, their formatting and the labels are exactly those of an RL rollout (and the
+`<information>` block is masked out of the loss as it is there).  With `require_retrieved`
+(the default) only traces whose passages contain a gold answer (Search-R1's
+`is_retrieval_correct`, cover EM of the `<information>` block) are kept: the trace then
+demonstrates reading the answer from the documents rather than recalling it.  The query is
+the question itself (what a model that has not learnt query writing can always do); the turn
+texts are fixed so that only the question, the documents and the answer vary.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ragjax.rl.rewards.builtin import answer_retrieved
+from ragjax.rl.teacher_traces import teacher_traces
+
+SEARCH_THINK = "<think> I need to search for the answer. </think>\n"
+ANSWER_THINK = "<think> The documents give the answer. </think>\n"
+
+
+def search_script(record: Mapping) -> list[str]:
+  """The two turns of one question's trace (its question as the query, its first gold answer)."""
+  golds = record.get("golden_answers") or []
+  if not golds or not str(golds[0]).strip():
+    raise ValueError(f"question {record.get('id', record.get('question'))!r} has no gold answer "
+                     "to script a trace with")
+  query = " ".join(str(record["question"]).split())
+  return [f"{SEARCH_THINK}<search> {query} </search>",
+          f"{ANSWER_THINK}<answer> {str(golds[0]).strip()} </answer>"]
+
+
+def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, cache_length: int,
+                  require_retrieved: bool = True, chunk: int = 50, seed: int = 0
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
+  """(tokens, labels) of the kept traces, unpadded, and counts: {"questions", "too_long"
+  (a turn longer than `max_new_tokens`, which an RL rollout could not write: not scripted),
+  "retrieved" (traces whose passages contain a gold answer), "kept"}."""
+  scripts = [search_script(r) for r in records]
+  fits = [i for i, turns in enumerate(scripts)
+          if all(len(engine.tokenizer(t, add_special_tokens=False)["input_ids"]) <= max_new_tokens
+                 for t in turns)]
+  too_long = len(records) - len(fits)
+  records, scripts = [records[i] for i in fits], [scripts[i] for i in fits]
+  found: list[bool] = []
+
+  def check(batch, offset):
+    for row in batch.rows:
+      rec = records[offset + row.prompt_index]
+      found.append(answer_retrieved(row.response_text, rec["golden_answers"]))
+
+  rows_t, rows_l = teacher_traces(engine, records, scripts,
+                                  max_new_tokens=max_new_tokens, cache_length=cache_length,
+                                  chunk=chunk, seed=seed, on_batch=check)
+  keep = [i for i in range(len(rows_t)) if found[i] or not require_retrieved]
+  stats = {"questions": len(records) + too_long, "too_long": too_long, "retrieved": int(sum(found)), "kept": len(keep)}
+  return [rows_t[i] for i in keep], [rows_l[i] for i in keep], stats

@@ -1,0 +1,78 @@
+"""The qa recipe's cold start: scripted Search-R1 traces of real-format questions through the real
+engine and a real BM25 index (kept only where the passages hold the gold answer, labels as an RL
+rollout's), and SFT through LoRA adapters (only the adapters learn; the merged params return)."""
+
+import jax
+import numpy as np
+import pytest
+
+import _rollout_helpers as h
+from _rl_helpers import tiny_cfg, tiny_params
+from ragjax.models.lora import LoraAdapter, LoraConfig
+from ragjax.rl.search_traces import ANSWER_THINK, SEARCH_THINK, search_script, search_traces
+from ragjax.rl.sft import SFTConfig, run_sft
+from ragjax.rollout.engine import RolloutEngine
+from ragjax.rollout.labels import Source
+from ragjax.rollout.protocols import get_protocol
+
+RECORDS = [
+    {"id": "a", "question": "Who founded the Quillport Observatory?",
+     "golden_answers": ["Mirela Dunst"]},
+    {"id": "b", "question": "Which sea borders Zorbland?", "golden_answers": ["Glass Sea"]},
+    {"id": "c", "question": "What is the capital of Zorbland " + "and its harbour " * 40 + "?",
+     "golden_answers": ["Quillport"]},
+    {"id": "d", "question": "Where does the   Tessaly River flow?",
+     "golden_answers": ["the Amber Sea", "Amber Sea"]},
+]
+
+
+def engine():
+  tok = h.tokenizer()
+  proto = get_protocol("search_r1", top_k=1, max_turns=2)
+  return RolloutEngine(proto, h.ScriptedPolicy(tok, {}, stop_strings=proto.stop_sequences),
+                       h.bm25_retriever(), tok)
+
+
+def test_search_script_is_the_question_then_the_first_gold_answer():
+  assert search_script(RECORDS[3]) == [
+      f"{SEARCH_THINK}<search> Where does the Tessaly River flow? </search>",
+      f"{ANSWER_THINK}<answer> the Amber Sea </answer>"]
+  with pytest.raises(ValueError, match="question 'x' has no gold answer"):
+    search_script({"id": "x", "question": "q?", "golden_answers": [" "]})
+
+
+@pytest.mark.parametrize("require", [True, False])
+def test_traces_keep_those_whose_passages_hold_the_answer(require):
+  e = engine()
+  rows_t, rows_l, stats = search_traces(e, RECORDS, max_new_tokens=48, cache_length=2048,
+                                        require_retrieved=require)
+  # c's search turn is longer than 48 tokens; b's passage (the Amber Sea) is not its answer
+  assert stats == {"questions": 4, "too_long": 1, "retrieved": 2, "kept": 2 if require else 3}
+  texts = [e.tokenizer.decode(t) for t in rows_t]
+  assert "Mirela Dunst founded" in texts[0] and "<answer> Mirela Dunst </answer>" in texts[0]
+  assert ("<answer> Glass Sea </answer>" in " ".join(texts)) == (not require)
+  for t, lab in zip(rows_t, rows_l):
+    policy = e.tokenizer.decode(t[lab == Source.POLICY])
+    retrieved = e.tokenizer.decode(t[lab == Source.RETRIEVED])
+    # the policy tokens are exactly the script's turns; the passages are not trained on
+    assert policy.startswith(SEARCH_THINK + "<search> ") and ANSWER_THINK in policy
+    assert "Doc 1" not in policy and "(Title:" in retrieved
+
+
+def test_sft_through_lora_trains_only_the_adapters_and_returns_merged_params(tmp_path):
+  cfg = tiny_cfg()
+  rng = np.random.default_rng(0)
+  rows_t = [rng.integers(1, cfg.vocab_size, 12).astype(np.int32) for _ in range(8)]
+  rows_l = [np.asarray([Source.PROMPT] * 4 + [Source.POLICY] * 8, np.int32) for _ in range(8)]
+  adapter = LoraAdapter(LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "down_proj")))
+  base = tiny_params()
+  sft = SFTConfig(steps=12, batch_size=8, lr=3e-2, warmup_steps=0, log_every=1)
+  got, hist = run_sft(cfg, tiny_params(), rows_t, rows_l, sft, (16,), seed=0, progress=False,
+                      log_path=str(tmp_path / "sft.jsonl"), adapter=adapter)
+  assert hist[-1]["loss"] < hist[0]["loss"] - 0.1
+  flat_base = {"/".join(map(str, k)): v for k, v in
+               jax.tree_util.tree_flatten_with_path(base)[0]}
+  flat_got = {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(got)[0]}
+  assert flat_base.keys() == flat_got.keys()
+  changed = {k for k in flat_base if not np.array_equal(flat_base[k], flat_got[k])}
+  assert changed and all("q_proj" in k or "down_proj" in k for k in changed), changed
