@@ -51,9 +51,10 @@ def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, ca
   (a turn longer than `max_new_tokens`, which an RL rollout could not write: not scripted),
   "retrieved" (traces whose passages contain a gold answer), "kept"}."""
   scripts = [search_script(r) for r in records]
-  fits = [i for i, turns in enumerate(scripts)
-          if all(len(engine.tokenizer(t, add_special_tokens=False)["input_ids"]) <= max_new_tokens
-                 for t in turns)]
+  def length(text):
+    return len(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+  fits = [i for i, turns in enumerate(scripts) if all(length(t) <= max_new_tokens for t in turns)]
   too_long = len(records) - len(fits)
   records, scripts = [records[i] for i in fits], [scripts[i] for i in fits]
   found: list[bool] = []
@@ -67,5 +68,6 @@ def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, ca
                                   max_new_tokens=max_new_tokens, cache_length=cache_length,
                                   chunk=chunk, seed=seed, on_batch=check)
   keep = [i for i in range(len(rows_t)) if found[i] or not require_retrieved]
-  stats = {"questions": len(records) + too_long, "too_long": too_long, "retrieved": int(sum(found)), "kept": len(keep)}
+  stats = {"questions": len(records) + too_long, "too_long": too_long,
+           "retrieved": int(sum(found)), "kept": len(keep)}
   return [rows_t[i] for i in keep], [rows_l[i] for i in keep], stats
