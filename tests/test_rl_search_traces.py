@@ -1,6 +1,7 @@
 """The qa recipe's cold start: scripted Search-R1 traces of real-format questions through the real
 engine and a real BM25 index (kept only where the passages hold the gold answer, labels as an RL
-rollout's), and SFT through LoRA adapters (only the adapters learn; the merged params return)."""
+rollout's), and SFT through LoRA adapters (only the adapters learn; the merged params return; a
+killed run resumes from its adapter checkpoints)."""
 
 import jax
 import numpy as np
@@ -76,3 +77,39 @@ def test_sft_through_lora_trains_only_the_adapters_and_returns_merged_params(tmp
   assert flat_base.keys() == flat_got.keys()
   changed = {k for k in flat_base if not np.array_equal(flat_base[k], flat_got[k])}
   assert changed and all("q_proj" in k or "down_proj" in k for k in changed), changed
+
+
+def test_killed_lora_sft_resumes_to_the_uninterrupted_params(tmp_path, monkeypatch):
+  """The cold start's SFT checkpoints hold only the adapters' state; a killed run resumes from
+  them to the params an uninterrupted run returns."""
+  import ragjax.rl.sft as sft_module
+  cfg = tiny_cfg()
+  rng = np.random.default_rng(1)
+  rows_t = [rng.integers(1, cfg.vocab_size, 12).astype(np.int32) for _ in range(8)]
+  rows_l = [np.asarray([Source.PROMPT] * 4 + [Source.POLICY] * 8, np.int32) for _ in range(8)]
+  adapter = LoraAdapter(LoraConfig(rank=4, alpha=8.0))
+  sft = SFTConfig(steps=5, batch_size=4, lr=1e-2, warmup_steps=0, log_every=1, save_every=2)
+  kw = dict(seed=0, progress=False, adapter=adapter, fingerprint={"sft.lr": sft.lr})
+  want, _ = run_sft(cfg, tiny_params(), rows_t, rows_l, sft, (16,),
+                    log_path=str(tmp_path / "a.jsonl"), **kw)
+  real, calls = sft_module.make_sft_batch, {"n": 0}
+
+  def dies_at_step_4(*a, **k):
+    calls["n"] += 1
+    if calls["n"] == 4:
+      raise KeyboardInterrupt
+    return real(*a, **k)
+
+  monkeypatch.setattr(sft_module, "make_sft_batch", dies_at_step_4)
+  ckpt, log_b = str(tmp_path / "sft"), str(tmp_path / "b.jsonl")
+  with pytest.raises(KeyboardInterrupt):
+    run_sft(cfg, tiny_params(), rows_t, rows_l, sft, (16,), log_path=log_b, ckpt_dir=ckpt, **kw)
+  resumed = []
+  monkeypatch.setattr(sft_module, "make_sft_batch",
+                      lambda *a, **k: resumed.append(1) or real(*a, **k))
+  got, hist = run_sft(cfg, tiny_params(), rows_t, rows_l, sft, (16,), log_path=log_b,
+                      ckpt_dir=ckpt, **kw)
+  assert len(resumed) == 3            # steps 3-5: it went on from the step-2 checkpoint
+  assert [r["step"] for r in hist] == [1, 2, 3, 4, 5]
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=0)
