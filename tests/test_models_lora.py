@@ -104,3 +104,95 @@ def test_stacked_scan_params_merge_like_per_layer_params():
   assert fresh["layers"]["layer"]["mlp"]["down_proj"]["lora_a"].shape == (2, 128, 4)
   got = logits(scan_cfg, merge(scan_params, scan_ad, LORA), *padded_batch(cfg.vocab_size, (7, 3)))
   np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+# --- the train step's adapter-aware forward and top-k layers ------------------------------
+
+def _stacked(cfg, params):
+  """A per-layer params tree in the scan layout (`scan_layers=True`)."""
+  out = {k: v for k, v in params.items() if not k.startswith("layers_")}
+  out["layers"] = {"layer": jax.tree.map(lambda *xs: jnp.stack(xs),
+                                         *[params[f"layers_{i}"] for i in range(cfg.num_layers)])}
+  return out
+
+
+def _loss_and_grads(cfg, lora, params, adapters, tokens, mask, forward):
+  """A log-likelihood loss over the batch and its gradient w.r.t. the adapters, through the
+  adapter-aware forward or through the merge."""
+  from ragjax.rl.logprobs import sequence_logprobs
+  adapter = adapter_from_config(dict(rank=lora.rank, alpha=lora.alpha, layers=lora.layers,
+                                     forward=forward))
+
+  def loss(ad):
+    tree = adapter.train_combine(ad, params)
+    logp, _ = sequence_logprobs(cfg, tree, tokens, None, mask, chunk=128,
+                                hidden_fn=adapter.hidden_fn(cfg))
+    return -(logp * mask).sum() / mask.sum()
+
+  fn = jax.jit(jax.value_and_grad(loss))
+  (value, grads), flops = fn(adapters), fn.lower(adapters).compile().cost_analysis()
+  flops = (flops[0] if isinstance(flops, (list, tuple)) else flops or {}).get("flops")
+  return float(value), grads, flops
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_adapter_aware_gradients_equal_the_merged_forms_at_fewer_flops(scan):
+  cfg = get_preset("tiny").replace(num_layers=3, scan_layers=scan)
+  params = init_params(cfg.replace(scan_layers=False), jax.random.PRNGKey(0))
+  ad = randomised(init_adapters(params, LORA))
+  if scan:
+    params, ad = _stacked(cfg, params), {"layers": {"layer": jax.tree.map(
+        lambda *xs: jnp.stack(xs), *[ad[f"layers_{i}"] for i in range(3)])}}
+  tokens, mask = (jnp.asarray(x) for x in padded_batch(cfg.vocab_size, (9, 6)))
+  v_ad, g_ad, f_ad = _loss_and_grads(cfg, LORA, params, ad, tokens, mask, "adapter")
+  v_m, g_m, f_m = _loss_and_grads(cfg, LORA, params, ad, tokens, mask, "merged")
+  assert abs(v_ad - v_m) < 1e-5
+  for a, b in zip(jax.tree.leaves(g_ad), jax.tree.leaves(g_m)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=2e-4)
+  assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(g_ad)) > 1e-3   # not all zero
+  if f_ad and f_m:          # no param-sized weight gradient: fewer FLOPs than the merged form
+    assert f_ad < f_m, (f_ad, f_m)
+
+
+@pytest.mark.parametrize("scan", [True])
+def test_top_k_layers_train_like_full_lora_with_the_lower_adapters_frozen(scan):
+  cfg = get_preset("tiny").replace(num_layers=4, scan_layers=scan)
+  flat_params = init_params(cfg.replace(scan_layers=False), jax.random.PRNGKey(0))
+  params = _stacked(cfg, flat_params) if scan else flat_params
+  top = LoraConfig(rank=4, alpha=8.0, seed=3, layers=2)
+  ad_top = randomised(init_adapters(params, top))
+  if scan:
+    assert ad_top["layers"]["layer"]["mlp"]["down_proj"]["lora_a"].shape == (2, 128, 4)
+  else:
+    assert sorted(ad_top) == ["layers_2", "layers_3"]
+  # the same adapters as full LoRA: the lower two layers' adapters fresh (B = 0)
+  full = init_adapters(params, LORA)
+  if scan:
+    full = jax.tree.map(lambda f, t: f.at[2:].set(t), full, ad_top)
+  else:
+    full = {**full, **ad_top}
+  tokens, mask = (jnp.asarray(x) for x in padded_batch(cfg.vocab_size, (8, 5)))
+  # merged top-k == merged full (the lower adapters are zero updates)
+  np.testing.assert_allclose(logits(cfg, merge(params, ad_top, top), tokens, mask),
+                             logits(cfg, merge(params, full, LORA), tokens, mask), atol=2e-5)
+  v_top, g_top, _ = _loss_and_grads(cfg, top, params, ad_top, tokens, mask, "adapter")
+  v_full, g_full, _ = _loss_and_grads(cfg, LORA, params, full, tokens, mask, "adapter")
+  assert abs(v_top - v_full) < 1e-5
+  upper = (jax.tree.map(lambda g: g[2:], g_full) if scan
+           else {k: g_full[k] for k in ("layers_2", "layers_3")})
+  for a, b in zip(jax.tree.leaves(g_top), jax.tree.leaves(upper)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=2e-4)
+  # the merged forward of the top-k adapters gives the same gradients
+  _, g_merged, _ = _loss_and_grads(cfg, top, params, ad_top, tokens, mask, "merged")
+  for a, b in zip(jax.tree.leaves(g_top), jax.tree.leaves(g_merged)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=2e-4)
+
+
+def test_top_k_config_errors():
+  with pytest.raises(ValueError, match="model.lora.layers must be >= 0"):
+    LoraConfig(rank=2, layers=-1)
+  with pytest.raises(ValueError, match="model.lora.forward"):
+    LoraConfig(rank=2, forward="fused")
+  params = init_params(get_preset("tiny"), jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match="model.lora.layers=3 but the model has 2 layers"):
+    init_adapters(params, LoraConfig(rank=2, layers=3))

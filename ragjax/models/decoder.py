@@ -417,7 +417,11 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens, positions=None, attention_mask=None, cache: Optional[Cache] = None,
-               cache_start=None, return_hidden: bool = False):
+               cache_start=None, return_hidden=False, inputs_embeds=None):
+    """`return_hidden`: True returns the final-normed hidden states, "residual" the residual
+    stream after the last layer (no final norm); `inputs_embeds` [B, T, E] replaces the token
+    embedding (the residual stream entering the first layer).  Together they run a decoder in
+    two parts over slices of its layers (`ragjax.models.lora.adapter_hidden`)."""
     cfg = self.cfg
     dt, pdt = as_dtype(cfg.dtype), as_dtype(cfg.param_dtype)
     b, t = tokens.shape
@@ -430,7 +434,7 @@ class Decoder(nn.Module):
     embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
                      embedding_init=logical_init(_KERNEL_INIT, ("vocab", "embed")),
                      name="embed_tokens")
-    x = embed(tokens)
+    x = embed(tokens) if inputs_embeds is None else inputs_embeds.astype(dt)
     rope = rope_tables(positions, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling),
                        dt)
 
@@ -470,6 +474,8 @@ class Decoder(nn.Module):
         new_cache = ({"k": kv[0], "v": kv[1]} if stacked
                      else {"k": tuple(new_k), "v": tuple(new_v)})
 
+    if return_hidden == "residual":
+      return x, new_cache
     x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
     if return_hidden:
       return x, new_cache

@@ -81,11 +81,21 @@ def full_logprobs(hidden, w, targets):
   return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0], ent
 
 
+def hidden_states(cfg: DecoderConfig, params, tokens, positions=None, attention_mask=None,
+                  hidden_fn=None):
+  """The decoder's final-normed hidden states [B, T, E]: `hidden_fn(params, tokens, positions,
+  attention_mask)` when given (e.g. LoRA's adapter-aware forward,
+  `ragjax.models.lora.LoraAdapter.hidden_fn`), else the plain decoder on `params`."""
+  if hidden_fn is not None:
+    return hidden_fn(params, tokens, positions, attention_mask)
+  return Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
+                            return_hidden=True)[0]
+
+
 def sequence_logprobs(cfg: DecoderConfig, params, tokens, positions=None, attention_mask=None,
-                      chunk: int = 8192, temperature: float = 1.0):
+                      chunk: int = 8192, temperature: float = 1.0, hidden_fn=None):
   """Per-token log pi(tokens[t] | tokens[<t]) and entropy, aligned with tokens ([:, 0] = 0)."""
-  hidden, _ = Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
-                                 return_hidden=True)
+  hidden = hidden_states(cfg, params, tokens, positions, attention_mask, hidden_fn)
   w = unembedding(cfg, params)
   h = hidden[:, :-1]
   if temperature != 1.0:
@@ -96,15 +106,14 @@ def sequence_logprobs(cfg: DecoderConfig, params, tokens, positions=None, attent
 
 
 def logprobs_at(cfg: DecoderConfig, params, tokens, index, positions=None, attention_mask=None,
-                chunk: int = 8192, temperature: float = 1.0):
+                chunk: int = 8192, temperature: float = 1.0, hidden_fn=None):
   """log pi(tokens[b, index[b, k]] | tokens[b, :index[b, k]]) and entropy, each [B, K].
 
   Only the K chosen positions per row go through the unembedding, which is most of a
   small-model step when few tokens are trained on (SFT on search traces trains on the
   queries and the answer, not on the retrieved documents).  index >= 1.
   """
-  hidden, _ = Decoder(cfg).apply({"params": params}, tokens, positions, attention_mask,
-                                 return_hidden=True)
+  hidden = hidden_states(cfg, params, tokens, positions, attention_mask, hidden_fn)
   h = jnp.take_along_axis(hidden, (index - 1)[..., None], axis=1)      # [B, K, E]
   if temperature != 1.0:
     h = h / temperature

@@ -84,10 +84,11 @@ def make_sft_batch(tokens, labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON,
 
 
 def sft_loss_fn(model_cfg: DecoderConfig, agg: str = "token-mean", chunk: int = 8192,
-                context_weight: float = 0.0):
+                context_weight: float = 0.0, hidden_fn=None):
   """(loss_fn, denom_fn) for `make_update`: masked negative log-likelihood of the trained
   tokens, plus `context_weight` x the mean NLL of the context tokens when the batch marks
-  them (`make_sft_batch(context=True)`)."""
+  them (`make_sft_batch(context=True)`).  `hidden_fn`: the forward for the params the loss
+  gets (LoRA's adapter-aware one), None for the plain decoder."""
 
   def denom(batch: SFTBatch):
     d = agg_denominator(batch.loss_mask, agg)
@@ -99,7 +100,7 @@ def sft_loss_fn(model_cfg: DecoderConfig, agg: str = "token-mean", chunk: int = 
     if batch.context_mask is not None:
       d, d_ctx = d
       logp, ent = sequence_logprobs(model_cfg, params, batch.tokens, batch.positions,
-                                    batch.attention_mask, chunk=chunk)
+                                    batch.attention_mask, chunk=chunk, hidden_fn=hidden_fn)
       nll = aggregate(-logp, batch.loss_mask, agg, d)
       ctx = aggregate(-logp, batch.context_mask, "token-mean", d_ctx)
       return nll + context_weight * ctx, {
@@ -107,11 +108,12 @@ def sft_loss_fn(model_cfg: DecoderConfig, agg: str = "token-mean", chunk: int = 
           "entropy": aggregate(ent, batch.loss_mask, agg, d)}
     if batch.loss_index is not None:
       logp, ent = logprobs_at(model_cfg, params, batch.tokens, batch.loss_index,
-                              batch.positions, batch.attention_mask, chunk=chunk)
+                              batch.positions, batch.attention_mask, chunk=chunk,
+                              hidden_fn=hidden_fn)
       mask = batch.loss_weight
     else:
       logp, ent = sequence_logprobs(model_cfg, params, batch.tokens, batch.positions,
-                                    batch.attention_mask, chunk=chunk)
+                                    batch.attention_mask, chunk=chunk, hidden_fn=hidden_fn)
       mask = batch.loss_mask
     nll = aggregate(-logp, mask, agg, d)
     return nll, {"loss": nll, "nll": nll, "entropy": aggregate(ent, mask, agg, d)}
@@ -168,10 +170,10 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
                       min_lr_ratio=sft.min_lr_ratio, total_steps=sft.steps,
                       weight_decay=sft.weight_decay, grad_clip=1.0)
   optimizer = make_optimizer(optim)
-  frozen, combine = (), None
+  frozen, combine, hidden_fn = (), None, None
   if adapter is not None:
     params, base = adapter.split(params)
-    frozen, combine = (base,), adapter.combine
+    frozen, combine, hidden_fn = (base,), adapter.train_combine, adapter.hidden_fn(model_cfg)
     if mesh is not None:
       frozen = (jax.device_put(base, decoder_shardings(model_cfg, mesh)),)
     state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer,
@@ -179,7 +181,8 @@ def run_sft(model_cfg: DecoderConfig, params, rows_t: Sequence[np.ndarray],
                                   lambda _: replicated(mesh), params))
   else:
     state = place_train_state(init_train_state(params, optimizer), model_cfg, mesh, optimizer)
-  loss_fn, denom = sft_loss_fn(model_cfg, context_weight=sft.context_weight)
+  loss_fn, denom = sft_loss_fn(model_cfg, context_weight=sft.context_weight,
+                               hidden_fn=hidden_fn)
   updates = {}
   rng = np.random.default_rng(seed)
   widths = tuple(sorted(widths))

@@ -57,8 +57,11 @@ def init_train_state(params, optimizer: optax.GradientTransformation) -> TrainSt
 LossFn = Callable[[dict, object, jnp.ndarray], tuple[jnp.ndarray, dict]]
 
 
-def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Callable]:
-  """Clipped surrogate + KL (k1|k2|k3) as a loss + entropy bonus, on TrainBatch."""
+def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig,
+                   hidden_fn=None) -> tuple[LossFn, Callable]:
+  """Clipped surrogate + KL (k1|k2|k3) as a loss + entropy bonus, on TrainBatch.  `hidden_fn`:
+  the forward for the params the loss gets (`ragjax.rl.logprobs.hidden_states`; LoRA's
+  adapter-aware one), None for the plain decoder."""
 
   def denom(batch: TrainBatch):
     return agg_denominator(batch.loss_mask, rl.loss_agg, rl.loss_agg_rows)
@@ -67,11 +70,11 @@ def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Call
     if batch.loss_index is not None:
       logp, ent = logprobs_at(model_cfg, params, batch.tokens, jnp.maximum(batch.loss_index, 1),
                               batch.positions, batch.attention_mask, chunk=rl.logprob_chunk,
-                              temperature=rl.temperature)
+                              temperature=rl.temperature, hidden_fn=hidden_fn)
       return policy_objective(rl, logp, ent, gathered(batch), d)
     logp, ent = sequence_logprobs(model_cfg, params, batch.tokens, batch.positions,
                                   batch.attention_mask, chunk=rl.logprob_chunk,
-                                  temperature=rl.temperature)
+                                  temperature=rl.temperature, hidden_fn=hidden_fn)
     return policy_objective(rl, logp, ent, batch, d)
 
   return loss_fn, denom
@@ -148,9 +151,10 @@ def make_update(loss_fn: LossFn, denom_fn: Callable, optimizer: optax.GradientTr
                 num_micro: int = 1, combine: Optional[Callable] = None):
   """update(state, batch[, frozen]) -> (state, metrics); pure, jit it with `jit_update`.
 
-  With `combine` (e.g. LoRA's merge), `state.params` are only the trainable params (adapters)
-  and the loss sees `combine(state.params, frozen)`: gradients, optimizer state and the update
-  touch the trainable part alone, and `frozen` (the base weights) is an input, never donated.
+  With `combine` (LoRA's `train_combine`: the adapters attached to, or merged into, the base),
+  `state.params` are only the trainable params (adapters) and the loss sees
+  `combine(state.params, frozen)`: gradients, optimizer state and the update touch the
+  trainable part alone, and `frozen` (the base weights) is an input, never donated.
   """
 
   def update(state: TrainState, batch, frozen=None):

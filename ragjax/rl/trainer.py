@@ -229,13 +229,15 @@ class Trainer:
   def _update_fn(self, kind: str, batch, num_micro: int):
     key = (kind, jax.tree.map(lambda x: x.shape, batch), num_micro)
     if key not in self._updates:
+      combine = hidden_fn = None
       if kind == "policy":
-        loss_fn, denom = policy_loss_fn(self.cfg, self.rl)
         opt, state, frozen = self.optimizer, self.state, self.frozen
+        if frozen is not None:    # LoRA: the adapter-aware forward (or the merged one)
+          combine, hidden_fn = self.adapter.train_combine, self.adapter.hidden_fn(self.cfg)
+        loss_fn, denom = policy_loss_fn(self.cfg, self.rl, hidden_fn)
       else:
         loss_fn, denom = value_loss_fn(self.cfg, self.rl)
         opt, state, frozen = self.critic_optimizer, self.critic, None
-      combine = None if frozen is None else self.adapter.combine
       self._updates[key] = jit_update(make_update(loss_fn, denom, opt, num_micro, combine), state,
                                       batch, self.mesh, frozen)
     return self._updates[key]
