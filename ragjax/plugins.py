@@ -23,6 +23,8 @@ import ragjax.rl.rewards.ur2  # noqa: F401
 import ragjax.rl.rex_rag.correction  # noqa: F401
 import ragjax.rl.rex_rag.metrics  # noqa: F401
 import ragjax.rl.rex_rag.trajectory_filter  # noqa: F401
+# batch_filter: filter_groups (DAPO's dynamic sampling)
+import ragjax.rl.dynamic_sampling  # noqa: F401
 # signature: two_hop_em, step_relevance, ...
 import ragjax.rl.signatures  # noqa: F401
 # protocol: search_r1, rex_rag, direct, autorefine, r3_rag, rezero, ur2, world

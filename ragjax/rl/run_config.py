@@ -92,6 +92,9 @@ class RLConfig:
       registry.check("batch_filter", [self.batch_filter], "rl.batch_filter")
       registry.check_kwargs("batch_filter", self.batch_filter, self.batch_filter_kwargs,
                             "rl.batch_filter_kwargs")
+      # built once here so a bad value fails with the config, not after the model loads
+      registry.lookup("batch_filter", self.batch_filter)(tokenizer=None,
+                                                         **self.batch_filter_kwargs)
     registry.check("metric", self.metrics, "rl.metrics")
     registry.check("signature", self.signatures, "rl.signatures")
     for name in ("loss_agg", "critic_loss_agg"):

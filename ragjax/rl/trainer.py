@@ -62,7 +62,7 @@ from ragjax.rl.train_step import (NonFiniteError, batch_shardings, init_train_st
                                   make_update, nonfinite_keys, place_train_state, policy_loss_fn,
                                   value_loss_fn)
 from ragjax.rollout.dump import dump_batch
-from ragjax.rollout.trajectory import RolloutBatch
+from ragjax.rollout.trajectory import RolloutBatch, concat
 
 
 # A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
@@ -257,10 +257,12 @@ class Trainer:
                        method_state=self.method_state, behaviour_logprobs=behaviour)
 
   def _build_batch(self, batch: RolloutBatch, prompts: Sequence[Mapping], uids: Sequence[int],
-                   step: int) -> tuple[TrainBatch, dict]:
-    """Rewards -> the step batch (masks built once) -> old and reference log-probs -> the
-    batch filter -> critic values -> advantages -> behaviour policy -> TrainBatch and metrics."""
-    results = self._rewards(batch, prompts, uids, step)
+                   step: int, results=None) -> tuple[Optional[TrainBatch], dict]:
+    """Rewards (unless given) -> the step batch (masks built once) -> old and reference
+    log-probs -> the batch filter -> critic values -> advantages -> behaviour policy ->
+    TrainBatch and metrics.  The TrainBatch is None when the filter kept no row."""
+    if results is None:
+      results = self._rewards(batch, prompts, uids, step)
     if self.tc.dump_every and step % self.tc.dump_every == 0 and self.main:
       self._dump(step, batch, prompts, results)
     sb = build_step_batch(batch, results, train_on=self.rl.train_on,
@@ -269,7 +271,20 @@ class Trainer:
     t_score = time.perf_counter()           # forwards that score the batch (ragjax.bench.grpo_step)
     sb = self._score_batch(sb)
     generated = len(sb.rows)
+    before = None
+    if self.batch_filter is not None:       # what was generated, before the filter keeps rows
+      ans = [answer_metrics(row.answer, prompts[row.prompt_index]["golden_answers"])
+             for row in sb.rows]
+      before = {"generated/reward": float(sb.rewards.mean()),
+                "generated/em": float(np.mean([a["em"] for a in ans])),
+                "generated/f1": float(np.mean([a["f1"] for a in ans]))}
+    tokens = int(sb.attention_mask.sum())
     sb = self._filter(sb, prompts, step)
+    if sb is None:      # every metric of the step is then the generated rows'
+      return None, {"reward": before["generated/reward"], "em": before["generated/em"],
+                    "f1": before["generated/f1"], "tokens": tokens, "trained_tokens": 0,
+                    "trajectories_generated": generated, "trajectories": 0,
+                    "update_skipped": 1, **before, **getattr(self.batch_filter, "last", {})}
     if self.rl.uses_critic:
       sb = sb.replace(values=to_host(self._values(self.critic.params, *self._model_inputs(sb))))
     score_s = time.perf_counter() - t_score
@@ -284,6 +299,9 @@ class Trainer:
                          score_s=score_s,
                          generated=generated if self.batch_filter is not None else None)
     stats.update(self._service_calls_since_last_step())
+    if before is not None:
+      stats.update(before)
+      stats.update(getattr(self.batch_filter, "last", {}))
     return train_batch, stats
 
   def _dump(self, step: int, batch: RolloutBatch, prompts: Sequence[Mapping], results) -> None:
@@ -322,15 +340,39 @@ class Trainer:
     ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
     return sb.replace(old_logprobs=old, ref_logprobs=ref)
 
-  def _filter(self, sb: StepBatch, prompts: Sequence[Mapping], step: int) -> StepBatch:
-    """The rows the batch filter keeps (e.g. REX-RAG's trajectory filter over its clones)."""
+  def _filter(self, sb: StepBatch, prompts: Sequence[Mapping], step: int) -> Optional[StepBatch]:
+    """The rows the batch filter keeps (e.g. REX-RAG's trajectory filter over its clones,
+    dynamic sampling's varied groups); None when it keeps none."""
     if self.batch_filter is None:
       return sb
     keep = [int(i) for i in self.batch_filter(self._context(step, sb, prompts),
                                               self.method_state)]
-    if not keep:
-      raise ValueError(f"rl.batch_filter {self.rl.batch_filter!r} kept no row of step {step}")
-    return sb.select(keep)
+    return sb.select(keep) if keep else None
+
+  def _generate(self, step: int) -> tuple[RolloutBatch, list, list, list, int]:
+    """The step's rollouts and rewards: one batch of `trainer.batch_prompts` prompts, and more
+    while a resampling batch filter (dynamic sampling's `shortfall`) wants groups, up to its
+    `max_batches`.  Returns (batch, prompts, uids, reward results, generation batches)."""
+    self.key, rk = jax.random.split(self.key)
+    uids = self.cursor.take(self.tc.batch_prompts)
+    prompts = [self.train_data[i] for i in uids]
+    batch = self._rollout(self.engine, prompts, uids, self.rl.group_size, rk)
+    results = self._rewards(batch, prompts, uids, step)
+    short = getattr(self.batch_filter, "shortfall", None)
+    gens = 1
+    while short is not None and gens < self.batch_filter.max_batches:
+      totals = [r.total for r in results]
+      if short(batch.rows, totals, [prompts[r.prompt_index] for r in batch.rows]) == 0:
+        break
+      self.key, rk = jax.random.split(self.key)
+      more = self.cursor.take(self.tc.batch_prompts)
+      more_prompts = [self.train_data[i] for i in more]
+      extra = self._rollout(self.engine, more_prompts, more, self.rl.group_size, rk)
+      results = results + self._rewards(extra, more_prompts, more, step)
+      batch = concat([batch, extra], [len(prompts), len(more_prompts)])
+      prompts, uids = prompts + more_prompts, uids + more
+      gens += 1
+    return batch, prompts, uids, results, gens
 
   def _service_calls_since_last_step(self) -> dict:
     """Requests each service answered this step (e.g. the judge's)."""
@@ -404,17 +446,19 @@ class Trainer:
   def train_step(self, step: int) -> dict:
     t0 = time.perf_counter()
     lrs = self._set_learning_rates(step)
-    self.key, rk = jax.random.split(self.key)
-    uids = self.cursor.take(self.tc.batch_prompts)
-    prompts = [self.train_data[i] for i in uids]
-    batch = self._rollout(self.engine, prompts, uids, self.rl.group_size, rk)
+    batch, prompts, uids, results, gens = self._generate(step)
     t_roll = time.perf_counter() - t0
-    train_batch, stats = self._build_batch(batch, prompts, uids, step)
+    train_batch, stats = self._build_batch(batch, prompts, uids, step, results)
+    if gens > 1 or getattr(self.batch_filter, "max_batches", 1) > 1:
+      stats["filter/generation_batches"] = gens
     self._merged = None        # the update below needs the memory, not the merged copy
     t1 = time.perf_counter()
     sums: dict = {}
     count = 0
-    for _ in range(self.rl.ppo_epochs):
+    if train_batch is None:
+      _log_line(f"step {step}: rl.batch_filter {self.rl.batch_filter!r} kept no row of "
+                f"{stats['trajectories_generated']} (every group scored alike); no update")
+    for _ in range(self.rl.ppo_epochs if train_batch is not None else 0):
       for mb in self._minibatches(train_batch):
         if self.mesh is not None:
           mb = self._place(mb)
@@ -438,7 +482,7 @@ class Trainer:
     t_upd = time.perf_counter() - t1
     total = time.perf_counter() - t0
     sums.pop("nonfinite_params", None)
-    return {"step": step, **stats, **lrs, **{k: v / count for k, v in sums.items()},
+    return {"step": step, **stats, **lrs, **{k: v / max(count, 1) for k, v in sums.items()},
             "time/rollout_s": batch.timings.get("rollout_s", t_roll),
             "time/retrieval_s": batch.timings.get("retrieval_s", 0.0),
             "time/retrieval_wait_s": batch.timings.get("retrieval_wait_s", 0.0),

@@ -195,6 +195,44 @@ class RolloutBatch:
                         timings=dict(self.timings), stats=dict(self.stats))
 
 
+def concat(batches: Sequence[RolloutBatch], prompt_counts: Sequence[int]) -> RolloutBatch:
+  """The rows of several rollouts of one step as one batch, in order: arrays padded to the
+  widest, records renumbered (`row`, `clone_of`), and each batch's `prompt_index` shifted by
+  the prompts of the batches before it (`prompt_counts[i]`: the prompts batch i was run on).
+  Timings and counters are summed.  (Dynamic sampling's extra generations,
+  `ragjax.rl.dynamic_sampling`.)"""
+  if len(batches) != len(prompt_counts) or not batches:
+    raise ValueError("concat: one prompt count per batch, at least one batch")
+  if any(b.samples is not None for b in batches):
+    raise ValueError("concat: rollouts with step samples (protocol.context='restart') cannot "
+                     "be joined")
+  width = max(int(b.traj.tokens.shape[1]) for b in batches)
+  pad = lambda x, fill: np.pad(np.asarray(x), ((0, 0), (0, width - np.shape(x)[1])),
+                               constant_values=fill)
+  fills = {"tokens": 0, "labels": Source.PAD, "sampler_logprobs": 0.0, "turn": -1}
+  fields = {}
+  for f in dataclasses.fields(Trajectory):
+    parts = [getattr(b.traj, f.name) for b in batches]
+    if f.name in fills:
+      parts = [pad(x, fills[f.name]) for x in parts]
+    fields[f.name] = np.concatenate([np.asarray(x) for x in parts])
+  metas, row0, prompt0 = [], 0, 0
+  for b, n_prompts in zip(batches, prompt_counts):
+    for m in b.meta.rows:
+      metas.append(dataclasses.replace(
+          m, row=m.row + row0, prompt_index=m.prompt_index + prompt0,
+          clone_of=None if m.clone_of is None else (m.clone_of + row0 if m.clone_of >= 0
+                                                    else -1)))
+    row0 += b.traj.num_rows
+    prompt0 += int(n_prompts)
+  add = lambda dicts: {k: sum(d.get(k, 0) for d in dicts)
+                       for k in dict.fromkeys(k for d in dicts for k in d)}
+  return RolloutBatch(traj=Trajectory(**fields),
+                      meta=TrajectoryMeta(rows=metas, protocol=batches[0].meta.protocol),
+                      timings=add([b.timings for b in batches]),
+                      stats=add([b.stats for b in batches]))
+
+
 def pad_rows(rows: Sequence[Sequence[Any]], width: int, fill, dtype) -> np.ndarray:
   """[len(rows), width] array of right-padded rows; a row longer than `width` is an error."""
   out = np.full((len(rows), width), fill, dtype)
