@@ -37,7 +37,8 @@ def engine():
 def test_search_script_is_the_question_then_the_first_gold_answer():
   assert search_script(RECORDS[3]) == [
       f"{SEARCH_THINK}<search> Where does the Tessaly River flow? </search>",
-      f"{ANSWER_THINK}<answer> the Amber Sea </answer>"]
+      "<think> The documents say the answer is the Amber Sea. </think>\n"
+      "<answer> the Amber Sea </answer>"]
   with pytest.raises(ValueError, match="question 'x' has no gold answer"):
     search_script({"id": "x", "question": "q?", "golden_answers": [" "]})
 
@@ -56,7 +57,8 @@ def test_traces_keep_those_whose_passages_hold_the_answer(require):
     policy = e.tokenizer.decode(t[lab == Source.POLICY])
     retrieved = e.tokenizer.decode(t[lab == Source.RETRIEVED])
     # the policy tokens are exactly the script's turns; the passages are not trained on
-    assert policy.startswith(SEARCH_THINK + "<search> ") and ANSWER_THINK in policy
+    assert policy.startswith(SEARCH_THINK + "<search> ")
+    assert ANSWER_THINK.split("{")[0] in policy
     assert "Doc 1" not in policy and "(Title:" in retrieved
 
 

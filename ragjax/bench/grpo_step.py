@@ -18,7 +18,11 @@ per-turn budget); the update's shapes are the config's either way.
 Update FLOPs follow `ragjax.bench.train_step.model_flops_per_token` (6 x matmul params + the
 attention term, PaLM convention) over the padded batch the update runs on (`positions`), with
 the unembedding counted only at trained positions when `rl.gather` is on, times
-`rl.ppo_epochs`.  The reference is a square matmul timed in the same run (float32 1024 on CPU,
+`rl.ppo_epochs`.  A LoRA update counts the work it needs (`lora_update_flops`): with the
+merged forward every adapted kernel still gets its weight gradient (6 x, as full training);
+with the adapter-aware forward a layer costs 4 x its matmul params (forward and input
+gradient), a layer below `model.lora.layers` 2 x (forward only), the frozen unembedding 4 x,
+plus the adapters' own products.  The reference is a square matmul timed in the same run (float32 1024 on CPU,
 bfloat16 8192 on accelerators).  `--retriever bm25` swaps the config's dense index for BM25
 (skips the MiniLM encoding of the corpus; the retrieval share of the rollout changes).
 
@@ -30,6 +34,14 @@ re-tokenised history, with the config's protocol, budget and retriever):
 
     python -m ragjax.bench.grpo_step --config configs/smollm2.py --steps 1 --hf-reference 16 \\
         --hf-reference-reps 2      # the two loops twice in turn: medians under a changing load
+
+`--baseline FIELD=VALUE` (repeatable) measures each config twice in one run, first with these
+overrides on top of `--set` (e.g. the update as it was: `model.lora.forward=merged`,
+`model.lora.layers=0`), then without, from the same seed (so the first step's rollouts are the
+same rows), and prints a third line comparing the update's seconds per trained row:
+
+    python -m ragjax.bench.grpo_step --config configs/smollm2.py --steps 3 \\
+        --baseline model.lora.forward=merged --baseline model.lora.layers=0
 """
 
 from __future__ import annotations
@@ -50,10 +62,32 @@ from ragjax.wiring.config_files import apply_overrides, load_config
 DEFAULT_CONFIGS = ("configs/world.py", "configs/search_r1.py:tiny")
 
 
-def update_flops(cfg, m: dict, run) -> float:
+def lora_update_flops(cfg, lora, width: int, positions: int, unembedded: int) -> float:
+  """FLOPs of a LoRA policy update over `positions` padded positions of `width`, the
+  unembedding at `unembedded` of them (module docstring)."""
+  e, m, h, kvh, d, v = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                        cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
+  layer = e * (h + 2 * kvh) * d + h * d * e + 3 * e * m    # matmul params of one layer
+  attn = 4.0 * h * d * width                               # the attention's forward per token
+  dims = {"q_proj": (e, h * d), "k_proj": (e, kvh * d), "v_proj": (e, kvh * d),
+          "o_proj": (h * d, e), "gate_proj": (e, m), "up_proj": (e, m), "down_proj": (m, e)}
+  adapters = sum(6.0 * lora.rank * sum(dims[t]) for t in lora.targets)
+  top = lora.layers or cfg.num_layers
+  if lora.forward == "merged":
+    per_token = cfg.num_layers * (6.0 * layer + 3 * attn) + top * adapters
+  else:
+    per_token = (top * (4.0 * layer + 3 * attn + adapters)
+                 + (cfg.num_layers - top) * (2.0 * layer + attn))
+  return per_token * positions + 4.0 * v * e * unembedded
+
+
+def update_flops(cfg, m: dict, run, lora=None) -> float:
   """Model FLOPs of one step's updates (see the module docstring)."""
   rows = max(int(m["trajectories"]), 1)
   width = int(m["positions"]) // rows
+  unembedded = m["trained_tokens"] if run.rl.gather else m["positions"]
+  if lora is not None and lora.enabled and not run.rl.uses_critic:
+    return lora_update_flops(cfg, lora, width, m["positions"], unembedded) * run.rl.ppo_epochs
   flops = model_flops_per_token(cfg, width) * m["positions"]
   if run.rl.gather:                         # the unembedding runs at trained positions only
     flops -= 6.0 * cfg.vocab_size * cfg.hidden_size * (m["positions"] - m["trained_tokens"])
@@ -63,8 +97,8 @@ def update_flops(cfg, m: dict, run) -> float:
   return flops * run.rl.ppo_epochs
 
 
-def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
-  c = apply_overrides(load_config(spec), args.set)
+def bench_config(spec: str, args, workdir: str, peak: float, extra=()) -> dict:
+  c = apply_overrides(load_config(spec), list(args.set) + list(extra))
   c.workdir, c.progress = workdir, False
   c.trainer.tensorboard = False
   if args.retriever == "bm25":
@@ -90,9 +124,10 @@ def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
   step_s, roll_s, lp_s, upd_s = (med(k) for k in ("time/step_s", "time/rollout_s",
                                                    "time/logprob_s", "time/update_s"))
   policy_tokens = med("response_length") * med("trajectories")
-  flops = statistics.median(update_flops(cfg, m, run) for m in timed)
+  lora = trainer.adapter.lora if trainer.adapter is not None else None
+  flops = statistics.median(update_flops(cfg, m, run, lora) for m in timed)
   return {
-      "bench": "grpo_step", "config": spec, "overrides": list(args.set),
+      "bench": "grpo_step", "config": spec, "overrides": list(args.set) + list(extra),
       "params": cfg.num_params(), "layers": cfg.num_layers, "hidden": cfg.hidden_size,
       "vocab": cfg.vocab_size, "dtype": cfg.dtype, "backend": jax.default_backend(),
       "devices": jax.device_count(), "retriever": c.retriever.backend,
@@ -106,6 +141,7 @@ def bench_config(spec: str, args, workdir: str, peak: float) -> dict:
       "step_s": round(step_s, 3), "rollout_s": round(roll_s, 3),
       "retrieval_s": round(med("time/retrieval_s"), 3), "logprob_s": round(lp_s, 3),
       "update_s": round(upd_s, 3), "other_s": round(step_s - roll_s - lp_s - upd_s, 3),
+      "update_s_per_row": round(upd_s / max(med("trajectories"), 1), 4),
       "tokens_per_s": round(med("tokens") / step_s, 1),
       "rollout_policy_tokens_per_s": round(policy_tokens / roll_s, 1),
       "update_positions_per_s": round(med("positions") * run.rl.ppo_epochs / upd_s, 1),
@@ -199,6 +235,9 @@ def main(argv=None):
                        "generate loop on the same weights (needs model.checkpoint)")
   ap.add_argument("--hf-reference-reps", type=int, default=1, metavar="R",
                   help="with --hf-reference: time the two loops R times in turn (medians)")
+  ap.add_argument("--baseline", action="append", default=[], metavar="FIELD=VALUE",
+                  help="also measure each config with these overrides first (repeatable) and "
+                       "compare the update's seconds per row")
   args = ap.parse_args(argv)
   if args.steps < 1:
     ap.error("--steps must be >= 1")
@@ -210,9 +249,25 @@ def main(argv=None):
   for spec in args.config or DEFAULT_CONFIGS:
     name = os.path.basename(spec).replace(".py", "").replace(":", "_") + (
         "_bm25" if args.retriever == "bm25" else "")
+    base = None
+    if args.baseline:
+      base = bench_config(spec, args, os.path.join(root, name), peak, args.baseline)
+      print(json.dumps(base), flush=True)
+      results.append(base)
     result = bench_config(spec, args, os.path.join(root, name), peak)
     print(json.dumps(result), flush=True)
     results.append(result)
+    if base is not None:
+      compare = {"bench": "grpo_step_update_compare", "config": spec,
+                 "baseline": list(args.baseline),
+                 "baseline_update_s_per_row": base["update_s_per_row"],
+                 "update_s_per_row": result["update_s_per_row"],
+                 "ratio": round(result["update_s_per_row"]
+                                / max(base["update_s_per_row"], 1e-12), 3),
+                 "baseline_update_fraction_of_peak": base["update_fraction_of_peak"],
+                 "update_fraction_of_peak": result["update_fraction_of_peak"]}
+      print(json.dumps(compare), flush=True)
+      results.append(compare)
   return results
 
 

@@ -60,6 +60,14 @@ def cover_exact_match(prediction: str, golden_answers: Sequence[str] | str) -> f
                    if normalize_answer(g)))
 
 
+def cover_word_match(text: str, golden_answers: Sequence[str] | str) -> float:
+  """1.0 iff a non-empty normalised gold alias occurs in the normalised text as whole words
+  (cover EM on word boundaries: the gold "no" is not found in "not", "1" not in "1999")."""
+  padded = f" {normalize_answer(text)} "
+  return float(any(f" {normalize_answer(g)} " in padded for g in _golds(golden_answers)
+                   if normalize_answer(g)))
+
+
 def _f1(pred: str, gold: str, normalize=normalize_answer) -> float:
   p, g = normalize(pred), normalize(gold)
   if (p in _YES_NO or g in _YES_NO) and p != g:

@@ -26,6 +26,7 @@ killed run resumes where it stopped.  This module only wires; every step is a pa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -42,6 +43,7 @@ from ragjax.recipes import rl
 from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
+from ragjax.rl.question_pool import pool_config, question_pool
 from ragjax.rl.search_traces import search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
@@ -85,9 +87,12 @@ def per_question(result, records) -> dict:
 
 
 # Config fields that never change a greedy evaluation: how the policy is trained (the weights'
-# tag says which weights are evaluated) and the resumable fields.
+# tag says which weights are evaluated), which training questions it sees, and how the
+# training rollouts sample (greedy decoding reads no temperature, nucleus or top-k).
 TRAINING_ONLY = ("rl.", "optim.", "critic_optim.", "trainer.", "sft.", "traces.", "judge.",
-                 "model.remat", "model.lora.")
+                 "pool.", "model.remat", "model.lora.", "sampler.temperature",
+                 "sampler.temperatures", "sampler.top_p", "sampler.top_k",
+                 "sampler.nucleus_candidates")
 
 
 def eval_fingerprint(c) -> dict:
@@ -96,11 +101,19 @@ def eval_fingerprint(c) -> dict:
   return {k: v for k, v in config_fingerprint(c).items() if not k.startswith(TRAINING_ONLY)}
 
 
+def cold_start_adapter(c):
+  """The cold start's LoRA adapters: `model.lora` on every layer (`model.lora.layers` limits
+  RL's adapters only; the cold start fits all of them, as it did before that field existed)."""
+  section = dict(c.model.lora.to_dict() if hasattr(c.model.lora, "to_dict") else c.model.lora)
+  section["layers"] = 0
+  return adapter_from_config(section)
+
+
 def cold_start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (its traces are teacher-forced, so the
-  sampling settings do not matter)."""
+  sampling settings do not matter; `model.lora.layers` and `.forward` are RL's)."""
   skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows",
-          "sft.save_every", "sft.log_every")
+          "sft.save_every", "sft.log_every", "model.lora.layers", "model.lora.forward")
   return {k: v for k, v in flatten(c).items()
           if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
 
@@ -138,11 +151,34 @@ def cold_start(c, s, workdir) -> tuple:
   params, history = run_sft(s.cfg, s.params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
                             c.rollout.widths, seed=c.seed, mesh=s.mesh, log_path=log_path,
                             progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
-                            fingerprint=fingerprint, adapter=adapter_from_config(c.model.lora))
+                            fingerprint=fingerprint, adapter=cold_start_adapter(c))
   parts.export_policy(cache, s.cfg, params, s.tokenizer)
   write_json_atomic(meta_path, {"fingerprint": fingerprint, "traces": stats})
   shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)  # the export supersedes them
   return params, history, tag
+
+
+def rl_questions(c, s, params, workdir) -> list:
+  """The training questions RL draws from (`pool.*`, `ragjax.rl.question_pool`), written to
+  `<workdir>/data/rl_pool.jsonl`; the whole training split when the config has no `pool`."""
+  pool = pool_config(c.get("pool"))
+  train = s.setup.splits["train"]
+  if pool == pool_config(None):
+    return train
+  greedy = make_engine(c, s.cfg, params, s.tokenizer, s.setup.retriever, greedy=True, hooks=[])
+  sampling = (make_engine(c, s.cfg, params, s.tokenizer, s.setup.retriever, greedy=False,
+                          hooks=[]) if pool.pass_k else None)
+  exclude = c.traces.questions if c.sft.steps and "traces" in c else 0
+  records, stats = question_pool(greedy, train, pool, exclude=exclude,
+                                 max_new_tokens=c.sampler.max_new_tokens,
+                                 cache_length=c.sampler.max_cache_length, seed=c.seed,
+                                 sampler_engine=sampling)
+  parts.log("RL questions: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+  if not records:
+    raise ValueError(f"the RL question pool is empty ({stats}): loosen pool.* or raise "
+                     f"data.split's training share")
+  write_flashrag(os.path.join(workdir, DATA_DIR, "rl_pool.jsonl"), records)
+  return records
 
 
 def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, weights=""):
@@ -242,7 +278,11 @@ def run(c) -> dict:
     mark("evaluation_cold_start", t0)
 
   t0 = time.perf_counter()
-  trainer = parts.make_trainer(c, run_cfg, s.cfg, start_params, s.tokenizer, s.setup, s.mesh)
+  setup = dataclasses.replace(s.setup, splits={**s.setup.splits,
+                                               "train": rl_questions(c, s, start_params, workdir)})
+  mark("rl_questions", t0)
+  t0 = time.perf_counter()
+  trainer = parts.make_trainer(c, run_cfg, s.cfg, start_params, s.tokenizer, setup, s.mesh)
   trainer.train()
   params = trainer.final_params()
   best = trainer.ckpt.best_step() if c.trainer.keep_best else None

@@ -7,7 +7,7 @@ Each training question becomes one scripted trajectory in Search-R1's grammar:
     <think> I need to search for the answer. </think>
     <search> {question} </search>
     <information> ... the passages the engine's retriever returns ... </information>
-    <think> The documents give the answer. </think>
+    <think> The documents say the answer is {first gold answer}. </think>
     <answer> {first gold answer} </answer>
 
 forced through the real rollout engine (`teacher_traces`), so the prompt, the retrieved
@@ -17,7 +17,9 @@ passages, their formatting and the labels are exactly those of an RL rollout (an
 `is_retrieval_correct`, cover EM of the `<information>` block) are kept: the trace then
 demonstrates reading the answer from the documents rather than recalling it.  The query is
 the question itself (what a model that has not learnt query writing can always do); the turn
-texts are fixed so that only the question, the documents and the answer vary.
+texts are fixed but for the question, the documents and the answer.  The answer turn's
+`<think>` names the answer it read: a fixed sentence there ("The documents give the answer.")
+came back as the answer to 6 of 400 test questions.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ragjax.rl.rewards.builtin import answer_retrieved
 from ragjax.rl.teacher_traces import teacher_traces
 
 SEARCH_THINK = "<think> I need to search for the answer. </think>\n"
-ANSWER_THINK = "<think> The documents give the answer. </think>\n"
+ANSWER_THINK = "<think> The documents say the answer is {answer}. </think>\n"
 
 
 def search_script(record: Mapping) -> list[str]:
@@ -40,8 +42,9 @@ def search_script(record: Mapping) -> list[str]:
     raise ValueError(f"question {record.get('id', record.get('question'))!r} has no gold answer "
                      "to script a trace with")
   query = " ".join(str(record["question"]).split())
+  answer = str(golds[0]).strip()
   return [f"{SEARCH_THINK}<search> {query} </search>",
-          f"{ANSWER_THINK}<answer> {str(golds[0]).strip()} </answer>"]
+          f"{ANSWER_THINK.format(answer=answer)}<answer> {answer} </answer>"]
 
 
 def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, cache_length: int,

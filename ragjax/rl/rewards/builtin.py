@@ -54,7 +54,12 @@ def answer_retrieved(response: str, golden_answers) -> bool:
   """Search-R1 `is_retrieval_correct`: a normalised gold alias occurs in a normalised
   `<information>` block of the response (cover EM of each block; an alias that normalises to ""
   never counts)."""
-  return any(cover_exact_match(b, golden_answers) for b in _INFORMATION.findall(response))
+  return any(cover_exact_match(b, golden_answers) for b in information_blocks(response))
+
+
+def information_blocks(response: str) -> list[str]:
+  """The text of each `<information>` block of a response, in order."""
+  return _INFORMATION.findall(response)
 
 
 @registry.register("reward", "search_r1_format")
