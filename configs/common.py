@@ -161,6 +161,7 @@ def get_config() -> ConfigDict:
   # protocol.top_k, the training depth).
   c.eval = ConfigDict(dict(
       batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
+      baselines=True,    # the qa recipe's untrained rows (direct answer, prompted search)
       judge=chat_service("auto", model="", max_retries=8, max_prompt_tokens=4096),
       # a fresh copy per config: the suites hold placeholders (FieldReferences), which a
       # shared copy would let one config's override set for every later one

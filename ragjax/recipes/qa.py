@@ -6,7 +6,7 @@
 1. data (a seeded train / dev / test split, written to `<workdir>/data/{split}.jsonl` in
    FlashRAG format so the paper harness can evaluate the same questions), the retriever
    (built once under the workdir), the pretrained policy;
-2. the test questions answered by the untrained policy: directly (no search; the `direct`
+2. (unless `eval.baselines=False`) the test questions answered by the untrained policy: directly (no search; the `direct`
    protocol) and prompted with the search protocol;
 3. with `sft.steps` > 0, a cold start: SFT (through `model.lora`'s adapters, then merged) on
    scripted search traces of `traces.questions` training questions
@@ -260,13 +260,14 @@ def run(c) -> dict:
 
   t0 = time.perf_counter()
   base = c.model.checkpoint or "random init"
-  direct, _, _ = evaluate(c, s, "untrained, direct answer", s.params, test, direct_config(c),
-                          workdir, weights=base)
-  prompted, _, sampler = evaluate(c, s, "untrained + search", s.params, test, c, workdir,
-                                  weights=base)
-  mark("evaluation_before", t0)
-
-  systems = {"untrained, direct answer": direct, "untrained + search": prompted}
+  systems, sampler = {}, None
+  if c.eval.baselines:     # False: only the cold start's and the trained policy's rows
+    systems["untrained, direct answer"], _, _ = evaluate(
+        c, s, "untrained, direct answer", s.params, test, direct_config(c), workdir,
+        weights=base)
+    systems["untrained + search"], _, sampler = evaluate(
+        c, s, "untrained + search", s.params, test, c, workdir, weights=base)
+    mark("evaluation_before", t0)
   start_params, sft_history, start_tag = s.params, [], base
   if c.sft.steps:
     t0 = time.perf_counter()
