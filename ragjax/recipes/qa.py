@@ -6,8 +6,8 @@
 1. data (a seeded train / dev / test split, written to `<workdir>/data/{split}.jsonl` in
    FlashRAG format so the paper harness can evaluate the same questions), the retriever
    (built once under the workdir), the pretrained policy;
-2. (unless `eval.baselines=False`) the test questions answered by the untrained policy: directly (no search; the `direct`
-   protocol) and prompted with the search protocol;
+2. (unless `eval.baselines=False`) the test questions answered by the untrained policy:
+   directly (no search; the `direct` protocol) and prompted with the search protocol;
 3. with `sft.steps` > 0, a cold start: SFT (through `model.lora`'s adapters, then merged) on
    scripted search traces of `traces.questions` training questions
    (`ragjax.rl.search_traces`: the question as the query, the retrieved passages, the gold
