@@ -60,10 +60,12 @@ def test_cpu_threads_below_zero_is_refused():
 
 
 def test_smollm2_default_pins_its_measured_run():
-  """The values of the measured default run (docs/real_model.md): a cold start (60 SFT steps
-  of 4 scripted search traces of 800 training questions), then Search-R1's format-aware
-  reward with retrieval 0.2, final 0 and search_required, groups of 8 over 2 questions, 12
-  steps."""
+  """The values of the default run (docs/real_model.md): a cold start (60 SFT steps of 4
+  scripted search traces of 800 training questions, adapters on every layer), then GRPO at
+  temperature 1.0 over 8 x 8 rollouts of pool questions (unseen by the cold start, retrievable),
+  dynamic sampling on the reward, LoRA on the top 8 layers through the adapter-aware forward,
+  Search-R1's format-aware reward with retrieval 0.2, final 0 and search_required, 20 steps,
+  the last step's policy."""
   from ragjax.wiring.config_files import load_config
   c = load_config("configs/smollm2.py")
   assert (c.traces.questions, c.traces.require_retrieved) == (800, True)
@@ -73,7 +75,13 @@ def test_smollm2_default_pins_its_measured_run():
       structure_format_score=0.2, final_format_score=0.0, retrieval_score=0.2,
       search_required=True)
   assert (c.rl.group_size, c.trainer.batch_prompts, c.trainer.num_steps,
-          c.trainer.eval_every) == (8, 2, 12, 6)
+          c.trainer.eval_every, c.trainer.keep_best) == (8, 8, 20, 0, False)
+  assert (c.sampler.temperature, c.optim.lr) == (1.0, 2e-4)
+  assert c.rl.batch_filter == "filter_groups" and dict(c.rl.batch_filter_kwargs) == dict(
+      metric="reward", target_groups=0, max_batches=1)
+  assert (c.model.lora.layers, c.model.lora.forward) == (8, "adapter")
+  assert dict(c.pool) == dict(retrievable=True, exclude_cold_start=True, pass_k=0,
+                              max_questions=0)
   assert (c.data.split.test, c.data.split.dev, c.protocol.max_turns, c.protocol.top_k) == (
       400, 100, 2, 3)
 

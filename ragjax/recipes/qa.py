@@ -60,7 +60,8 @@ COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout"
                        "sft", "traces")
 STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_recall")
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
-          "em", "dev/em", "response_length")
+          "em", "dev/em", "response_length", "generated/reward", "generated/em",
+          "filter/kept_groups", "grad_norm")
 
 
 def direct_config(c):
