@@ -247,6 +247,7 @@ def run(c) -> dict:
     parts.log(f"{phase}: {timings[phase]} s")
 
   run_cfg = parts.validate(c)
+  pool_config(c.get("pool"))          # pool.* fails here, before any work
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   t0 = time.perf_counter()

@@ -285,6 +285,14 @@ def policy_config(c, tok) -> DecoderConfig:
 def load_policy(c, tok=None, mesh=None):
   """(cfg, params, tokenizer): `model.checkpoint` loaded (into the mesh's shardings), or a
   new policy of `policy_config` with random weights (seeded by `c.seed`)."""
+  cfg, params, tok = _load_policy(c, tok, mesh)
+  layers = c.model.lora.get("layers", 0) if "lora" in c.model else 0
+  if layers > cfg.num_layers:           # before any evaluation or training work
+    raise ValueError(f"model.lora.layers={layers} but the model has {cfg.num_layers} layers")
+  return cfg, params, tok
+
+
+def _load_policy(c, tok=None, mesh=None):
   m = c.model
   if m.checkpoint:
     from ragjax.models.hf_io import load_decoder, load_tokenizer
