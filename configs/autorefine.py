@@ -17,7 +17,8 @@ warmup, KL 0.001 (k3 = low_var_kl, as a loss), clip 0.2, entropy 0.001, the toke
 each 8-sequence micro-batch averaged over them (verl), temperature 1, top-p 0.95 (verl's
 default), 5 searches + one final call without search, 512 tokens per call and per
 observation, top-3, greedy validation every 20 steps.  The ledger, with every reading chosen
-where paper and code disagree: docs/methods/autorefine.md.  In short: 300 steps keeping the
+where paper and code disagree: docs/methods/autorefine.md.  In short: 299 steps (verl ends
+one short of `total_training_steps=300`), lr 0 on the first (verl's schedule), keeping the
 best-evaluated checkpoint (cmd/train.sh, which the README says reproduces Table 1; §B.1's
 "trained for 200 steps": `--config.trainer.num_steps=200`; Table 3 says 250), the best
 checkpoint chosen on dev, never test; the code's per-call 512 tokens and no total budget
@@ -99,13 +100,17 @@ def get_config(arg: str = "tiny"):
     c.rl.update(dict(loss_agg="token-mean-per-micro-batch", loss_agg_rows=8))
   c.rl.rewards = {"autorefine": 1.0}
   c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  # verl's constant schedule with no warmup still runs the first RL step at lr 0: its factor
+  # is min(1, step / max(1, 0)) (torch_functional.py:428-429): min_warmup_steps 1
   c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_steps=0,
                       warmup_ratio=0.0, clock="rl_step", total_steps=0, weight_decay=0.01,
-                      grad_clip=1.0))
+                      grad_clip=1.0, min_warmup_steps=0 if tiny else 1))
   c.trainer.update(dict(
-      # cmd/train.sh: 300 steps, the checkpoint with the best evaluation kept (the README's
-      # reproduction of Table 1); §B.1's "200 steps": --config.trainer.num_steps=200
-      num_steps=10 if tiny else 300, batch_prompts=4 if tiny else 256,
+      # cmd/train.sh: total_training_steps=300, which verl's loop ends one step short of
+      # (ray_trainer.py:992-994): 299 steps train; the checkpoint with the best evaluation
+      # kept (the README's reproduction of Table 1); §B.1's "200 steps":
+      # --config.trainer.num_steps=200
+      num_steps=10 if tiny else 299, batch_prompts=4 if tiny else 256,
       eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 500,
       save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
 

@@ -75,15 +75,15 @@ def test_updates_per_step_count_sequences_as_verl_does():
   assert updates_per_step(RLConfig(group_size=5, mini_batch_size=300, ppo_epochs=2), tr) == 18
   c = load_config(os.path.join(ROOT, "configs", "search_r1.py") + ":qwen2.5-3b")
   d = derived(c)
-  assert (d["updates_per_step"], d["updates_total"], d["lr_warmup"]) == (10, 10050, 286)
+  assert (d["updates_per_step"], d["updates_total"], d["lr_warmup"]) == (10, 10040, 286)
 
 
 def test_schedule_length_is_derived_from_the_run():
   """optim.total_steps 0: the run's RL steps (clock rl_step) or its updates (clock update)."""
   c = load_config(os.path.join(ROOT, "configs", "search_r1.py") + ":qwen2.5-3b")
-  assert parse_run_config(c).optim.total_steps == 1005
+  assert parse_run_config(c).optim.total_steps == 1004
   c.optim.clock = "update"
-  assert parse_run_config(c).optim.total_steps == 10050
+  assert parse_run_config(c).optim.total_steps == 10040
   c.optim.total_steps = 7
   assert parse_run_config(c).optim.total_steps == 7
   c.optim.clock = "minute"

@@ -243,7 +243,8 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
                  train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
                  fingerprint=config_fingerprint(c),
                  workdir=os.path.join(os.path.abspath(c.workdir), parts.RL_DIR), seed=c.seed,
-                 mesh=mesh, critic_params=parts.init_critic(cfg, params), progress=c.progress,
+                 mesh=mesh, critic_params=parts.init_critic(cfg, params, head_init=run.rl.value_head_init),
+                 progress=c.progress,
                  services={} if judge is None else {"judge": judge})
 
 
