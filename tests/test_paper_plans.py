@@ -17,7 +17,8 @@ from ragjax.wiring.config_files import load_config
 from ragjax.planning.plan import ORIGINS, config_module, derived, plan_rows
 from ragjax.rl.run_config import (OptimConfig, RLConfig, TrainerConfig, parse_run_config,
                               updates_per_step)
-from ragjax.rl.optim import learning_rate, make_optimizer, with_learning_rate
+from ragjax.rl.optim import (learning_rate, learning_rate_schedule, make_optimizer,
+                             with_learning_rate)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLANS = sorted(glob.glob(os.path.join(ROOT, "configs", "paper_plans", "*.json")))
@@ -267,3 +268,55 @@ def test_retriever_rows_of_a_corpus_indexed_in_the_workdir(tmp_path):
   assert rows["retriever_passages"] == 2 and str(corpus) in rows["retriever_read"]
   c.retriever.backend = "scann"
   assert retriever_rows(c)["retriever_encoder"] == "all-MiniLM-L6-v2"
+
+
+def verl_steps_trained(total_training_steps: int) -> int:
+  """The RL steps verl's `fit` trains (Search-R1 ray_trainer.py:672-845, AutoRefine's
+  :799-994): the counter starts at 1, each step ends `global_steps += 1` and the loop returns
+  once the counter reaches `total_training_steps`."""
+  global_steps, trained = 1, 0
+  while True:
+    trained += 1
+    global_steps += 1
+    if global_steps >= total_training_steps:
+      return trained
+
+
+def verl_constant_lr(lr: float, warmup: int, step: int) -> float:
+  """verl's get_constant_schedule_with_warmup factor (torch_functional.py:428-429) at
+  scheduler step `step` (0 for the first RL step)."""
+  return lr * min(1.0, step / max(1, warmup))
+
+
+@pytest.mark.parametrize("spec,total", [("search_r1.py:qwen2.5-3b", 1005),
+                                        ("search_r1.py:qwen2.5-7b-ppo", 1005),
+                                        ("autorefine.py:qwen2.5-3b-base", 300)])
+def test_steps_and_first_learning_rates_are_verls(spec, total):
+  """The scripts' total_training_steps train one step fewer in verl's loop, and each RL step
+  trains at verl's constant-with-warmup rate: AutoRefine's first at 0 though it has no warmup
+  (Adam's moments still update there)."""
+  rows, c = _plan(spec)
+  run = parse_run_config(c)
+  assert run.trainer.num_steps == verl_steps_trained(total) == total - 1
+  assert rows["rl_steps"].agrees and rows["updates_total"].agrees
+  for o in (run.optim, run.critic_optim):
+    if o is None:
+      continue
+    verl_warmup = int(o.warmup_ratio * total)      # verl's schedule spans the scripts' total
+    sched = learning_rate_schedule(o)
+    for s in (0, 1, 2, verl_warmup - 1, verl_warmup, verl_warmup + 5):
+      if s >= 0:
+        assert float(sched(s)) == pytest.approx(verl_constant_lr(o.lr, verl_warmup, s),
+                                                rel=1e-4, abs=1e-15), (spec, s)    # float32
+  assert rows["lr_first_step"].ours == 0.0 and rows["lr_first_step"].agrees
+  if spec.startswith("autorefine"):
+    assert run.optim.warmup == 0 and rows["lr_warmup"].agrees
+    off = _plan(spec, **{"optim.min_warmup_steps": 0})[0]["lr_first_step"]
+    assert off.ours == pytest.approx(1e-6) and not off.agrees
+    opt = make_optimizer(run.optim, per_rl_step=True)
+    params = {"w": jnp.ones(3)}
+    state = with_learning_rate(opt.init(params), float(learning_rate_schedule(run.optim)(0)))
+    u, state = opt.update({"w": jnp.asarray([1.0, -1.0, 2.0])}, state, params)
+    assert not np.asarray(u["w"]).any()                      # lr 0: no step ...
+    mu = optax.tree_utils.tree_get(state, "mu")
+    assert np.asarray(mu["w"]).any()                         # ... but the moments move
