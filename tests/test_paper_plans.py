@@ -187,9 +187,19 @@ def test_sampling_loss_and_critic_rows_are_read_from_the_config():
   assert rows["loss_agg"].ours == c.rl.loss_agg and rows["loss_agg"].agrees
   rows, c = _plan("autorefine.py:qwen2.5-3b-base")
   assert rows["rl_steps"].ours == c.trainer.num_steps and rows["rl_steps"].agrees
-  assert rows["best_checkpoint"].ours == \
-      f"best {c.trainer.keep_best_metric} (evaluated every {c.trainer.eval_every} steps)"
-  assert rows["best_checkpoint"].agrees
+  # the authors' rule, written from their code, not from ragjax's field: answer F1, the mean
+  # over the 7 test sources of each source's mean, 500 questions drawn from each test set,
+  # evaluated every 20 steps
+  authors = ("best test/f1 macro-averaged over the data sources (evaluated every 20 steps, "
+             "500 per source)")
+  assert rows["best_checkpoint"].ours == authors and rows["best_checkpoint"].agrees
+  assert (c.trainer.eval_split, c.trainer.eval_per_source, c.trainer.keep_best_metric) == \
+      ("test", 500, "test/f1_macro")
+  dev = _plan("autorefine.py:qwen2.5-3b-base", **{"trainer.eval_split": "dev",
+                                                  "trainer.eval_per_source": 0,
+                                                  "trainer.keep_best_metric": "dev/em"})[0]
+  assert dev["best_checkpoint"].ours == "best dev/em (evaluated every 20 steps)"
+  assert not dev["best_checkpoint"].agrees
   text = _plan("autorefine.py:qwen2.5-3b-base", **{"trainer.num_steps": 200})[0]
   assert not text["rl_steps"].agrees and not text["updates_total"].agrees
 
@@ -271,7 +281,7 @@ def test_retriever_rows_of_a_corpus_indexed_in_the_workdir(tmp_path):
 
 
 def verl_steps_trained(total_training_steps: int) -> int:
-  """The RL steps verl's `fit` trains (Search-R1 ray_trainer.py:672-845, AutoRefine's
+  """The RL steps verl's `fit` trains (Search-R1 ray_trainer.py:662-845, AutoRefine's
   :799-994): the counter starts at 1, each step ends `global_steps += 1` and the loop returns
   once the counter reaches `total_training_steps`."""
   global_steps, trained = 1, 0
@@ -320,3 +330,22 @@ def test_steps_and_first_learning_rates_are_verls(spec, total):
     assert not np.asarray(u["w"]).any()                      # lr 0: no step ...
     mu = optax.tree_utils.tree_get(state, "mu")
     assert np.asarray(mu["w"]).any()                         # ... but the moments move
+
+
+def test_evaluations_average_over_sources_and_sample_each_as_the_authors():
+  """`_macro` is the mean of each source's mean (AutoRefine's val/test_score/mean); the
+  per-source sample keeps n of each source, permuted by np.random.default_rng(42)."""
+  from ragjax.rl.selection import evaluation_metrics, per_source_sample
+  ans = [{"em": e, "f1": f, "cover_em": e} for e, f in
+         ((1, 1.0), (0, 0.5), (0, 0.0), (1, 1.0))]
+  m = evaluation_metrics(ans, ["nq", "nq", "nq", "popqa"], "test")
+  assert m["test/f1"] == pytest.approx(2.5 / 4)
+  assert m["test/f1_macro"] == pytest.approx((1.5 / 3 + 1.0) / 2)
+  assert m["test/em_macro"] == pytest.approx((1 / 3 + 1) / 2)
+  recs = [{"id": str(i), "data_source": "nq" if i < 7 else "popqa"} for i in range(9)]
+  got = per_source_sample(recs, 3)
+  order = np.random.default_rng(42).permutation(7)[:3]
+  assert [r["id"] for r in got] == [str(i) for i in order] + ["7", "8"]
+  assert per_source_sample(recs, 0) == recs
+  with pytest.raises(ValueError, match="trainer.keep_best_metric='dev/f1_macro'"):
+    TrainerConfig(eval_split="test", keep_best_metric="dev/f1_macro")

@@ -144,10 +144,16 @@ def loss_agg_name(mode: str, rows: int) -> str:
 
 
 def best_checkpoint(tr) -> str:
-  """Which policy the run ends with: the last, or the best dev checkpoint of the evaluations."""
+  """Which policy the run ends with: the last, or the best checkpoint of the evaluations by
+  `trainer.keep_best_metric` (`_macro`: averaged over data sources), on `trainer.eval_split`
+  (at most `trainer.eval_per_source` questions of each source)."""
   if not tr.keep_best:
     return "last"
-  return f"best {tr.keep_best_metric} (evaluated every {tr.eval_every} steps)"
+  metric = tr.keep_best_metric
+  if metric.endswith("_macro"):
+    metric = f"{metric.removesuffix('_macro')} macro-averaged over the data sources"
+  sample = f", {tr.eval_per_source} per source" if tr.eval_per_source else ""
+  return f"best {metric} (evaluated every {tr.eval_every} steps{sample})"
 
 
 def eval_plan(c, suite: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from ragjax import registry
 from ragjax.rl.advantages import WHITENINGS, uses_critic
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
 from ragjax.rl.masks import TOKEN_MASKS, check_train_on
+from ragjax.rl.selection import METRICS, SPLITS
 from ragjax.typed_config import flatten, from_dict
 
 
@@ -238,8 +239,14 @@ class TrainerConfig:
   eval_prompts: int = 0               # dev prompts per evaluation; 0 = all
   save_every: int = 50
   max_to_keep: int = 2
-  keep_best_metric: str = "dev/em"    # chosen on dev, never test
-  keep_best: bool = False             # the run's final policy is the best dev checkpoint
+  # the split the periodic evaluations run on ("dev", or "test" where the authors chose on
+  # test data: AutoRefine's valid_500) and at most how many questions of each data_source
+  # (0 = all; `ragjax.rl.selection`)
+  eval_split: str = "dev"
+  eval_per_source: int = 0
+  # "<eval_split>/<em|f1|cover_em>[_macro]": `_macro` averages over the data sources
+  keep_best_metric: str = "dev/em"
+  keep_best: bool = False             # the run's final policy is the best evaluated checkpoint
   tensorboard: bool = True
   step_retries: int = 3               # a step whose service stayed down is rerun from its start
   dump_every: int = 0                 # every Nth step's sampled rollouts, with their rewards and
@@ -251,9 +258,16 @@ class TrainerConfig:
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts", "step_retries", "dump_every"):
+    for name in ("eval_every", "eval_prompts", "step_retries", "dump_every", "eval_per_source"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
+    if self.eval_split not in SPLITS:
+      raise ValueError(f"trainer.eval_split={self.eval_split!r}; known: {SPLITS}")
+    split, _, metric = self.keep_best_metric.partition("/")
+    if split != self.eval_split or metric.removesuffix("_macro") not in METRICS:
+      raise ValueError(f"trainer.keep_best_metric={self.keep_best_metric!r}: one of "
+                       f"{self.eval_split}/{{{', '.join(METRICS)}}}[_macro] "
+                       f"(trainer.eval_split={self.eval_split!r})")
 
 
 # Fields (or whole sections, ending in '.') a resumed run may change without being refused:
@@ -261,6 +275,7 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
+                  "trainer.eval_split", "trainer.eval_per_source",
                   "trainer.step_retries", "trainer.dump_every",   # logging only
                   "retriever.timeout", "retriever.deadline", "retriever.pin.",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",

@@ -29,6 +29,7 @@ from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrase
 from ragjax.rl.checkpoint import check_resume as _check_resume
 from ragjax.rl.run_config import (RunConfig, config_fingerprint, parse_run_config,
                                   value_head_std)
+from ragjax.rl.selection import evaluation_data
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
 from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config, sampler_config
@@ -334,7 +335,8 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
             else None)
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
                  train_data=apply_data_stages(c, setup.splits["train"]),
-                 dev_data=setup.splits.get("dev"),
+                 dev_data=evaluation_data(setup.splits, run.trainer.eval_split,
+                                          run.trainer.eval_per_source),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
                  critic_params=critic, progress=c.progress,
                  adapter=adapter_from_config(c.model.lora),
