@@ -9,7 +9,8 @@ the Eq. 3 reward, at tiny and real sizes.
                                                        cold start with <refine> traces, then GRPO)
 
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
-`data.dev_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; dev for keep-best) and
+`data.test_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; the 7 test sets, of
+which keep-best evaluates 500 each, as the authors' valid_500) and
 `retriever.index` or `retriever.url` (E5-base-v2 over wiki-18).  Everything follows
 seeds_rex_autorefine_r3.md §2 (Table 3 and the released code): 256 prompts x 5 in verl
 mini-batches of 256 sequences (5 optimiser updates per RL step), lr 1e-6 constant with no
@@ -21,7 +22,9 @@ where paper and code disagree: docs/methods/autorefine.md.  In short: 299 steps 
 one short of `total_training_steps=300`), lr 0 on the first (verl's schedule), keeping the
 best-evaluated checkpoint (cmd/train.sh, which the README says reproduces Table 1; §B.1's
 "trained for 200 steps": `--config.trainer.num_steps=200`; Table 3 says 250), the best
-checkpoint chosen on dev, never test; the code's per-call 512 tokens and no total budget
+checkpoint chosen as the authors chose it: answer F1 macro-averaged over the 7 test sources,
+500 questions each (on dev instead: `--config.trainer.eval_split=dev
+--config.trainer.eval_per_source=0 --config.trainer.keep_best_metric=dev/em`); the code's per-call 512 tokens and no total budget
 (Table 3's "Max Response Length 2048": `--config.rollout.max_response_tokens=2048`); the chat
 template applied whenever the tokenizer has one (Qwen2.5 base models do); evaluation as the
 code's cmd/eval.sh, which produced Table 1: 3 searches and 1,024-token observations

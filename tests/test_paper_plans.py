@@ -179,6 +179,11 @@ def test_sampling_loss_and_critic_rows_are_read_from_the_config():
   assert (rows["adv_whiten"].ours, rows["value_clip"].ours, rows["critic_loss_agg"].ours) == \
       (c.rl.adv_whiten, c.rl.value_clip, c.rl.critic_loss_agg)
   assert all(rows[k].agrees for k in ("adv_whiten", "value_clip", "critic_loss_agg"))
+  # the whitening is verl's in its mode and its mask (the numbers:
+  # test_rl_critic_tokens::test_search_r1_ppo_runs_gae_and_whitens_over_the_response_as_verl)
+  assert rows["adv_whiten_mask"].ours.startswith("the response") and rows["adv_whiten_mask"].agrees
+  own = _plan("search_r1.py:qwen2.5-7b-ppo", **{"rl.adv_whiten_mask": "loss"})[0]
+  assert own["adv_whiten"].agrees and not own["adv_whiten_mask"].agrees
   off = _plan("search_r1.py:qwen2.5-7b-ppo", **{"rl.adv_whiten": "", "rl.value_clip": 0.2})[0]
   assert off["adv_whiten"].ours == "none" and not off["adv_whiten"].agrees
   assert not off["value_clip"].agrees
@@ -246,13 +251,15 @@ def test_retriever_rows_read_the_manifest_of_the_index_the_run_opens(tmp_path):
   assert [rows[k].ours for k in keys] == ["all-MiniLM-L6-v2", "approximate", 5000]
 
 
-# each round-2 plan row and the words its ledger row carries
+# each round-2 and round-3 plan row and the words its ledger row carries
 LEDGER_WORDS = {"top_p": "top-p", "loss_agg": "loss aggregation",
                 "critic_loss_agg": "loss aggregation", "adv_whiten": "whitening",
                 "value_clip": "value clip", "retriever_encoder": "retriever encoder",
                 "retriever_index": "retriever encoder, index", "retriever_passages": "corpus",
                 "best_checkpoint": "final policy", "keep_multiple": "keep multiple",
-                "judge_input": "whole last message"}
+                "judge_input": "whole last message", "critic_mask": "critic's tokens",
+                "adv_whiten_mask": "advantage whitening", "value_head_init": "value head",
+                "lr_first_step": "first step"}
 
 
 @pytest.mark.parametrize("path", PLANS, ids=os.path.basename)
