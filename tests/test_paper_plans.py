@@ -259,7 +259,7 @@ LEDGER_WORDS = {"top_p": "top-p", "loss_agg": "loss aggregation",
                 "best_checkpoint": "final policy", "keep_multiple": "keep multiple",
                 "judge_input": "whole last message", "critic_mask": "critic's tokens",
                 "adv_whiten_mask": "advantage whitening", "value_head_init": "value head",
-                "lr_first_step": "first step"}
+                "lr_first_step": "first step", "obs_cap": "observation cap"}
 
 
 @pytest.mark.parametrize("path", PLANS, ids=os.path.basename)

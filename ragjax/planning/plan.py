@@ -69,6 +69,7 @@ LABELS = {
     "max_turns": "searches per trajectory",
     "tokens_per_turn": "generated tokens per turn",
     "obs_tokens": "tokens per observation",
+    "obs_cap": "the observation cap cuts",
     "response_tokens": "tokens after the prompt (0: no cap)",
     "top_k": "documents per search",
     "sft_steps": "SFT steps before RL",
@@ -112,6 +113,7 @@ def derived(c) -> dict[str, Any]:
       "best_checkpoint": best_checkpoint(tr), "max_turns": c.protocol.get("max_turns"),
       "tokens_per_turn": c.sampler.max_new_tokens,
       "obs_tokens": c.protocol.get("obs_max_tokens"),
+      **({"obs_cap": c.protocol.obs_cap} if "obs_cap" in c.protocol else {}),
       "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
       "sft_steps": c.sft.steps, **critic, **retriever_rows(c),
   }
