@@ -218,11 +218,14 @@ def test_every_plan_names_its_authors_loss_aggregation_and_retriever(method, arg
     assert {"adv_whiten", "value_clip", "critic_loss_agg"} <= set(plan) or method == "r3_rag"
 
 
-def _index(tmp_path, name, backend, n, model_dir):
+def _index(tmp_path, name, backend, n, model_dir, corpus=None, **encoder):
+  """A manifest (and, with `corpus`, the ingest record) of an index built from `corpus`."""
   d = tmp_path / name
   d.mkdir()
   (d / "index.json").write_text(json.dumps({"backend": backend, "n": n,
-                                            "encoder": {"model_dir": model_dir}}))
+                                            "encoder": {"model_dir": model_dir, **encoder}}))
+  if corpus:
+    (d / "ingest.json").write_text(json.dumps({"corpus": [f"/data/{c}" for c in corpus]}))
   return str(d)
 
 
@@ -236,7 +239,8 @@ def test_retriever_rows_read_the_manifest_of_the_index_the_run_opens(tmp_path):
   assert all(rows[k].verdict == "= paper (code)" for k in keys)
   assert "retriever.pin" in rows["retriever_read"].ours
   e5 = _index(tmp_path, "e5", "exact", 21015324,
-              "/hf/models--intfloat--e5-base-v2/snapshots/0123abc")
+              "/hf/models--intfloat--e5-base-v2/snapshots/0123abc", ["wiki-18.jsonl"],
+              query_prefix="query: ", passage_prefix="passage: ")
   rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": e5})
   assert [rows[k].ours for k in keys] == ["e5-base-v2", "exact", 21015324]
   assert all(rows[k].agrees for k in keys) and rows["retriever_read"].ours.startswith(e5)
@@ -259,7 +263,8 @@ LEDGER_WORDS = {"top_p": "top-p", "loss_agg": "loss aggregation",
                 "best_checkpoint": "final policy", "keep_multiple": "keep multiple",
                 "judge_input": "whole last message", "critic_mask": "critic's tokens",
                 "adv_whiten_mask": "advantage whitening", "value_head_init": "value head",
-                "lr_first_step": "first step", "obs_cap": "observation cap"}
+                "lr_first_step": "first step", "obs_cap": "observation cap",
+                "retriever_encoding": "prefixes", "retriever_corpus": "corpus by name"}
 
 
 @pytest.mark.parametrize("path", PLANS, ids=os.path.basename)
@@ -356,3 +361,37 @@ def test_evaluations_average_over_sources_and_sample_each_as_the_authors():
   assert per_source_sample(recs, 0) == recs
   with pytest.raises(ValueError, match="trainer.keep_best_metric='dev/f1_macro'"):
     TrainerConfig(eval_split="test", keep_best_metric="dev/f1_macro")
+
+
+def test_an_e5_index_without_its_prefixes_or_pooling_or_of_another_corpus_deviates(tmp_path):
+  """Search-R1's server puts "query: " / "passage: " before e5's inputs and mean-pools; an
+  index whose vectors were built otherwise, or from another dump (named by its files), reads
+  as a deviation; the encoder's fingerprint (embeddings/progress.json) resolves what the spec
+  left to the encoder directory."""
+  hf = "/hf/models--intfloat--e5-base-v2/snapshots/0123abc"
+  e5 = dict(query_prefix="query: ", passage_prefix="passage: ")
+  rows, _ = _plan("search_r1.py:qwen2.5-3b")
+  for k in ("retriever_encoding", "retriever_corpus"):
+    assert rows[k].verdict == "= paper (code)", k          # the pin
+  good = _index(tmp_path, "good", "exact", 21015324, hf, ["wiki-18.jsonl"], **e5)
+  rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": good})
+  assert rows["retriever_encoding"].ours == "query 'query: ', passage 'passage: ', mean pooling"
+  assert rows["retriever_corpus"].ours == "wiki-18.jsonl"
+  assert all(rows[k].agrees for k in ("retriever_encoding", "retriever_corpus"))
+  for name, corpus, enc, bad in (
+      ("plain", ["wiki-18.jsonl"], {}, "retriever_encoding"),
+      ("cls", ["wiki-18.jsonl"], {**e5, "pooling": "cls"}, "retriever_encoding"),
+      ("other", ["enwiki-2021.jsonl"], e5, "retriever_corpus"),
+      ("unrecorded", None, e5, "retriever_corpus")):
+    d = _index(tmp_path, name, "exact", 21015324, hf, corpus, **enc)
+    rows, _ = _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": d})
+    assert rows[bad].verdict.startswith("deviates: the index this run searches"), name
+    assert rows["retriever_passages"].agrees, name         # the count alone would not tell
+  fp = _index(tmp_path, "fingerprint", "exact", 21015324, hf, ["wiki-18.jsonl"])
+  (tmp_path / "fingerprint" / "embeddings").mkdir()
+  (tmp_path / "fingerprint" / "embeddings" / "progress.json").write_text(json.dumps(
+      {"fingerprint": {"pooling": "mean", **e5}}))
+  assert _plan("search_r1.py:qwen2.5-3b", **{"retriever.index": fp})[0][
+      "retriever_encoding"].agrees
+  rows, _ = _plan("ur2.py:qwen2.5-7b-math-qa")
+  assert rows["retriever_corpus"].agrees and rows["retriever_corpus"].origin == "both"
