@@ -24,7 +24,8 @@ best-evaluated checkpoint (cmd/train.sh, which the README says reproduces Table 
 "trained for 200 steps": `--config.trainer.num_steps=200`; Table 3 says 250), the best
 checkpoint chosen as the authors chose it: answer F1 macro-averaged over the 7 test sources,
 500 questions each (on dev instead: `--config.trainer.eval_split=dev
---config.trainer.eval_per_source=0 --config.trainer.keep_best_metric=dev/em`); the code's per-call 512 tokens and no total budget
+--config.trainer.eval_per_source=0 --config.trainer.keep_best_metric=dev/em`); the code's
+per-call 512 tokens and no total budget
 (Table 3's "Max Response Length 2048": `--config.rollout.max_response_tokens=2048`); the chat
 template applied whenever the tokenizer has one (Qwen2.5 base models do); evaluation as the
 code's cmd/eval.sh, which produced Table 1: 3 searches and 1,024-token observations

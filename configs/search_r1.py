@@ -12,8 +12,9 @@ as summarised in shared/research/anchors_rag_rl.md §1.1 and seeds_rex_autorefin
 512 prompts x 5, lr 1e-6, warmup ratio 0.285, KL 0.001 (k3 = low_var_kl, as a loss), the
 token mean of each 8-sequence micro-batch averaged over them (verl), clip 0.2, temperature 1,
 top-p 0.95 (GRPO; PPO 1.0), 4 turns, 500 tokens per turn and per observation, top-3
-retrieval, 1004 steps (verl's loop of `total_training_steps=1005`); PPO whitens its GAE advantages over the response and clips values at 0.5, its critic covers every response
-token and its value head starts at N(0, 0.02^2).  The ledger:
+retrieval, 1004 steps (verl's loop of `total_training_steps=1005`); PPO whitens its GAE
+advantages over the response and clips values at 0.5, its critic covers every response token
+and its value head starts at N(0, 0.02^2).  The ledger:
 docs/methods/search_r1.md.  The schema and its other defaults are in configs/common.py.
 """
 
@@ -85,8 +86,8 @@ def get_config(arg: str = "tiny"):
   if algo == "ppo":
     c.critic_optim = common.ConfigDict(dict(
         lr=1e-3 if tiny else 1e-5, schedule="constant", warmup_steps=0, warmup_ratio=0.015,
-        min_warmup_steps=0 if tiny else 1, min_lr_ratio=0.0, clock="rl_step", total_steps=0, b1=0.9, b2=0.999, eps=1e-8,
-        weight_decay=0.01, grad_clip=1.0))
+        min_warmup_steps=0 if tiny else 1, min_lr_ratio=0.0, clock="rl_step", total_steps=0,
+        b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, grad_clip=1.0))
   c.trainer.update(dict(
       # total_training_steps=1005, but verl's loop exits when its incremented step counter
       # reaches it (ray_trainer.py:843-845): 1,004 steps train
