@@ -98,9 +98,10 @@ def get_config(arg: str = "tiny"):
   # Search-R1 trains on NQ + HotpotQA train; keep-best is chosen on dev, never test.
   c.data.source = "world" if tiny else "files"
   # the 500-token cap cuts the whole "\n\n<information>...</information>\n\n" string, as
-  # generation.py:87-89 does (the tiny configs cut the documents and keep the tags)
+  # generation.py:87-89 does (the tiny configs keep the protocol's default: they cut the
+  # documents and keep the tags)
   c.protocol = common.protocol("search_r1", "top_k", "max_turns", "obs_max_tokens",
-                               obs_cap="documents" if tiny else "observation")
+                               **({} if tiny else {"obs_cap": "observation"}))
   # top-p: verl's rollout default 0.95 (ppo_trainer.yaml), which train_grpo.sh keeps and
   # train_ppo.sh sets to 1.0
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0,
