@@ -9,7 +9,8 @@ the Eq. 3 reward, at tiny and real sizes.
                                                        cold start with <refine> traces, then GRPO)
 
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
-`data.dev_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; dev for keep-best) and
+`data.test_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; the 7 test sets, of
+which keep-best evaluates 500 each, as the authors' valid_500) and
 `retriever.index` or `retriever.url` (E5-base-v2 over wiki-18).  Everything follows
 seeds_rex_autorefine_r3.md §2 (Table 3 and the released code): 256 prompts x 5 in verl
 mini-batches of 256 sequences (5 optimiser updates per RL step), lr 1e-6 constant with no
@@ -17,10 +18,14 @@ warmup, KL 0.001 (k3 = low_var_kl, as a loss), clip 0.2, entropy 0.001, the toke
 each 8-sequence micro-batch averaged over them (verl), temperature 1, top-p 0.95 (verl's
 default), 5 searches + one final call without search, 512 tokens per call and per
 observation, top-3, greedy validation every 20 steps.  The ledger, with every reading chosen
-where paper and code disagree: docs/methods/autorefine.md.  In short: 300 steps keeping the
+where paper and code disagree: docs/methods/autorefine.md.  In short: 299 steps (verl ends
+one short of `total_training_steps=300`), lr 0 on the first (verl's schedule), keeping the
 best-evaluated checkpoint (cmd/train.sh, which the README says reproduces Table 1; §B.1's
 "trained for 200 steps": `--config.trainer.num_steps=200`; Table 3 says 250), the best
-checkpoint chosen on dev, never test; the code's per-call 512 tokens and no total budget
+checkpoint chosen as the authors chose it: answer F1 macro-averaged over the 7 test sources,
+500 questions each (on dev instead: `--config.trainer.eval_split=dev
+--config.trainer.eval_per_source=0 --config.trainer.keep_best_metric=dev/em`); the code's
+per-call 512 tokens and no total budget
 (Table 3's "Max Response Length 2048": `--config.rollout.max_response_tokens=2048`); the chat
 template applied whenever the tokenizer has one (Qwen2.5 base models do); evaluation as the
 code's cmd/eval.sh, which produced Table 1: 3 searches and 1,024-token observations
@@ -99,15 +104,27 @@ def get_config(arg: str = "tiny"):
     c.rl.update(dict(loss_agg="token-mean-per-micro-batch", loss_agg_rows=8))
   c.rl.rewards = {"autorefine": 1.0}
   c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  # verl's constant schedule with no warmup still runs the first RL step at lr 0: its factor
+  # is min(1, step / max(1, 0)) (torch_functional.py:428-429): min_warmup_steps 1
   c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_steps=0,
                       warmup_ratio=0.0, clock="rl_step", total_steps=0, weight_decay=0.01,
-                      grad_clip=1.0))
+                      grad_clip=1.0, min_warmup_steps=0 if tiny else 1))
   c.trainer.update(dict(
-      # cmd/train.sh: 300 steps, the checkpoint with the best evaluation kept (the README's
-      # reproduction of Table 1); §B.1's "200 steps": --config.trainer.num_steps=200
-      num_steps=10 if tiny else 300, batch_prompts=4 if tiny else 256,
-      eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 500,
+      # cmd/train.sh: total_training_steps=300, which verl's loop ends one step short of
+      # (ray_trainer.py:992-994): 299 steps train; the checkpoint with the best evaluation
+      # kept (the README's reproduction of Table 1); §B.1's "200 steps":
+      # --config.trainer.num_steps=200
+      num_steps=10 if tiny else 299, batch_prompts=4 if tiny else 256,
+      eval_every=5 if tiny else 20, eval_prompts=16 if tiny else 0,
       save_every=5 if tiny else 20, max_to_keep=2, keep_best_metric="dev/em", keep_best=True))
+  if not tiny:
+    # the authors keep the checkpoint of the best val/test_score/mean: answer F1
+    # (reward_style F1) averaged over the 7 sources of valid_500, 500 questions drawn from
+    # each test set (ray_trainer.py:584-621,984-987; data_process.sh:15); the clean
+    # alternative, chosen on dev: --config.trainer.eval_split=dev
+    # --config.trainer.eval_per_source=0 --config.trainer.keep_best_metric=dev/em
+    c.trainer.update(dict(eval_split="test", eval_per_source=500,
+                          keep_best_metric="test/f1_macro"))
 
   c.data.source = "files"
   c.protocol = common.protocol("autorefine", "template", "refine", "max_turns", "obs_max_tokens",

@@ -98,7 +98,9 @@ def get_config() -> ConfigDict:
   # pin: the index the paper searched (encoder name, index "exact" | "approximate", passages);
   # `--dry_run` compares the manifest of retriever.index with the paper's and shows the pin
   # while no index is set (ragjax.planning.retriever).  Empty: nothing pinned.
-  c.retriever.pin = ConfigDict(dict(encoder="", index="", passages=0))
+  # encoding: the prefixes and pooling its vectors were built with (planning.retriever.
+  # encoding_name); corpus: the passage files by name (the dump's name)
+  c.retriever.pin = ConfigDict(dict(encoder="", index="", passages=0, encoding="", corpus=""))
   # ragjax.retrieval.noisy: kind "" (none) | paraphrase (distractors in the index) | replace |
   # shuffle (the top-k, with probability p per query) | drop_gold (each gold passage, with
   # probability p); seeded, a deterministic function of (seed, query).
@@ -215,11 +217,16 @@ def config_arg(arg: str, known, default: str = "tiny") -> str:
   return arg
 
 
+# e5's prefixes and pooling as Search-R1's index builder and server apply them
+E5_ENCODING = "query 'query: ', passage 'passage: ', mean pooling"
+
+
 def pin_wiki18_e5(c) -> None:
   """The retriever of Search-R1 and the papers built on it: e5-base-v2 embeddings in an exact
   (FAISS Flat, inner product) index over wiki-18, the DPR December-2018 Wikipedia dump in
   21,015,324 100-word passages."""
-  c.retriever.pin.update(dict(encoder="e5-base-v2", index="exact", passages=21015324))
+  c.retriever.pin.update(dict(encoder="e5-base-v2", index="exact", passages=21015324,
+                              encoding=E5_ENCODING, corpus="wiki-18.jsonl"))
 
 
 def tiny_world(c) -> None:

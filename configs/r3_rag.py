@@ -193,7 +193,10 @@ def rl_stage(c, small: bool) -> None:
   if not small:   # OpenRLHF as R3-RAG runs it (tiny and world keep their flat token mean)
     # PolicyLoss / ValueLoss: masked_mean(dim=-1).mean() (models/loss.py); the replay buffer
     # whitens the step's advantages before the update (ppo_trainer.py, replay_buffer.py)
-    c.rl.update(dict(loss_agg="seq-mean-token-mean", adv_whiten="openrlhf"))
+    c.rl.update(dict(loss_agg="seq-mean-token-mean", adv_whiten="openrlhf",
+                     # init_value_head: the critic's head drawn N(0, (1 / (hidden + 1))^2)
+                     # (openrlhf/models/model.py:146-154)
+                     value_head_init="openrlhf"))
     # startup/retriever_service.py: e5_Flat.index over Tevatron's wikipedia-nq-corpus (DPR)
     common.pin_wiki18_e5(c)
   c.rl.rewards = {"r3_rag": 1.0}

@@ -12,7 +12,9 @@ as summarised in shared/research/anchors_rag_rl.md §1.1 and seeds_rex_autorefin
 512 prompts x 5, lr 1e-6, warmup ratio 0.285, KL 0.001 (k3 = low_var_kl, as a loss), the
 token mean of each 8-sequence micro-batch averaged over them (verl), clip 0.2, temperature 1,
 top-p 0.95 (GRPO; PPO 1.0), 4 turns, 500 tokens per turn and per observation, top-3
-retrieval, 1005 steps; PPO whitens its GAE advantages and clips values at 0.5.  The ledger:
+retrieval, 1004 steps (verl's loop of `total_training_steps=1005`); PPO whitens its GAE
+advantages over the response and clips values at 0.5, its critic covers every response token
+and its value head starts at N(0, 0.02^2).  The ledger:
 docs/methods/search_r1.md.  The schema and its other defaults are in configs/common.py.
 """
 
@@ -69,24 +71,37 @@ def get_config(arg: str = "tiny"):
         critic_loss_agg="seq-mean-token-mean" if algo == "ppo" else "",
         # compute_gae_advantage_return ends with masked_whiten; cliprange_value 0.5
         adv_whiten="verl" if algo == "ppo" else "", value_clip=0.5))
+    if algo == "ppo":   # verl's critic: every response token (retrieved ones too) is valued,
+      # run through GAE, whitened over and regressed on (ray_trainer.py:130-137,
+      # dp_critic.py:136,178); AutoModelForTokenClassification's head starts at N(0, 0.02^2)
+      c.rl.update(dict(critic_mask="response", adv_whiten_mask="response",
+                       value_head_init="verl"))
   c.rl.rewards = {"search_r1_em": 1.0}
-  # verl steps its LR scheduler once per RL step: warmup int(0.285 x 1005) = 286 RL steps
-  # (optim.clock "rl_step"; total_steps 0 = the run's RL steps).
+  # verl steps its LR scheduler once per RL step: warmup int(0.285 x 1004) = 286 RL steps
+  # (optim.clock "rl_step"; total_steps 0 = the run's RL steps; verl's 1005 gives the same
+  # 286), its constant schedule's factor min(1, step / max(1, warmup)) (min_warmup_steps 1)
   c.optim.update(dict(lr=1e-3 if tiny else 1e-6, schedule="constant", warmup_ratio=0.285,
-                      clock="rl_step", total_steps=0, weight_decay=0.01, grad_clip=1.0))
+                      clock="rl_step", total_steps=0, weight_decay=0.01, grad_clip=1.0,
+                      min_warmup_steps=0 if tiny else 1))
   if algo == "ppo":
     c.critic_optim = common.ConfigDict(dict(
         lr=1e-3 if tiny else 1e-5, schedule="constant", warmup_steps=0, warmup_ratio=0.015,
-        min_lr_ratio=0.0, clock="rl_step", total_steps=0, b1=0.9, b2=0.999, eps=1e-8,
-        weight_decay=0.01, grad_clip=1.0))
+        min_warmup_steps=0 if tiny else 1, min_lr_ratio=0.0, clock="rl_step", total_steps=0,
+        b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, grad_clip=1.0))
   c.trainer.update(dict(
-      num_steps=10 if tiny else 1005, batch_prompts=4 if tiny else 512,
+      # total_training_steps=1005, but verl's loop exits when its incremented step counter
+      # reaches it (ray_trainer.py:843-845): 1,004 steps train
+      num_steps=10 if tiny else 1004, batch_prompts=4 if tiny else 512,
       eval_every=5 if tiny else 50, eval_prompts=16 if tiny else 500,
       save_every=5 if tiny else 50, max_to_keep=2, keep_best_metric="dev/em"))
 
   # Search-R1 trains on NQ + HotpotQA train; keep-best is chosen on dev, never test.
   c.data.source = "world" if tiny else "files"
-  c.protocol = common.protocol("search_r1", "top_k", "max_turns", "obs_max_tokens")
+  # the 500-token cap cuts the whole "\n\n<information>...</information>\n\n" string, as
+  # generation.py:87-89 does (the tiny configs keep the protocol's default: they cut the
+  # documents and keep the tags)
+  c.protocol = common.protocol("search_r1", "top_k", "max_turns", "obs_max_tokens",
+                               **({} if tiny else {"obs_cap": "observation"}))
   # top-p: verl's rollout default 0.95 (ppo_trainer.yaml), which train_grpo.sh keeps and
   # train_ppo.sh sets to 1.0
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500, temperature=1.0,

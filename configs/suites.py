@@ -47,7 +47,9 @@ SEARCH_R1_DATASETS = dict(
     triviaqa=dict(name="TriviaQA", file="flashrag_format/triviaqa_test.jsonl", format="flashrag",
                   paper_n=11313, metric="em"),
     popqa=dict(name="PopQA", file="flashrag_format/popqa_test_sample1000.jsonl",
-               format="flashrag", paper_n=14267, metric="em"),
+               format="flashrag", paper_n=14267, metric="em",
+               sample="popqa_test_sample1000: 1,000 questions of PopQA's test split; "
+                      "Search-R1 evaluates all 14,267"),
     hotpotqa=dict(name="HotpotQA", file="searchr1_verl_parquet/hotpotqa_test.parquet",
                   format="verl", paper_n=7405, metric="em"),
     twowiki=dict(name="2Wiki", file="searchr1_verl_parquet/2wikimultihopqa_test.parquet",

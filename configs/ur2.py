@@ -253,7 +253,10 @@ def get_config(arg: str = "tiny"):
   # BGE-large-en-v1.5 (§4.1) over KILT 100-word segments (29M, rounded in the text: no count
   # pinned); the code's FAISS HNSW32 index is approximate (retrieval_utils/)
   if not small:
-    c.retriever.pin.update(dict(encoder="bge-large-en-v1.5", index="approximate"))
+    # the two corpora the code's HNSW servers load (retrieval_utils/enwiki_full_hnsw.sh:1,
+    # enwiki_abstract_hnsw.sh:1)
+    c.retriever.pin.update(dict(encoder="bge-large-en-v1.5", index="approximate",
+                                corpus="wiki_kilt_100_really.tsv, enwiki_2017_abstract.tsv"))
   if small:
     _small(c, variant)
   return c

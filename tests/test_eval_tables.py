@@ -561,3 +561,26 @@ def test_prepare_with_a_missing_dataset_writes_nothing(tmp_path):
   assert main(args + ["--out", str(tmp_path / "b"), "--allow-missing"]) == 0
   flags = (tmp_path / "b" / "search_r1" / "flags.txt").read_text()
   assert "# MISSING triviaqa: " in flags and ".nq.file=" in flags
+
+
+def test_a_sampled_set_says_so_in_the_table_and_its_notes():
+  """A dataset whose file samples the paper's set (`sample`: PopQA's default file, 1,000 of
+  14,267) keeps `paper_n` in the questions row and is named a SAMPLE in the notes; a smaller
+  file without `sample` gets the generic note; the Search-R1 suites mark PopQA's default."""
+  from ragjax.eval.paper_table import summarize
+  suite = _suite(datasets=dict(a=dict(name="A", file="a.jsonl", paper_n=10,
+                                      sample="a_sample4: 4 of A's test split"),
+                               b=dict(name="B", file="b.jsonl", paper_n=5),
+                               c=dict(name="C", file="c.jsonl"),
+                               d=dict(name="D", file="d.jsonl")))
+  preds = {k: _preds(k, [1, 0, 0, 1]) for k in "abcd"}
+  md = summarize(suite, preds, {k: 4 for k in "abcd"}, {})["markdown"]
+  assert "| questions | 4 (a sample; paper 10) | 4 (paper 5) | 4 | 4 |" in md
+  assert "A: a SAMPLE, 4 of the paper's 10 questions (a_sample4: 4 of A's test split)" in md
+  assert "eval.suites.s.datasets.a.file" in md
+  assert "B: 4 questions, the paper's set has 5 (a smaller file or --limit" in md
+  from ragjax.eval.suites import get_suite
+  from ragjax.wiring.config_files import load_config
+  c = load_config("configs/search_r1.py:qwen2.5-3b")
+  popqa = get_suite(c.eval, "search_r1").dataset("popqa")
+  assert popqa.paper_n == 14267 and "1,000 questions" in popqa.sample

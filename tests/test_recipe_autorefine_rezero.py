@@ -121,9 +121,11 @@ def test_real_sizes_validate_with_the_papers_hyperparameters(spec, tmp_path):
   if "autorefine" in spec:
     assert (run.trainer.batch_prompts, run.rl.group_size, run.optim.lr, run.rl.kl_coef) == \
         (256, 5, 1e-6, 0.001)
-    # cmd/train.sh's 300 steps, best evaluation kept; verl mini-batches of 256 sequences:
-    # 1,280 / 256 = 5 updates per step, in micro-batches of 8 sequences for the loss
-    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 300)
+    # cmd/train.sh's total_training_steps=300, of which verl's loop trains 299, best
+    # evaluation kept; verl mini-batches of 256 sequences: 1,280 / 256 = 5 updates per step,
+    # in micro-batches of 8 sequences for the loss; the first step at lr 0 (verl's schedule)
+    assert (run.optim.schedule, run.optim.warmup, run.trainer.num_steps) == ("constant", 0, 299)
+    assert run.optim.min_warmup_steps == 1
     assert run.trainer.keep_best and (run.rl.loss_agg, run.rl.loss_agg_rows) == \
         ("token-mean-per-micro-batch", 8)
     assert run.rl.mini_batch_size == 256

@@ -70,8 +70,12 @@ def test_resume_with_more_steps_and_refuse_a_changed_learning_rate(runs, tmp_pat
 
 
 def test_tiny_ppo_trains_a_critic(tmp_path):
+  """With the paper configs' verl critic: every response token valued, whitened over and
+  regressed on, the value head drawn N(0, 0.02^2)."""
   work = str(tmp_path / "ppo")
-  _finish(_train(work, "--config.trainer.num_steps=1", config="configs/search_r1.py:tiny-ppo"))
+  _finish(_train(work, "--config.trainer.num_steps=1", "--config.rl.critic_mask=response",
+                 "--config.rl.adv_whiten=verl", "--config.rl.adv_whiten_mask=response",
+                 "--config.rl.value_head_init=verl", config="configs/search_r1.py:tiny-ppo"))
   m = _metrics(work)
   assert m[0]["trajectories"] == 4 and m[0]["critic/value_loss"] > 0
 

@@ -1,6 +1,7 @@
 """Protocol pieces on their own: prompts (chat and plain), parsers, answer extraction, labels,
 character/token mapping and chat framing."""
 
+import dataclasses
 import os
 import sys
 
@@ -338,3 +339,36 @@ def test_demonstration_and_the_direct_answer_protocol():
   assert direct.messages(inp)[1] == {"role": "assistant", "content": "<answer> Argentina </answer>"}
   assert direct.parse("<answer> Frank Herbert </answer>", final=True).answer == "Frank Herbert"
   assert direct.parse("<search> Dune </search>", final=True).kind == Kind.END
+
+
+def test_search_r1_observation_cap_cuts_the_whole_string_as_the_authors_code():
+  """configs/search_r1.py's paper sizes cut the whole `\\n\\n<information>...</information>\\n\\n`
+  string at obs_max_tokens, as Search-R1's `_process_next_obs` does (the tokenized string's
+  first 500 tokens: a long result loses its closing tag); "documents" cuts the retrieved text
+  and keeps both tags."""
+  from ragjax.rollout.factory import protocol_from_config
+  from ragjax.wiring.config_files import load_config
+  tok = h.tokenizer()
+  c = load_config("configs/search_r1.py:qwen2.5-3b")
+  proto = protocol_from_config(c)
+  assert (proto.obs_cap, proto.obs_max_tokens) == ("observation", 500)
+  hits = [{"id": str(i), "contents": f'"T{i}"\n' + " ".join(f"w{i}x{j}" for j in range(80))}
+          for i in range(3)]
+  text = "\n\n<information>" + proto.format_documents(hits).strip() + "</information>\n\n"
+  whole = tok(text, add_special_tokens=False)["input_ids"]
+  assert len(whole) > 500
+  for cap in (500, 37):
+    p = dataclasses.replace(proto, obs_max_tokens=cap)
+    ids, labels, cut = tokenize_segments(tok, p.observation("q", hits))
+    head = tok("\n\n<information>", add_special_tokens=False)["input_ids"]
+    assert len(ids) == cap and cut and ids[:len(head)] == head
+    assert labels[-1] == Source.RETRIEVED                  # the closing tag was cut
+    assert ids == whole[:cap]                              # the whole string's first tokens
+    keep = dataclasses.replace(p, obs_cap="documents")
+    ids2, labels2, _ = tokenize_segments(tok, keep.observation("q", hits))
+    tail = tok("</information>\n\n", add_special_tokens=False)["input_ids"]
+    assert ids2[-len(tail):] == tail and labels2.count(Source.RETRIEVED) == cap
+  short = dataclasses.replace(proto, obs_max_tokens=5)
+  assert len(tokenize_segments(tok, short.invalid_observation())[0]) == 5
+  with pytest.raises(ValueError, match="protocol.obs_cap"):
+    dataclasses.replace(proto, obs_cap="tags")

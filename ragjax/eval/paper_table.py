@@ -61,7 +61,7 @@ def summarize(suite: Suite, preds: dict, sizes: dict, missing: dict,
     cols[key] = {
         "name": spec.name, "status": "ok" if len(recs) == sizes.get(key, len(recs)) else "partial",
         "n": len(recs), "expected": sizes.get(key, len(recs)), "paper_n": spec.paper_n,
-        "metric": spec.metric,
+        "metric": spec.metric, "sample": spec.sample,
         "values": {m: 100 * v for m in ms if (v := _mean(per[m])) is not None},
         "paper_metric": None if est is None else 100 * est.mean,
         "ci95": None if est is None else [100 * est.low, 100 * est.high],
@@ -185,7 +185,7 @@ def _grid(suite: Suite, s: dict) -> tuple[list[str], list[list[str]]]:
     else:
       cell = str(c["n"]) + ("" if c["status"] == "ok" else f" of {c['expected']} (partial)")
       if c["paper_n"] and c["expected"] < c["paper_n"]:
-        cell += f" (paper {c['paper_n']})"
+        cell += f" ({'a sample; ' if c.get('sample') else ''}paper {c['paper_n']})"
       n_row.append(cell)
   total = sum(cols[k].get("n", 0) for k in suite.keys)
   rows.append(n_row + [""] * len(avgs) + [str(total)])
@@ -236,9 +236,13 @@ def _notes(suite: Suite, s: dict) -> list[str]:
     elif c["status"] == "partial":
       notes.append(f"{c['name']}: only {c['n']} of {c['expected']} questions have "
                    "predictions (a run that did not finish; run again to resume).")
+    elif c.get("sample") and c["paper_n"] and c["expected"] < c["paper_n"]:
+      notes.append(f"{c['name']}: a SAMPLE, {c['expected']} of the paper's {c['paper_n']} "
+                   f"questions ({c['sample']}): not like for like; point "
+                   f"eval.suites.{suite.name}.datasets.{k}.file at the full set.")
     elif c["paper_n"] and c["expected"] < c["paper_n"]:
       notes.append(f"{c['name']}: {c['expected']} questions, the paper's set has "
-                   f"{c['paper_n']} (a sample or --limit: not like for like).")
+                   f"{c['paper_n']} (a smaller file or --limit: not like for like).")
   notes += list(suite.notes)
   info = s.get("info") or {}
   if "acc" in suite.all_metrics:

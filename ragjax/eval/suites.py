@@ -43,6 +43,7 @@ class DatasetSpec:
   paper_n: int = 0
   metric: str = "em"
   protocol: tuple = ()                 # ((protocol field, value), ...) over the suite's
+  sample: str = ""                     # how `file` samples the paper's set ("": it does not)
 
   def path(self, root: str) -> Optional[str]:
     """The file on this machine (absolute `file` or under `root`), or None if absent."""
@@ -116,7 +117,7 @@ def _items(x, where: str) -> tuple:
 _SUITE_FIELDS = {"title", "source", "paper_table", "datasets", "columns", "groups", "metrics",
                  "protocol", "sampler", "greedy", "temperature", "top_p", "judge_template",
                  "notes"}
-_DATASET_FIELDS = {"name", "file", "format", "where", "paper_n", "metric", "protocol"}
+_DATASET_FIELDS = {"name", "file", "format", "where", "paper_n", "metric", "protocol", "sample"}
 
 
 def get_suite(eval_section, name: str) -> Suite:
@@ -178,7 +179,8 @@ def _dataset_spec(key: str, d: dict, dpath: str) -> DatasetSpec:
   spec = DatasetSpec(key=key, name=str(d.get("name") or key), file=str(d["file"]),
                      format=d.get("format") or "", where=_items(d.get("where"), f"{dpath}.where"),
                      paper_n=paper_n, metric=d.get("metric") or "em",
-                     protocol=_items(d.get("protocol"), f"{dpath}.protocol"))
+                     protocol=_items(d.get("protocol"), f"{dpath}.protocol"),
+                     sample=str(d.get("sample") or ""))
   if spec.format and spec.format not in READERS:
     raise ValueError(f"{dpath}.format={spec.format!r}; known: {sorted(READERS)}")
   if spec.metric not in METRICS:

@@ -30,7 +30,8 @@ import os
 from typing import Any, Mapping, Optional
 
 from ragjax.planning.retriever import KEYS as RETRIEVER_KEYS, retriever_rows
-from ragjax.rl.run_config import parse_run_config, updates_per_step
+from ragjax.rl.optim import learning_rate_schedule
+from ragjax.rl.run_config import parse_run_config, updates_per_step, value_head_std
 
 # quantity -> how the plan names it (the order is the table's)
 LABELS = {
@@ -45,6 +46,7 @@ LABELS = {
     "lr_schedule": "LR schedule",
     "lr_clock": "LR schedule steps once per",
     "lr_warmup": "LR warmup (schedule steps)",
+    "lr_first_step": "learning rate of the first schedule step",
     "kl_coef": "KL coefficient",
     "kl_estimator": "KL estimator",
     "clip_low": "clip (low)",
@@ -55,6 +57,9 @@ LABELS = {
     "loss_agg": "loss aggregation",
     "critic_loss_agg": "critic loss aggregation",
     "adv_whiten": "advantage whitening",
+    "adv_whiten_mask": "advantage whitening over",
+    "critic_mask": "critic's tokens (value loss, GAE)",
+    "value_head_init": "critic's value head init",
     "value_clip": "critic value clip",
     "best_checkpoint": "final policy",
     "retriever_read": "retriever rows read from",
@@ -64,6 +69,7 @@ LABELS = {
     "max_turns": "searches per trajectory",
     "tokens_per_turn": "generated tokens per turn",
     "obs_tokens": "tokens per observation",
+    "obs_cap": "the observation cap cuts",
     "response_tokens": "tokens after the prompt (0: no cap)",
     "top_k": "documents per search",
     "sft_steps": "SFT steps before RL",
@@ -89,13 +95,17 @@ def derived(c) -> dict[str, Any]:
   if rl.uses_critic:
     critic.update(critic_loss_agg=loss_agg_name(rl.critic_loss_agg or rl.loss_agg,
                                                 rl.loss_agg_rows),
-                  adv_whiten=rl.adv_whiten or "none", value_clip=rl.value_clip)
+                  adv_whiten=rl.adv_whiten or "none", value_clip=rl.value_clip,
+                  critic_mask=MASK_NAMES[rl.critic_mask],
+                  adv_whiten_mask=MASK_NAMES[rl.adv_whiten_mask] if rl.adv_whiten else "none",
+                  value_head_init=value_head_name(rl.value_head_init, hidden_size(c)))
   return {
       "prompts_per_step": tr.batch_prompts, "group_size": rl.group_size,
       "sequences_per_step": tr.batch_prompts * rl.group_size,
       "mini_batch_size": rl.mini_batch_size or tr.batch_prompts * rl.group_size,
       "updates_per_step": per, "rl_steps": tr.num_steps, "updates_total": tr.num_steps * per,
       "lr": opt.lr, "lr_schedule": opt.schedule, "lr_clock": opt.clock, "lr_warmup": opt.warmup,
+      "lr_first_step": float(learning_rate_schedule(opt)(0)),
       "kl_coef": rl.kl_coef, "kl_estimator": rl.kl_estimator, "clip_low": rl.clip_low,
       "clip_high": rl.clip_high, "entropy_coef": rl.entropy_coef,
       "temperature": c.sampler.temperature, "top_p": c.sampler.top_p,
@@ -103,9 +113,31 @@ def derived(c) -> dict[str, Any]:
       "best_checkpoint": best_checkpoint(tr), "max_turns": c.protocol.get("max_turns"),
       "tokens_per_turn": c.sampler.max_new_tokens,
       "obs_tokens": c.protocol.get("obs_max_tokens"),
+      **({"obs_cap": c.protocol.obs_cap} if "obs_cap" in c.protocol else {}),
       "response_tokens": c.rollout.max_response_tokens, "top_k": c.protocol.get("top_k"),
       "sft_steps": c.sft.steps, **critic, **retriever_rows(c),
   }
+
+
+# rl.critic_mask / rl.adv_whiten_mask as the plan shows them
+MASK_NAMES = {"loss": "the loss mask (the policy's tokens)",
+              "response": "the response (every token after the prompt, retrieved included)"}
+
+
+def hidden_size(c) -> int:
+  """The policy's hidden size: its checkpoint's config.json, its preset, or the config's shape."""
+  from ragjax.models.presets import resolve_decoder_config
+  m = c.model
+  try:
+    return resolve_decoder_config(m.checkpoint or m.preset).hidden_size
+  except (OSError, KeyError, ValueError):
+    return int(m.get("hidden_size") or 0)
+
+
+def value_head_name(kind: str, hidden: int) -> str:
+  """`rl.value_head_init` as the plan shows it: the weight's distribution (the bias starts 0)."""
+  std = value_head_std(kind, hidden)
+  return "zeros" if not std else f"{kind}: N(0, {std:.3g}^2)"
 
 
 def loss_agg_name(mode: str, rows: int) -> str:
@@ -114,10 +146,16 @@ def loss_agg_name(mode: str, rows: int) -> str:
 
 
 def best_checkpoint(tr) -> str:
-  """Which policy the run ends with: the last, or the best dev checkpoint of the evaluations."""
+  """Which policy the run ends with: the last, or the best checkpoint of the evaluations by
+  `trainer.keep_best_metric` (`_macro`: averaged over data sources), on `trainer.eval_split`
+  (at most `trainer.eval_per_source` questions of each source)."""
   if not tr.keep_best:
     return "last"
-  return f"best {tr.keep_best_metric} (evaluated every {tr.eval_every} steps)"
+  metric = tr.keep_best_metric
+  if metric.endswith("_macro"):
+    metric = f"{metric.removesuffix('_macro')} macro-averaged over the data sources"
+  sample = f", {tr.eval_per_source} per source" if tr.eval_per_source else ""
+  return f"best {metric} (evaluated every {tr.eval_every} steps{sample})"
 
 
 def eval_plan(c, suite: str) -> dict[str, Any]:

@@ -235,15 +235,20 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
   evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
   from ragjax.rl.trainer import Trainer
   from ragjax.rl.run_config import config_fingerprint
+  from ragjax.rl.selection import evaluation_data
   judge = judge_chat(c, policy=(cfg, params, tok), setup=setup, mesh=mesh)
   engine = make_engine(c, cfg, params, tok, setup.retriever, greedy=False, mesh=mesh)
   greedy = make_engine(eval_config(c), cfg, params, tok, setup.retriever, greedy=True,
                        mesh=mesh, hooks=[])
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
-                 train_data=setup.splits["train"], dev_data=setup.splits.get("dev"),
+                 train_data=setup.splits["train"],
+                 dev_data=evaluation_data(setup.splits, run.trainer.eval_split,
+                                          run.trainer.eval_per_source),
                  fingerprint=config_fingerprint(c),
                  workdir=os.path.join(os.path.abspath(c.workdir), parts.RL_DIR), seed=c.seed,
-                 mesh=mesh, critic_params=parts.init_critic(cfg, params), progress=c.progress,
+                 mesh=mesh,
+                 critic_params=parts.init_critic(cfg, params, head_init=run.rl.value_head_init),
+                 progress=c.progress,
                  services={} if judge is None else {"judge": judge})
 
 

@@ -32,6 +32,7 @@ class TrainBatch:
   ref_logprobs: Optional[jnp.ndarray] = None        # frozen reference, for the KL loss
   returns: Optional[jnp.ndarray] = None             # PPO critic targets
   old_values: Optional[jnp.ndarray] = None          # critic values at rollout time
+  critic_mask: Optional[jnp.ndarray] = None         # float32, the critic's tokens (None: loss_mask)
   # Gathered form (optional): each row's trained positions, padded with 0 to a bucket K, so
   # the policy loss projects only those hidden states onto the vocabulary.
   loss_index: Optional[jnp.ndarray] = None          # [B, K] int32
@@ -70,13 +71,14 @@ def trained_positions(mask: np.ndarray) -> np.ndarray:
 def make_train_batch(tokens, labels, advantages, old_logprobs, *,
                      train_on: Sequence[str] = DEFAULT_TRAIN_ON, masks: Optional[Masks] = None,
                      behaviour_logprobs=None, ref_logprobs=None, returns=None,
-                     old_values=None, gather: bool = False) -> TrainBatch:
+                     old_values=None, gather: bool = False, critic_mask=None) -> TrainBatch:
   """Builds a TrainBatch from rollout arrays; `advantages` is [B] (per sequence) or [B, T].
 
   `masks`: the labels' masks (`ragjax.rollout.labels.masks(labels, train_on)`) when the caller
   built them already, as the trainer's step batch does; else they are built here.  gather=True
   also lists the trained positions (`loss_index`): the same loss, with less vocabulary
-  projection when the policy wrote few of a trajectory's tokens."""
+  projection when the policy wrote few of a trajectory's tokens.  `critic_mask`: the tokens
+  the critic's value loss covers when they are not the loss mask's (`rl.critic_mask`)."""
   tokens = np.asarray(tokens, np.int32)
   labels = np.asarray(labels)
   if tokens.ndim != 2 or labels.shape != tokens.shape:
@@ -107,7 +109,7 @@ def make_train_batch(tokens, labels, advantages, old_logprobs, *,
       advantages=jnp.asarray(adv * mask), old_logprobs=opt("old_logprobs", old_logprobs),
       behaviour_logprobs=opt("behaviour_logprobs", behaviour_logprobs),
       ref_logprobs=opt("ref_logprobs", ref_logprobs), returns=opt("returns", returns),
-      old_values=opt("old_values", old_values),
+      old_values=opt("old_values", old_values), critic_mask=opt("critic_mask", critic_mask),
       loss_index=jnp.asarray(trained_positions(mask)) if gather else None)
 
 
@@ -126,4 +128,6 @@ def pad_batch_rows(batch: TrainBatch, rows: int) -> TrainBatch:
   out = jax.tree.map(lambda x: x[index], batch)
   real = jnp.asarray(np.arange(rows) < n)[:, None]
   return out.replace(loss_mask=jnp.where(real, out.loss_mask, 0.0),
-                     advantages=jnp.where(real, out.advantages, 0.0))
+                     advantages=jnp.where(real, out.advantages, 0.0),
+                     critic_mask=None if out.critic_mask is None else
+                     jnp.where(real, out.critic_mask, 0.0))

@@ -41,6 +41,30 @@ def loss_mask(labels, train_on: Sequence[str] = DEFAULT_TRAIN_ON, dtype=np.float
   return mask
 
 
+def response_mask(labels, dtype=np.float32) -> np.ndarray:
+  """[B, T] 1.0 on every token after the prompt that is not padding: the policy's, the retrieved
+  documents, tag wrappers, invalid-action notices, injected text.  verl's "response attention
+  mask" (`attention_mask[:, -response_length:]`), the tokens its PPO critic values and whitens
+  over (`rl.critic_mask`, `rl.adv_whiten_mask` = "response")."""
+  labels = np.asarray(labels)
+  return ((labels != Source.PAD) & (labels != Source.PROMPT)).astype(dtype)
+
+
+# rl.critic_mask / rl.adv_whiten_mask: the tokens a PPO critic (its loss, GAE) and the advantage
+# whitening cover: the policy's loss mask, or the whole response (verl)
+TOKEN_MASKS = ("loss", "response")
+
+
+def token_mask(labels, kind: str, train_on: Sequence[str] = DEFAULT_TRAIN_ON) -> np.ndarray:
+  """The TOKEN_MASKS mask `kind` of `labels`: `loss_mask(labels, train_on)` or
+  `response_mask(labels)`."""
+  if kind == "loss":
+    return loss_mask(labels, train_on)
+  if kind == "response":
+    return response_mask(labels)
+  raise ValueError(f"unknown token mask {kind!r}; known: {TOKEN_MASKS}")
+
+
 def attention_mask(labels) -> np.ndarray:
   """1 on real tokens, 0 on padding (int32)."""
   return (np.asarray(labels) != Source.PAD).astype(np.int32)

@@ -20,7 +20,7 @@ from ragjax.rl.run_config import OptimConfig
 
 def learning_rate_schedule(cfg: OptimConfig, lr: float | None = None) -> optax.Schedule:
   peak = cfg.lr if lr is None else lr
-  warmup = cfg.warmup
+  warmup = max(cfg.warmup, cfg.min_warmup_steps)
   if cfg.schedule == "cosine":
     decay_steps = max(cfg.total_steps, warmup + 1)
     return optax.warmup_cosine_decay_schedule(

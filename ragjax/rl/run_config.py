@@ -16,8 +16,20 @@ from typing import Any, Mapping, Optional
 from ragjax import registry
 from ragjax.rl.advantages import WHITENINGS, uses_critic
 from ragjax.rl.losses import AGG_MODES, KL_ESTIMATORS
-from ragjax.rl.masks import check_train_on
+from ragjax.rl.masks import TOKEN_MASKS, check_train_on
+from ragjax.rl.selection import METRICS, SPLITS
 from ragjax.typed_config import flatten, from_dict
+
+
+# rl.value_head_init -> the std of the critic's fresh value-head weight, given the hidden size
+VALUE_HEAD_INITS = {"zeros": lambda hidden: 0.0,
+                    "verl": lambda hidden: 0.02,             # transformers' initializer_range
+                    "openrlhf": lambda hidden: 1.0 / (hidden + 1)}
+
+
+def value_head_std(kind: str, hidden: int) -> float:
+  """The std of the value head's weight that `rl.value_head_init=kind` draws (0: zeros)."""
+  return float(VALUE_HEAD_INITS[kind](hidden))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +41,17 @@ class RLConfig:
   # GAE advantages whitened over the step's trained tokens: "" (not), "verl" (masked_whiten:
   # unbiased variance + 1e-8) or "openrlhf" (the replay buffer's normalize: biased, >= 1e-8)
   adv_whiten: str = ""
+  # The tokens the whitening's mean and variance run over: "loss" (the policy's trained tokens)
+  # or "response" (every token after the prompt, retrieved documents included: verl's
+  # `compute_advantage` whitens over the response's attention mask)
+  adv_whiten_mask: str = "loss"
+  # The tokens the PPO critic values, runs GAE over and regresses on: "loss" (the policy's
+  # trained tokens) or "response" (verl's critic: the response's attention mask)
+  critic_mask: str = "loss"
+  # The critic's fresh value head: "zeros", "verl" (AutoModelForTokenClassification: weight
+  # N(0, 0.02^2), transformers' initializer_range, bias 0) or "openrlhf" (init_value_head:
+  # weight N(0, (1 / (hidden + 1))^2))
+  value_head_init: str = "zeros"
   clip_low: float = 0.2
   clip_high: float = 0.2              # > clip_low is DAPO's clip-higher
   dual_clip: Optional[float] = None   # c > 1 caps negative-advantage losses at -A*c
@@ -108,6 +131,15 @@ class RLConfig:
       raise ValueError(f"rl.adv_whiten={self.adv_whiten!r} whitens GAE advantages "
                        f"(rl.advantage='gae'; known: {sorted(WHITENINGS)} or ''), got "
                        f"rl.advantage={self.advantage!r}")
+    for name in ("adv_whiten_mask", "critic_mask"):
+      if getattr(self, name) not in TOKEN_MASKS:
+        raise ValueError(f"rl.{name}={getattr(self, name)!r}; known: {TOKEN_MASKS}")
+    if self.adv_whiten_mask == "response" and self.critic_mask != "response":
+      raise ValueError("rl.adv_whiten_mask='response' needs rl.critic_mask='response': GAE "
+                       "gives advantages only on the critic's tokens")
+    if self.value_head_init not in VALUE_HEAD_INITS:
+      raise ValueError(f"rl.value_head_init={self.value_head_init!r}; known: "
+                       f"{tuple(VALUE_HEAD_INITS)}")
     if self.kl_estimator not in KL_ESTIMATORS:
       raise ValueError(f"rl.kl_estimator={self.kl_estimator!r}; known: {KL_ESTIMATORS}")
     if self.dual_clip is not None and self.dual_clip <= 1.0:
@@ -154,6 +186,9 @@ class OptimConfig:
   schedule: str = "constant"          # constant | cosine
   warmup_steps: int = 0
   warmup_ratio: float = 0.0           # used when warmup_steps == 0
+  # The warmup spans at least this many schedule steps: 1 is verl's constant schedule, whose
+  # factor min(1, step / max(1, num_warmup_steps)) runs the first step at 0 even with no warmup
+  min_warmup_steps: int = 0
   min_lr_ratio: float = 0.0           # cosine floor as a fraction of lr
   # What one schedule step is in an RL run: "rl_step" (verl, Search-R1's family: the LR
   # scheduler steps once per RL step, whatever the updates in it) or "update" (OpenRLHF, TRL:
@@ -186,7 +221,7 @@ class OptimConfig:
     for name in ("b1", "b2"):               # Adam's bias correction divides by 1 - b**t
       if getattr(self, name) >= 1.0:
         raise ValueError(f"{name} must be < 1, got {getattr(self, name)}")
-    for name in ("warmup_steps", "total_steps"):
+    for name in ("warmup_steps", "total_steps", "min_warmup_steps"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
     if self.grad_clip is not None and not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
@@ -207,8 +242,14 @@ class TrainerConfig:
   eval_prompts: int = 0               # dev prompts per evaluation; 0 = all
   save_every: int = 50
   max_to_keep: int = 2
-  keep_best_metric: str = "dev/em"    # chosen on dev, never test
-  keep_best: bool = False             # the run's final policy is the best dev checkpoint
+  # the split the periodic evaluations run on ("dev", or "test" where the authors chose on
+  # test data: AutoRefine's valid_500) and at most how many questions of each data_source
+  # (0 = all; `ragjax.rl.selection`)
+  eval_split: str = "dev"
+  eval_per_source: int = 0
+  # "<eval_split>/<em|f1|cover_em>[_macro]": `_macro` averages over the data sources
+  keep_best_metric: str = "dev/em"
+  keep_best: bool = False             # the run's final policy is the best evaluated checkpoint
   tensorboard: bool = True
   step_retries: int = 3               # a step whose service stayed down is rerun from its start
   dump_every: int = 0                 # every Nth step's sampled rollouts, with their rewards and
@@ -220,9 +261,16 @@ class TrainerConfig:
     for name in ("num_steps", "batch_prompts", "save_every", "max_to_keep"):
       if getattr(self, name) < 1:
         raise ValueError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("eval_every", "eval_prompts", "step_retries", "dump_every"):
+    for name in ("eval_every", "eval_prompts", "step_retries", "dump_every", "eval_per_source"):
       if getattr(self, name) < 0:
         raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)}")
+    if self.eval_split not in SPLITS:
+      raise ValueError(f"trainer.eval_split={self.eval_split!r}; known: {SPLITS}")
+    split, _, metric = self.keep_best_metric.partition("/")
+    if split != self.eval_split or metric.removesuffix("_macro") not in METRICS:
+      raise ValueError(f"trainer.keep_best_metric={self.keep_best_metric!r}: one of "
+                       f"{self.eval_split}/{{{', '.join(METRICS)}}}[_macro] "
+                       f"(trainer.eval_split={self.eval_split!r})")
 
 
 # Fields (or whole sections, ending in '.') a resumed run may change without being refused:
@@ -230,6 +278,7 @@ class TrainerConfig:
 RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_keep",
                   "trainer.keep_best", "trainer.keep_best_metric",   # which checkpoint is final
                   "trainer.eval_every", "trainer.eval_prompts", "trainer.tensorboard",
+                  "trainer.eval_split", "trainer.eval_per_source",
                   "trainer.step_retries", "trainer.dump_every",   # logging only
                   "retriever.timeout", "retriever.deadline", "retriever.pin.",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",

@@ -30,7 +30,7 @@ from ragjax.rl import advantages as adv_lib
 from ragjax.rl.batch import TrainBatch, make_train_batch
 from ragjax.rl.losses import kl_penalty
 from ragjax.rl.rewards import RewardResult
-from ragjax.rl.masks import Masks, masks as label_masks
+from ragjax.rl.masks import Masks, masks as label_masks, token_mask
 from ragjax.rl.step_samples import sample_rewards, step_samples as make_step_samples
 from ragjax.rl.token_rewards import place_rewards
 from ragjax.rollout.trajectory import RolloutBatch, StepSamples
@@ -121,11 +121,24 @@ def build_step_batch(rollout: RolloutBatch, results: Sequence[RewardResult], *,
                    step_rewards=step_rewards, step_ends=step_ends, samples=samples)
 
 
+def critic_mask(sb: StepBatch, rl) -> np.ndarray:
+  """[N, T] the tokens the critic values, runs GAE over and regresses on (`rl.critic_mask`):
+  the policy's loss mask, or the response's every token (verl)."""
+  return sb.loss_mask if rl.critic_mask == "loss" else token_mask(sb.labels, rl.critic_mask)
+
+
+def whiten_mask(sb: StepBatch, rl) -> np.ndarray:
+  """[N, T] the tokens the GAE advantages are whitened over (`rl.adv_whiten_mask`)."""
+  return sb.loss_mask if rl.adv_whiten_mask == "loss" else token_mask(sb.labels,
+                                                                      rl.adv_whiten_mask)
+
+
 def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]]:
   """([N, T] advantages, [N, T] critic returns or None): the registered critic estimator (GAE)
-  over the placed token rewards (less the KL penalty with `rl.kl_in_reward`), whitened over the
-  step's trained tokens as `rl.adv_whiten` says, when the run has a critic, else the registered
-  outcome estimator over each group's rewards."""
+  over the critic's tokens (`rl.critic_mask`) with the token rewards placed on the trained ones
+  (less the KL penalty with `rl.kl_in_reward`), whitened over `rl.adv_whiten_mask`'s tokens as
+  `rl.adv_whiten` says, when the run has a critic, else the registered outcome estimator over
+  each group's rewards.  The advantages are trained on the loss mask's tokens only."""
   if not rl.uses_critic:
     return adv_lib.outcome_advantages(rl.advantage, sb.rewards, sb.group_id, sb.loss_mask,
                                       eps=rl.adv_eps), None
@@ -133,10 +146,11 @@ def step_advantages(sb: StepBatch, rl) -> tuple[np.ndarray, Optional[np.ndarray]
   if rl.kl_in_reward and sb.ref_logprobs is not None:
     token_r = token_r - rl.kl_coef * np.asarray(
         kl_penalty(jnp.asarray(sb.old_logprobs), jnp.asarray(sb.ref_logprobs), "k1")) * sb.loss_mask
-  a, ret = adv_lib.critic_advantages(rl.advantage, token_r, sb.values, sb.loss_mask,
+  a, ret = adv_lib.critic_advantages(rl.advantage, token_r, sb.values, critic_mask(sb, rl),
                                      gamma=rl.gamma, lam=rl.lam)
   # the returns the critic regresses on are GAE's own; only the advantages are whitened
-  return adv_lib.whiten_advantages(np.asarray(a), sb.loss_mask, rl.adv_whiten), np.asarray(ret)
+  return (adv_lib.whiten_advantages(np.asarray(a), whiten_mask(sb, rl), rl.adv_whiten),
+          np.asarray(ret))
 
 
 def to_train_batch(sb: StepBatch, advantages: np.ndarray, rl, *,
@@ -147,4 +161,6 @@ def to_train_batch(sb: StepBatch, advantages: np.ndarray, rl, *,
   return make_train_batch(sb.tokens, sb.labels, advantages, sb.old_logprobs,
                           train_on=rl.train_on, masks=sb.masks, behaviour_logprobs=behaviour,
                           ref_logprobs=sb.ref_logprobs if not rl.kl_in_reward else None,
-                          returns=returns, old_values=sb.values, gather=rl.gather)
+                          returns=returns, old_values=sb.values, gather=rl.gather,
+                          critic_mask=(critic_mask(sb, rl) if returns is not None
+                                       and rl.critic_mask != "loss" else None))

@@ -90,7 +90,8 @@ def gathered(batch: TrainBatch) -> TrainBatch:
                        advantages=take(batch.advantages), old_logprobs=take(batch.old_logprobs),
                        behaviour_logprobs=take(batch.behaviour_logprobs),
                        ref_logprobs=take(batch.ref_logprobs), returns=take(batch.returns),
-                       old_values=take(batch.old_values), loss_index=None)
+                       old_values=take(batch.old_values), critic_mask=take(batch.critic_mask),
+                       loss_index=None)
 
 
 def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
@@ -118,20 +119,24 @@ def policy_objective(rl: RLConfig, logp, ent, batch: TrainBatch, d):
 
 
 def value_loss_fn(model_cfg: DecoderConfig, rl: RLConfig) -> tuple[LossFn, Callable]:
-  """Clipped value loss for the PPO critic (a Decoder with the value head), aggregated by
+  """Clipped value loss for the PPO critic (a Decoder with the value head) over the critic's
+  tokens (`batch.critic_mask`, `rl.critic_mask`; the loss mask when None), aggregated by
   `rl.critic_loss_agg` (the policy's `rl.loss_agg` when empty)."""
 
   agg_mode = rl.critic_loss_agg or rl.loss_agg
 
+  def mask(batch: TrainBatch):
+    return batch.loss_mask if batch.critic_mask is None else batch.critic_mask
+
   def denom(batch: TrainBatch):
-    return agg_denominator(batch.loss_mask, agg_mode, rl.loss_agg_rows)
+    return agg_denominator(mask(batch), agg_mode, rl.loss_agg_rows)
 
   def loss_fn(params, batch: TrainBatch, d):
     v = sequence_values(model_cfg, params, batch.tokens, batch.positions, batch.attention_mask)
     per_tok, clipped = clipped_value_loss(v, batch.old_values, batch.returns, rl.value_clip)
-    loss = aggregate(per_tok, batch.loss_mask, agg_mode, d)
+    loss = aggregate(per_tok, mask(batch), agg_mode, d)
     return loss, {"value_loss": loss,
-                  "value_clip_frac": aggregate(clipped, batch.loss_mask, agg_mode, d)}
+                  "value_clip_frac": aggregate(clipped, mask(batch), agg_mode, d)}
 
   return loss_fn, denom
 

@@ -53,6 +53,7 @@ from ragjax.rl.masks import loss_mask
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
+from ragjax.rl.selection import evaluation_metrics, record_source
 from ragjax.rl.step_batch import StepBatch, build_step_batch, step_advantages, to_train_batch
 from ragjax.rl.step_context import StepContext
 from ragjax.rl.step_metrics import step_metrics
@@ -516,7 +517,8 @@ class Trainer:
                           jax.random.PRNGKey(self.seed + 1))
     ans = [answer_metrics(row.answer, data[row.prompt_index]["golden_answers"])
            for row in batch.rows]
-    return {f"dev/{k}": float(np.mean([a[k] for a in ans])) for k in ("em", "f1", "cover_em")}
+    return evaluation_metrics(ans, [record_source(data[row.prompt_index]) for row in batch.rows],
+                              self.tc.eval_split)
 
   def final_params(self):
     """The run's policy: the best dev checkpoint when `trainer.keep_best`, else the last."""

@@ -20,13 +20,17 @@ class Segment:
   """Text the environment (or a method hook) appends, with its label.
 
   `max_tokens` truncates this segment's ids (observation budgets are counted in tokens of the
-  retrieved text, so the closing wrapper tag always survives).  `plain`: tokenise special-token
-  strings as text (data); None means plain for retrieved text only.
+  retrieved text, so the closing wrapper tag always survives).  `budget`: this segment and
+  every one after it in the same list keep at most this many tokens together (Search-R1's
+  code cuts its whole observation string, tags included: `protocol.obs_cap="observation"`).
+  `plain`: tokenise special-token strings as text (data); None means plain for retrieved text
+  only.
   """
   text: str
   label: Source
   max_tokens: Optional[int] = None
   plain: Optional[bool] = None
+  budget: Optional[int] = None
 
   @property
   def is_plain(self) -> bool:
@@ -40,6 +44,7 @@ def tokenize_segments(tokenizer, segments: Sequence[Segment],
   ids: list[int] = []
   labels: list[int] = []
   truncated = False
+  left = None                       # tokens the running `budget` still allows
   for seg in segments:
     if not isinstance(seg, Segment):
       raise TypeError(f"expected Segment, got {type(seg).__name__}: {seg!r}")
@@ -49,6 +54,13 @@ def tokenize_segments(tokenizer, segments: Sequence[Segment],
     if seg.max_tokens is not None and len(piece) > seg.max_tokens:
       piece = piece[: seg.max_tokens]
       truncated = True
+    if seg.budget is not None:
+      left = seg.budget
+    if left is not None:
+      if len(piece) > left:
+        piece = piece[:left]
+        truncated = True
+      left -= len(piece)
     ids.extend(piece)
     labels.extend([int(seg.label)] * len(piece))
   return ids, labels, truncated

@@ -27,7 +27,9 @@ from ragjax.wiring.chat_services import check_chat, make_services
 from ragjax.wiring.checks import check_data_files, check_mesh, check_run_inputs, check_world
 from ragjax.retrieval.noisy import NoiseConfig, wrap_retriever, write_paraphrased_corpus
 from ragjax.rl.checkpoint import check_resume as _check_resume
-from ragjax.rl.run_config import RunConfig, config_fingerprint, parse_run_config
+from ragjax.rl.run_config import (RunConfig, config_fingerprint, parse_run_config,
+                                  value_head_std)
+from ragjax.rl.selection import evaluation_data
 from ragjax.rl.sft import SFTConfig
 from ragjax.rl.trainer import Trainer
 from ragjax.rollout.factory import make_engine, make_hooks, protocol_from_config, sampler_config
@@ -310,11 +312,20 @@ def _load_policy(c, tok=None, mesh=None):
   return cfg, init_params(cfg, jax.random.PRNGKey(c.seed)), tok
 
 
-def init_critic(cfg: DecoderConfig, params, seed: int = 1):
-  """A value model initialised from the policy's body (PPO), with a fresh value head."""
+def init_critic(cfg: DecoderConfig, params, seed: int = 1, head_init: str = "zeros"):
+  """A value model initialised from the policy's body (PPO), with a fresh value head: its bias
+  0 and its weight as `rl.value_head_init=head_init` draws it (zeros, or N(0, std^2) with
+  `value_head_std(head_init, hidden)`, seeded by `seed`)."""
   critic = init_params(cfg, jax.random.PRNGKey(seed), head="value")
   body = {k: v for k, v in params.items() if k in critic and k != "value_head"}
-  return jax.tree.map(lambda x: x.copy(), {**dict(critic), **body})
+  critic = jax.tree.map(lambda x: x.copy(), {**dict(critic), **body})
+  std = value_head_std(head_init, cfg.hidden_size)
+  if std:
+    kernel = critic["value_head"]["kernel"]
+    draw = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), 1), kernel.shape,
+                             jax.numpy.float32) * std
+    critic["value_head"] = {**critic["value_head"], "kernel": draw.astype(kernel.dtype)}
+  return critic
 
 
 # --- the RL stage -----------------------------------------------------------------------------
@@ -328,10 +339,12 @@ def make_trainer(c, run: RunConfig, cfg, params, tok, setup: Setup, mesh=None) -
   if jax.process_count() > 1:      # each process rolls out its share of every step
     from ragjax.rollout.process_sharded import ProcessShardedEngine
     engine, greedy = ProcessShardedEngine(engine), ProcessShardedEngine(greedy)
-  critic = init_critic(cfg, params) if run.rl.uses_critic else None
+  critic = (init_critic(cfg, params, head_init=run.rl.value_head_init) if run.rl.uses_critic
+            else None)
   return Trainer(model_cfg=cfg, run=run, params=params, engine=engine, eval_engine=greedy,
                  train_data=apply_data_stages(c, setup.splits["train"]),
-                 dev_data=setup.splits.get("dev"),
+                 dev_data=evaluation_data(setup.splits, run.trainer.eval_split,
+                                          run.trainer.eval_per_source),
                  fingerprint=config_fingerprint(c), workdir=workdir, seed=c.seed, mesh=mesh,
                  critic_params=critic, progress=c.progress,
                  adapter=adapter_from_config(c.model.lora),

@@ -74,6 +74,9 @@ def parse_search_answer(text: str, *, final: bool) -> Action:
   return Action(Kind.SEARCH, query=content, keep=m.end(), all_queries=all_queries)
 
 
+OBS_CAPS = ("documents", "observation")
+
+
 @registry.register("protocol")
 @dataclasses.dataclass(frozen=True)
 class SearchR1(Protocol):
@@ -89,6 +92,15 @@ class SearchR1(Protocol):
   # an earlier user / assistant exchange in chat (in plain text, before the instruction).  Off
   # in every paper config (the papers prompt with the instruction alone).
   demonstration: bool = False
+  # What `obs_max_tokens` cuts: "documents" (the retrieved text; the tags always survive) or
+  # "observation" (the whole `\n\n<information>...</information>\n\n` string, as Search-R1's
+  # `_process_next_obs` cuts it, so a long result loses its closing tag: generation.py:87-89)
+  obs_cap: str = "documents"
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.obs_cap not in OBS_CAPS:
+      raise ValueError(f"protocol.obs_cap must be one of {OBS_CAPS}, got {self.obs_cap!r}")
 
   def user_message(self, inp: PromptInput) -> str:
     return SEARCH_R1_TEMPLATE.format(example=self.example_answer,
@@ -117,11 +129,16 @@ class SearchR1(Protocol):
 
   def observation(self, query: str, hits: Sequence) -> list[Segment]:
     docs = self.format_documents(hits).strip()
+    if self.obs_cap == "observation":
+      return [Segment("\n\n<information>", Source.ENV, budget=self.obs_max_tokens),
+              Segment(self.truncate_chars(docs), Source.RETRIEVED),
+              Segment("</information>\n\n", Source.ENV)]
     return [Segment("\n\n<information>", Source.ENV), self.retrieved_segment(docs),
             Segment("</information>\n\n", Source.ENV)]
 
   def invalid_observation(self) -> list[Segment]:
-    return [Segment(self.invalid_message, Source.ENV)]
+    budget = self.obs_max_tokens if self.obs_cap == "observation" else None
+    return [Segment(self.invalid_message, Source.ENV, budget=budget)]
 
 
 @registry.register("protocol")
