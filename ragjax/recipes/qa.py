@@ -19,7 +19,8 @@
 6. `results.md` (EM and F1 with 95% bootstrap intervals, search rate, valid format, mean
    searches, gold-passage recall of the searches, paired differences), `summary.json`,
    PNG curves of reward and search rate over training, a trajectory viewer and wall time by
-   phase; the policy as an HF directory.
+   phase; the policy as an HF directory and, for a Llama policy, as `policy.gguf` (float16,
+   the source GGUF's tokenizer) for llama.cpp and Ollama.
 Each evaluation is kept in `<workdir>/eval/` and reused by a rerun of the same config, so a
 killed run resumes where it stopped.  This module only wires; every step is a package function.
 """
@@ -52,6 +53,7 @@ EVAL_DIR = "eval"
 DATA_DIR = "data"                # the split, as FlashRAG jsonl (for `ragjax.evaluate --suite`)
 COLD_START_DIR = "cold_start_policy"   # the cold-started policy (HF directory) and its meta
 COLD_START_META = "ragjax_cold_start.json"
+POLICY_GGUF = "policy.gguf"     # the trained policy for llama.cpp / Ollama (float16)
 SFT_DIR = "sft"                  # the cold start's SFT checkpoints (a killed SFT resumes)
 # The config sections a cold start depends on (a cached one is reused only when they match).
 COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout", "retriever",
@@ -267,6 +269,8 @@ def run(c) -> dict:
                           limit=20)
   policy = parts.export_policy(os.path.join(workdir, parts.POLICY_DIR), s.cfg, params,
                                s.tokenizer)
+  policy_gguf = parts.export_policy_gguf(os.path.join(workdir, POLICY_GGUF), s.cfg, params,
+                                         s.tokenizer, c.model.checkpoint)
   mark("outputs", t0)
   timings["total"] = round(time.perf_counter() - t_start, 1)
   md = [f"# {c.workdir}: results on {len(test)} held-out questions", "",
@@ -280,7 +284,7 @@ def run(c) -> dict:
     f.write("\n".join(md) + "\n")
   print(md_table)
   summary = {"results": os.path.join(workdir, "results.md"), **numbers, "plots": plots,
-             "viewer": viewer, "policy": policy, "best_step": best, "timings_s": timings,
+             "viewer": viewer, "policy": policy, "policy_gguf": policy_gguf, "best_step": best, "timings_s": timings,
              "test_questions": len(test)}
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)

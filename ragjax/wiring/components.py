@@ -340,6 +340,23 @@ def export_policy(out_dir: str, cfg, params, tok) -> str:
   return out_dir
 
 
+def export_policy_gguf(path: str, cfg, params, tok, source: str = "") -> Optional[str]:
+  """The policy as one float16 GGUF file for llama.cpp / Ollama (`ragjax.models.gguf_convert`),
+  its tokenizer copied from `source` when the policy came from a GGUF file; None (and a log
+  line) for a decoder GGUF export does not write (not Llama)."""
+  from ragjax.models.gguf_convert import export_gguf
+  from ragjax.models.gguf_io import is_gguf
+  from ragjax.parallel.distributed import is_main, to_host
+  if cfg.arch != "llama":
+    log(f"no GGUF export: the policy is {cfg.arch!r}, the export writes Llama decoders")
+    return None
+  params = jax.tree.map(to_host, params)
+  if is_main():
+    export_gguf(path, cfg, params, tokenizer=tok,
+                tokenizer_gguf=source if source and is_gguf(source) else "")
+  return path
+
+
 # --- evaluation -------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class EvalOptions:
