@@ -258,6 +258,25 @@ def pre_tokenizer_name(pre_tokenizer: Optional[dict]) -> str:
                    f"(--tokenizer_gguf)")
 
 
+def padded_vocabulary(tokenizer_fields, vocab_size: int) -> list[tuple]:
+  """The tokenizer rows with `tokenizer.ggml.tokens` (and `token_type`) padded to the model's
+  embedding rows with unused `[PAD<i>]` tokens, as llama.cpp pads them (a GGUF reader takes
+  the vocabulary size from the token list); more tokens than rows is a ValueError."""
+  import gguf
+  rows = [list(r) for r in tokenizer_fields]
+  by_key = {r[0]: r for r in rows}
+  tokens = list(by_key["tokenizer.ggml.tokens"][1])
+  if len(tokens) > vocab_size:
+    raise ValueError(f"GGUF export: the tokenizer has {len(tokens)} tokens, the model "
+                     f"{vocab_size} embedding rows")
+  pad = range(len(tokens), vocab_size)
+  by_key["tokenizer.ggml.tokens"][1] = tokens + [f"[PAD{i}]" for i in pad]
+  if "tokenizer.ggml.token_type" in by_key:
+    types = list(by_key["tokenizer.ggml.token_type"][1])
+    by_key["tokenizer.ggml.token_type"][1] = types + [int(gguf.TokenType.UNUSED)] * len(pad)
+  return [tuple(r) for r in rows]
+
+
 def write_gguf(path: str, hf_config: dict, tensors: dict, tokenizer_fields: list[tuple], *,
                dtype: str = "float16", name: str = "") -> str:
   """Writes a Llama decoder (its HF config.json as a dict, its tensors by HF name as numpy
@@ -269,6 +288,7 @@ def write_gguf(path: str, hf_config: dict, tensors: dict, tokenizer_fields: list
     raise ValueError(f"GGUF export dtype {dtype!r}: use one of {GGUF_DTYPES}")
   _need_writer()
   import gguf
+  tokenizer_fields = padded_vocabulary(tokenizer_fields, int(hf_config["vocab_size"]))
   half = dtype == "float16"
   tmp = path + ".tmp"
   try:
