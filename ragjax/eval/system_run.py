@@ -93,12 +93,13 @@ def run_system(key: str, engine, records: Sequence[dict], out_dir: Optional[str]
 
 def system_result(name: str, split: str, preds: Sequence[dict], metric: str = "em"
                   ) -> SystemResult:
-  """The table's view of one system's predictions: `metric` per question (and F1)."""
+  """The table's view of one system's predictions: `metric` per question, and F1 beside EM
+  (not beside another metric: UR²'s per-task score mixes letter EM and math equivalence)."""
   return SystemResult(name, split, em=[p["scores"][metric] for p in preds],
                       qtypes=[p.get("qtype", "other") for p in preds],
                       searches=[p["searches"] for p in preds], batch=[],
                       responses=[p["response_text"] for p in preds],
-                      f1=[p["scores"]["f1"] for p in preds])
+                      f1=[p["scores"]["f1"] for p in preds] if metric == "em" else [])
 
 
 @dataclasses.dataclass(frozen=True)
