@@ -286,8 +286,8 @@ def run(c) -> dict:
     f.write("\n".join(md) + "\n")
   print(md_table)
   summary = {"results": os.path.join(workdir, "results.md"), **numbers, "plots": plots,
-             "viewer": viewer, "policy": policy, "policy_gguf": policy_gguf, "best_step": best, "timings_s": timings,
-             "test_questions": len(test)}
+             "viewer": viewer, "policy": policy, "policy_gguf": policy_gguf, "best_step": best,
+             "timings_s": timings, "test_questions": len(test)}
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
   parts.log(f"done in {timings['total']} s; outputs in {workdir}")
