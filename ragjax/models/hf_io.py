@@ -240,14 +240,19 @@ def params_to_hf_tensors(cfg: DecoderConfig, params: dict, dtype=None) -> dict[s
   return out
 
 
+def check_finite(where: str, tensors: dict[str, np.ndarray]) -> None:
+  """A poisoned policy is never exported: a ValueError naming the first non-finite tensor."""
+  for name, arr in tensors.items():
+    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+      raise ValueError(f"{where}: tensor {name} holds {int((~np.isfinite(arr)).sum())} "
+                       f"non-finite values; refusing to export non-finite weights")
+
+
 def save_decoder(out_dir: str, cfg: DecoderConfig, params: dict, *, dtype=None,
                  tokenizer=None, max_shard_bytes: int = 5 * 2**30) -> None:
   """Writes an HF directory (safetensors, sharded above `max_shard_bytes`, plus config.json)."""
   tensors = params_to_hf_tensors(cfg, params, dtype)
-  for name, arr in tensors.items():     # a poisoned policy is never exported
-    if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-      raise ValueError(f"{out_dir}: tensor {name} holds {int((~np.isfinite(arr)).sum())} "
-                       f"non-finite values; refusing to export non-finite weights")
+  check_finite(out_dir, tensors)
   os.makedirs(out_dir, exist_ok=True)
   hf_cfg = decoder_config_to_hf(cfg)
   if dtype is not None:

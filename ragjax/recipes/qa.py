@@ -19,7 +19,8 @@
 6. `results.md` (EM and F1 with 95% bootstrap intervals, search rate, valid format, mean
    searches, gold-passage recall of the searches, paired differences), `summary.json`,
    PNG curves of reward and search rate over training, a trajectory viewer and wall time by
-   phase; the policy as an HF directory.
+   phase; the policy as an HF directory and, for a Llama policy, as `policy.gguf` (float16,
+   the source GGUF's tokenizer) for llama.cpp and Ollama.
 Each evaluation is kept in `<workdir>/eval/` and reused by a rerun of the same config, so a
 killed run resumes where it stopped.  This module only wires; every step is a package function.
 """
@@ -30,7 +31,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import time
 
 import numpy as np
@@ -40,6 +40,7 @@ from ragjax.eval.systems import evaluate_system, write_viewer
 from ragjax.metrics import answer_metrics
 from ragjax.models.lora import adapter_from_config
 from ragjax.recipes import rl
+from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
 from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
@@ -47,13 +48,12 @@ from ragjax.rl.question_pool import pool_config, question_pool
 from ragjax.rl.search_traces import search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import from_dict, json_safe, read_json, write_json_atomic
 from ragjax.wiring import components as parts
 
 EVAL_DIR = "eval"
 DATA_DIR = "data"                # the split, as FlashRAG jsonl (for `ragjax.evaluate --suite`)
-COLD_START_DIR = "cold_start_policy"   # the cold-started policy (HF directory) and its meta
-COLD_START_META = "ragjax_cold_start.json"
+POLICY_GGUF = "policy.gguf"     # the trained policy for llama.cpp / Ollama (float16)
 SFT_DIR = "sft"                  # the cold start's SFT checkpoints (a killed SFT resumes)
 # The config sections a cold start depends on (a cached one is reused only when they match).
 COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout", "retriever",
@@ -113,10 +113,10 @@ def cold_start_adapter(c):
 def cold_start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (its traces are teacher-forced, so the
   sampling settings do not matter; `model.lora.layers` and `.forward` are RL's)."""
-  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows",
-          "sft.save_every", "sft.log_every", "model.lora.layers", "model.lora.forward")
-  return {k: v for k, v in flatten(c).items()
-          if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
+  return config_fields(c, sections=COLD_START_SECTIONS,
+                       skip=("sampler.temperature", "sampler.top_p", "rollout.hooks",
+                             "rollout.spare_rows", "sft.save_every", "sft.log_every",
+                             "model.lora.layers", "model.lora.forward"))
 
 
 def cold_start(c, s, workdir) -> tuple:
@@ -127,35 +127,40 @@ def cold_start(c, s, workdir) -> tuple:
   tag = "cold start " + hashlib.sha256(
       json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
   cache = os.path.join(workdir, COLD_START_DIR)
-  meta_path = os.path.join(cache, COLD_START_META)
   log_path = os.path.join(workdir, "sft_metrics.jsonl")
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
+
+  def reuse(_):
     cached = c.copy_and_resolve_references()
     with cached.unlocked():
       cached.model.checkpoint = cache
     _, params, _ = parts.load_policy(cached, mesh=s.mesh)
-    parts.log(f"cold start: reusing {cache} (same cold-start config)")
-    return params, MetricsLog(log_path).read(), tag
-  records = s.setup.splits["train"][:c.traces.questions]
-  template = make_engine(c, s.cfg, s.params, s.tokenizer, s.setup.retriever, greedy=True,
-                         hooks=[])
-  rows_t, rows_l, stats = search_traces(
-      template, records, max_new_tokens=c.sampler.max_new_tokens,
-      cache_length=c.sampler.max_cache_length, require_retrieved=c.traces.require_retrieved,
-      seed=c.seed)
-  parts.log(f"cold start: {stats['kept']} traces kept of {stats['questions']} training "
-            f"questions ({stats['retrieved']} with a gold answer in the passages, "
-            f"{stats['too_long']} with a turn over sampler.max_new_tokens)")
-  if not rows_t:
-    raise ValueError("the cold start kept no trace: raise traces.questions or set "
-                     "traces.require_retrieved=False")
-  params, history = run_sft(s.cfg, s.params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
-                            c.rollout.widths, seed=c.seed, mesh=s.mesh, log_path=log_path,
-                            progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
-                            fingerprint=fingerprint, adapter=cold_start_adapter(c))
-  parts.export_policy(cache, s.cfg, params, s.tokenizer)
-  write_json_atomic(meta_path, {"fingerprint": fingerprint, "traces": stats})
-  shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)  # the export supersedes them
+    return params, MetricsLog(log_path).read()
+
+  def compute():
+    records = s.setup.splits["train"][:c.traces.questions]
+    template = make_engine(c, s.cfg, s.params, s.tokenizer, s.setup.retriever, greedy=True,
+                           hooks=[])
+    rows_t, rows_l, stats = search_traces(
+        template, records, max_new_tokens=c.sampler.max_new_tokens,
+        cache_length=c.sampler.max_cache_length, require_retrieved=c.traces.require_retrieved,
+        seed=c.seed)
+    parts.log(f"cold start: {stats['kept']} traces kept of {stats['questions']} training "
+              f"questions ({stats['retrieved']} with a gold answer in the passages, "
+              f"{stats['too_long']} with a turn over sampler.max_new_tokens)")
+    if not rows_t:
+      raise ValueError("the cold start kept no trace: raise traces.questions or set "
+                       "traces.require_retrieved=False")
+    params, history = run_sft(s.cfg, s.params, rows_t, rows_l,
+                              from_dict(SFTConfig, c.sft, "sft"), c.rollout.widths,
+                              seed=c.seed, mesh=s.mesh, log_path=log_path,
+                              progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
+                              fingerprint=fingerprint,
+                              adapter=cold_start_adapter(c))
+    parts.export_policy(cache, s.cfg, params, s.tokenizer)
+    return (params, history), {"traces": stats}
+
+  params, history = cached_phase(cache, fingerprint, compute=compute, reuse=reuse,
+                                 scratch=(os.path.join(workdir, SFT_DIR),))
   return params, history, tag
 
 
@@ -310,6 +315,8 @@ def run(c) -> dict:
                           limit=20)
   policy = parts.export_policy(os.path.join(workdir, parts.POLICY_DIR), s.cfg, params,
                                s.tokenizer)
+  policy_gguf = parts.export_policy_gguf(os.path.join(workdir, POLICY_GGUF), s.cfg, params,
+                                         s.tokenizer, c.model.checkpoint)
   mark("outputs", t0)
   timings["total"] = round(time.perf_counter() - t_start, 1)
   md = [f"# {c.workdir}: results on {len(test)} held-out questions", "",
@@ -323,8 +330,8 @@ def run(c) -> dict:
     f.write("\n".join(md) + "\n")
   print(md_table)
   summary = {"results": os.path.join(workdir, "results.md"), **numbers, "plots": plots,
-             "viewer": viewer, "policy": policy, "best_step": best, "timings_s": timings,
-             "test_questions": len(test)}
+             "viewer": viewer, "policy": policy, "policy_gguf": policy_gguf, "best_step": best,
+             "timings_s": timings, "test_questions": len(test)}
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
   parts.log(f"done in {timings['total']} s; outputs in {workdir}")

@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 
 from ragjax.wiring import components as parts
 from ragjax.wiring.chat_services import TEACHER_KINDS, check_chat, eval_chat, make_chat
@@ -35,14 +34,13 @@ from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_
                                      sft_step_samples)
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
+from ragjax.typed_config import from_dict, json_safe, write_json_atomic
 
 STAGES = ("data", "sft", "rl", "all")
 RL_SAMPLES = ("random", "first")
 ACC_JUDGES = ("eval", "training")
 DATA_DIR = "cold_start_data"
-COLD_START_DIR = "cold_start_policy"
-COLD_START_META = "ragjax_cold_start.json"
 SFT_DIR = "sft_ckpt"            # SFT checkpoints every sft.save_every steps, until exported
 # What the cold-start policy depends on (a cached one is reused only when all match).
 SFT_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
@@ -124,9 +122,9 @@ def data_stage(c, setup) -> dict:
 def sft_fingerprint(c, data_dir: str) -> dict:
   with open(os.path.join(data_dir, "trajectories.jsonl"), "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
-  keep = {k: v for k, v in flatten(c).items() if k.split(".")[0] in SFT_SECTIONS
-          and not k.startswith(("sampler.temperature", "teacher.url", "teacher.api_key_env",
-                                "teacher.cache"))}
+  keep = config_fields(c, sections=SFT_SECTIONS,
+                       skip=("sampler.temperature", "teacher.url", "teacher.api_key_env",
+                             "teacher.cache"))
   return {**keep, "r3.sft_epochs": c.r3.sft_epochs, "r3.sft_doc_chars": c.r3.sft_doc_chars,
           "r3.sft_warmup_ratio": c.r3.get("sft_warmup_ratio", 0.0),
           "trajectories_sha256": digest}
@@ -135,46 +133,48 @@ def sft_fingerprint(c, data_dir: str) -> dict:
 def sft_stage(c, setup) -> dict:
   """SFT on the step samples (or the cached cold-start policy); returns its summary."""
   p = paths(c)
-  meta_path = os.path.join(p["cold_start"], COLD_START_META)
   fingerprint = json_safe(sft_fingerprint(c, p["data"]))
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
-    parts.log(f"cold start: reusing {p['cold_start']} (same data and SFT config)")
-    return read_json(meta_path)["summary"]
-  mesh = parts.make_mesh(c)
-  cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
-  records = read_trajectories(p["data"])
-  if not records:
-    raise ValueError(f"{p['data']}: the cold start kept no trajectory; nothing to train on")
-  cs = from_dict(ColdStartConfig, c.cold_start, "cold_start")
-  layout = protocol_variant(c, top_k=cs.top_k, max_turns=cs.max_steps, dedup_docs=True,
-                            obs_max_chars=c.r3.sft_doc_chars or None, format_retries=0)
-  engine = make_engine(layout, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
-  eos = tok.decode([cfg.eos_ids[0] if cfg.eos_ids else tok.eos_token_id])
-  rows_t, rows_l, stats = sft_step_samples(engine, records, eos_text=eos,
-                                           max_new_tokens=c.sampler.max_new_tokens,
-                                           cache_length=c.sampler.max_cache_length,
-                                           seed=c.seed)
-  sft = from_dict(SFTConfig, c.sft, "sft")
-  if c.r3.sft_epochs:
-    sft = dataclasses.replace(sft, steps=math.ceil(c.r3.sft_epochs * len(rows_t) / sft.batch_size))
-  ratio = float(c.r3.get("sft_warmup_ratio", 0.0))
-  if ratio:        # LLaMA-Factory / transformers: warmup = ceil(ratio x steps)
-    sft = dataclasses.replace(sft, warmup_steps=math.ceil(ratio * sft.steps))
-  parts.log(f"SFT: {stats['samples']} step samples from {stats['trajectories']} trajectories "
-            f"({stats['incomplete']} replays did not reach their answer, "
-            f"{stats['doc_mismatches']} steps retrieved other passages than stored), "
-            f"{sft.steps} steps")
-  os.makedirs(p["workdir"], exist_ok=True)
-  params, history = run_sft(cfg, params, rows_t, rows_l, sft, c.rollout.widths, seed=c.seed,
-                            mesh=mesh, log_path=os.path.join(p["workdir"], "sft_metrics.jsonl"),
-                            progress=c.progress, ckpt_dir=os.path.join(p["workdir"], SFT_DIR),
-                            fingerprint=fingerprint)
-  parts.export_policy(p["cold_start"], cfg, params, tok)
-  summary = {**stats, "steps": sft.steps, "final": history[-1] if history else {}}
-  write_json_atomic(meta_path, {"fingerprint": fingerprint, "summary": summary})
+
+  def compute():
+    mesh = parts.make_mesh(c)
+    cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
+    records = read_trajectories(p["data"])
+    if not records:
+      raise ValueError(f"{p['data']}: the cold start kept no trajectory; nothing to train on")
+    cs = from_dict(ColdStartConfig, c.cold_start, "cold_start")
+    layout = protocol_variant(c, top_k=cs.top_k, max_turns=cs.max_steps, dedup_docs=True,
+                              obs_max_chars=c.r3.sft_doc_chars or None, format_retries=0)
+    engine = make_engine(layout, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
+    eos = tok.decode([cfg.eos_ids[0] if cfg.eos_ids else tok.eos_token_id])
+    rows_t, rows_l, stats = sft_step_samples(engine, records, eos_text=eos,
+                                             max_new_tokens=c.sampler.max_new_tokens,
+                                             cache_length=c.sampler.max_cache_length,
+                                             seed=c.seed)
+    sft = from_dict(SFTConfig, c.sft, "sft")
+    if c.r3.sft_epochs:
+      sft = dataclasses.replace(sft, steps=math.ceil(c.r3.sft_epochs * len(rows_t)
+                                                     / sft.batch_size))
+    ratio = float(c.r3.get("sft_warmup_ratio", 0.0))
+    if ratio:        # LLaMA-Factory / transformers: warmup = ceil(ratio x steps)
+      sft = dataclasses.replace(sft, warmup_steps=math.ceil(ratio * sft.steps))
+    parts.log(f"SFT: {stats['samples']} step samples from {stats['trajectories']} trajectories "
+              f"({stats['incomplete']} replays did not reach their answer, "
+              f"{stats['doc_mismatches']} steps retrieved other passages than stored), "
+              f"{sft.steps} steps")
+    os.makedirs(p["workdir"], exist_ok=True)
+    params, history = run_sft(cfg, params, rows_t, rows_l, sft, c.rollout.widths, seed=c.seed,
+                              mesh=mesh, log_path=os.path.join(p["workdir"], "sft_metrics.jsonl"),
+                              progress=c.progress, ckpt_dir=os.path.join(p["workdir"], SFT_DIR),
+                              fingerprint=fingerprint)
+    parts.export_policy(p["cold_start"], cfg, params, tok)
+    summary = {**stats, "steps": sft.steps, "final": history[-1] if history else {}}
+    return summary, {"summary": summary}
+
   # the exported policy supersedes the SFT checkpoints (a killed SFT resumed from them)
-  shutil.rmtree(os.path.join(p["workdir"], SFT_DIR), ignore_errors=True)
-  return summary
+  return cached_phase(p["cold_start"], fingerprint, compute=compute,
+                      reuse=lambda stored: stored["summary"],
+                      scratch=(os.path.join(p["workdir"], SFT_DIR),),
+                      reason="same data and SFT config")
 
 
 def start(c) -> parts.Start:

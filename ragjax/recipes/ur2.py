@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import time
 
 from ragjax.data.readers import READERS, as_record, read_examples
 from ragjax.wiring import components as parts
 from ragjax.wiring.chat_services import MODEL_KINDS, check_chat, make_chat
 from ragjax.rl.run_config import parse_run_config
-from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
+from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
 
 STAGE1_DIR = "stage1"
-COLD_START_DIR = "cold_start_policy"
-COLD_START_META = "ragjax_cold_start.json"
 TASKS = ("qa", "math", "mcq")
 KNOWLEDGE_MODES = ("summary", "raw")
 STAGE1_MODES = ("full", "off")
@@ -169,7 +166,7 @@ def start_fingerprint(c) -> dict:
   """What the shared start depends on: everything but the Stage-2 run's own sections."""
   stage2 = ("rl.", "optim.", "trainer.", "data.stages", "critic_optim", "eval.", "workdir",
             "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.")
-  return {k: v for k, v in flatten(c).items() if not k.startswith(stage2)}
+  return config_fields(c, everything=True, skip=stage2)
 
 
 def cold_start(c, workdir, setup, cfg, params, tok, mesh):
@@ -180,31 +177,36 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
   from ragjax.rl.teacher_traces import teacher_traces
   from ragjax.typed_config import from_dict
   cache = os.path.join(workdir, COLD_START_DIR)
-  meta = os.path.join(cache, COLD_START_META)
-  keys = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
-          "traces", "ur2.world_tasks", "ur2.knowledge", "retriever.backend")
-  fingerprint = {k: v for k, v in flatten(c).items() if k.startswith(keys)}
-  if os.path.exists(meta) and read_json(meta).get("fingerprint") == json_safe(fingerprint):
+  fingerprint = config_fields(c, prefixes=(
+      "seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft", "traces",
+      "ur2.world_tasks", "ur2.knowledge", "retriever.backend"))
+
+  def reuse(_):
     from ragjax.models.hf_io import load_decoder
-    parts.log(f"cold start: reusing {cache} (same cold-start config)")
     return load_decoder(cache)[1]
-  records = cold_start_records(setup.splits["train"], c.seed)
-  rng = random.Random(f"ur2-traces-{c.seed}")
-  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"}, "traces")
-  scripts = [ur2_trace_turns(r, rng, shares) for r in records]
-  template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
-  rows_t, rows_l = teacher_traces(template, records, scripts,
-                                  max_new_tokens=c.sampler.max_new_tokens,
-                                  cache_length=c.sampler.max_cache_length, chunk=c.traces.chunk,
-                                  seed=c.seed)
-  params, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
-                      c.rollout.widths, seed=c.seed, mesh=mesh,
-                      log_path=os.path.join(workdir, "sft_metrics.jsonl"), progress=c.progress,
-                      ckpt_dir=os.path.join(workdir, "sft"), fingerprint=fingerprint)
-  parts.export_policy(cache, cfg, params, tok)
-  write_json_atomic(meta, {"fingerprint": json_safe(fingerprint)})
-  shutil.rmtree(os.path.join(workdir, "sft"), ignore_errors=True)   # the exported policy supersedes them
-  return params
+
+  def compute():
+    records = cold_start_records(setup.splits["train"], c.seed)
+    rng = random.Random(f"ur2-traces-{c.seed}")
+    shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"},
+                       "traces")
+    scripts = [ur2_trace_turns(r, rng, shares) for r in records]
+    template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
+    rows_t, rows_l = teacher_traces(template, records, scripts,
+                                    max_new_tokens=c.sampler.max_new_tokens,
+                                    cache_length=c.sampler.max_cache_length,
+                                    chunk=c.traces.chunk, seed=c.seed)
+    trained, _ = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
+                         c.rollout.widths, seed=c.seed, mesh=mesh,
+                         log_path=os.path.join(workdir, "sft_metrics.jsonl"),
+                         progress=c.progress, ckpt_dir=os.path.join(workdir, "sft"),
+                         fingerprint=fingerprint)
+    parts.export_policy(cache, cfg, trained, tok)
+    return trained, {}
+
+  # the exported policy supersedes the SFT checkpoints
+  return cached_phase(cache, fingerprint, compute=compute, reuse=reuse,
+                      scratch=(os.path.join(workdir, "sft"),))
 
 
 # --- 4. difficulty ------------------------------------------------------------------------------

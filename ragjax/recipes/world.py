@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Optional, Sequence
 
@@ -29,14 +28,14 @@ from ragjax.data.world import ENTITY_QTYPES, QTYPES
 from ragjax.data.world_traces import AnswerSwapRetriever, TraceShares, make_scripts, swap_answers
 from ragjax.eval.systems import SystemResult, results_table, write_viewer
 from ragjax.wiring import components as parts
+from ragjax.recipes.cached_phase import (COLD_START_DIR, COLD_START_META,  # noqa: F401
+                                        cached_phase, config_fields)
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
 from ragjax.rl.teacher_traces import teacher_traces
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import from_dict
 
-COLD_START_DIR = "cold_start_policy"   # under the workdir, beside policy/
-COLD_START_META = "ragjax_cold_start.json"
 # The sections the cold start depends on: a cached cold start is reused only when all match.
 COLD_START_SECTIONS = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout",
                        "retriever", "sft", "traces")
@@ -78,10 +77,9 @@ SFT_DIR = "sft"        # the cold start's SFT checkpoints (a killed SFT resumes 
 def start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (the traces are teacher-forced, so sampling
   settings and rollout hooks do not matter)."""
-  skip = ("sampler.temperature", "sampler.top_p", "rollout.hooks", "rollout.spare_rows",
-          "sft.save_every", "sft.log_every")
-  return {k: v for k, v in flatten(c).items()
-          if k.split(".")[0] in COLD_START_SECTIONS and not k.startswith(skip)}
+  return config_fields(c, sections=COLD_START_SECTIONS,
+                       skip=("sampler.temperature", "sampler.top_p", "rollout.hooks",
+                             "rollout.spare_rows", "sft.save_every", "sft.log_every"))
 
 
 def start(c, timings: Optional[dict] = None) -> Start:
@@ -111,34 +109,39 @@ def start(c, timings: Optional[dict] = None) -> Start:
   parts.log(f"policy: {n_params / 1e6:.2f}M params from scratch")
   template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
   cache = os.path.join(workdir, COLD_START_DIR)
-  meta_path = os.path.join(cache, COLD_START_META)
   fingerprint = start_fingerprint(c)
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == json_safe(fingerprint):
+
+  def probe_traces():
+    return scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
+                           passage_texts(setup), swap=False)
+
+  def reuse(_):
     from ragjax.models.hf_io import load_decoder
     _, sft_params = load_decoder(cache)
-    sft_hist = MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read()
-    traces = scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
-                             passage_texts(setup), swap=False)
-    parts.log(f"cold start: reusing {cache} (same cold-start config)")
-    return Start(setup, cfg, sft_params, tok, mesh, sft_hist, traces, template)
+    return sft_params, MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read(), None
 
-  t0 = time.perf_counter()
-  rows_t, rows_l = scripted_traces(c, template, setup.splits["train"], passage_texts(setup))
-  mark("sft_traces", t0)
-  t0 = time.perf_counter()
-  sft_params, sft_hist = run_sft(cfg, params, rows_t, rows_l, from_dict(SFTConfig, c.sft, "sft"),
-                                 c.rollout.widths, seed=c.seed, mesh=mesh,
-                                 log_path=os.path.join(workdir, "sft_metrics.jsonl"),
-                                 progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
-                                 fingerprint=fingerprint)
-  mark("sft", t0)
-  parts.export_policy(cache, cfg, sft_params, tok)
-  write_json_atomic(meta_path, {"fingerprint": json_safe(fingerprint)})
-  shutil.rmtree(os.path.join(workdir, SFT_DIR), ignore_errors=True)   # the exported policy supersedes them
-  probe_traces = (scripted_traces(c, template, setup.splits["train"][:max(c.probe.traces, 0)],
-                                  passage_texts(setup), swap=False)
-                  if c.traces.get("swap_answer_rate", 0.0) else (rows_t, rows_l))
-  return Start(setup, cfg, sft_params, tok, mesh, sft_hist, probe_traces, template)
+  def compute():
+    t0 = time.perf_counter()
+    rows_t, rows_l = scripted_traces(c, template, setup.splits["train"], passage_texts(setup))
+    mark("sft_traces", t0)
+    t0 = time.perf_counter()
+    sft_params, sft_hist = run_sft(cfg, params, rows_t, rows_l,
+                                   from_dict(SFTConfig, c.sft, "sft"), c.rollout.widths,
+                                   seed=c.seed, mesh=mesh,
+                                   log_path=os.path.join(workdir, "sft_metrics.jsonl"),
+                                   progress=c.progress, ckpt_dir=os.path.join(workdir, SFT_DIR),
+                                   fingerprint=fingerprint)
+    mark("sft", t0)
+    parts.export_policy(cache, cfg, sft_params, tok)
+    swapped = c.traces.get("swap_answer_rate", 0.0)
+    return (sft_params, sft_hist, None if swapped else (rows_t, rows_l)), {}
+
+  # the exported policy supersedes the SFT checkpoints
+  sft_params, sft_hist, traces = cached_phase(cache, fingerprint, compute=compute, reuse=reuse,
+                                              scratch=(os.path.join(workdir, SFT_DIR),))
+  if traces is None:        # the probe's traces: unswapped ones (the SFT's, when none swapped)
+    traces = probe_traces()
+  return Start(setup, cfg, sft_params, tok, mesh, sft_hist, traces, template)
 
 
 def run(c) -> dict:

@@ -16,12 +16,16 @@ def em_by_type(scores: Sequence[float], qtypes: Sequence[str], order: Sequence[s
   return out
 
 
-def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], metric: str = "EM") -> str:
-  """rows: {"split", "system", "searches", <column>: Estimate}; columns: 'all' + types."""
-  head = ["split", "system"] + [f"{metric} {c}" for c in columns] + ["searches/q"]
+def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], metric: str = "EM",
+                   extra: Sequence[tuple[str, str]] = ()) -> str:
+  """rows: {"split", "system", "searches", <column>: Estimate}; columns: 'all' + types;
+  `extra`: (header, row key) of more Estimate columns (e.g. F1 over all questions)."""
+  head = (["split", "system"] + [f"{metric} {c}" for c in columns] + [h for h, _ in extra]
+          + ["searches/q"])
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
-    cells = [r["split"], r["system"]] + [str(r[c]) for c in columns]
+    cells = ([r["split"], r["system"]] + [str(r[c]) for c in columns]
+             + [str(r[k]) for _, k in extra])
     cells.append(f"{r.get('searches', float('nan')):.2f}")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)

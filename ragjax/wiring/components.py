@@ -8,6 +8,7 @@ runs for any recipe's config.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Optional, Sequence
@@ -361,6 +362,23 @@ def export_policy(out_dir: str, cfg, params, tok) -> str:
   return out_dir
 
 
+def export_policy_gguf(path: str, cfg, params, tok, source: str = "") -> Optional[str]:
+  """The policy as one float16 GGUF file for llama.cpp / Ollama (`ragjax.models.gguf_convert`),
+  its tokenizer copied from `source` when the policy came from a GGUF file; None (and a log
+  line) for a decoder GGUF export does not write (not Llama)."""
+  from ragjax.models.gguf_convert import export_gguf
+  from ragjax.models.gguf_io import is_gguf
+  from ragjax.parallel.distributed import is_main, to_host
+  if cfg.arch != "llama":
+    log(f"no GGUF export: the policy is {cfg.arch!r}, the export writes Llama decoders")
+    return None
+  params = jax.tree.map(to_host, params)
+  if is_main():
+    export_gguf(path, cfg, params, tokenizer=tok,
+                tokenizer_gguf=source if source and is_gguf(source) else "")
+  return path
+
+
 # --- evaluation -------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class EvalOptions:
@@ -374,13 +392,20 @@ class EvalOptions:
   samples: int = 0                    # > 0: also sampled pass@1 / pass@k rows
   temperature: float = 1.0
   metric: str = "em"                  # ragjax.metrics.by_task.NAMES ("task": UR²'s per task)
+  out: Optional[str] = None           # per-question predictions here (resumable), table.md
+  compare: Optional[str] = None       # another run's `out`: paired bootstrap and McNemar
 
 
 def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = None,
                         groups=None) -> str:
-  """Greedy EM of an exported policy with and without retrieval (and sampled pass@k), by
-  question type with bootstrap intervals, on the config's data; returns the markdown table."""
-  from ragjax.eval.systems import evaluate_system, results_table, sample_system
+  """Greedy EM (or `opts.metric`) and F1 of an exported policy with and without retrieval
+  (and sampled pass@k), by question type with bootstrap intervals, on the config's data or a
+  question file; returns the markdown table.  With `opts.out`: per-question predictions in
+  `<out>/predictions/{retrieval,no_retrieval}.jsonl` (a killed run resumes; `<out>/run.json`
+  refuses a resume with another checkpoint, data or setting), `<out>/table.md`; with
+  `opts.compare`: the two runs paired (`eval.system_run.compare_systems`)."""
+  from ragjax.eval.system_run import SYSTEMS, run_system, system_result, with_ids
+  from ragjax.eval.systems import results_table, sample_system
   from ragjax.models.hf_io import load_decoder, load_tokenizer
   from ragjax.retrieval.types import NullRetriever
   workdir = os.path.abspath(c.workdir)
@@ -398,25 +423,33 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
       raise ValueError(f"the config's data has no {opts.split!r} questions "
                        f"(splits: {sorted(k for k, v in setup.splits.items() if v)})")
     records, split, retriever = setup.splits[opts.split], opts.split, setup.retriever
+  limited = bool(opts.limit) and len(records) > opts.limit
   if opts.limit:
     records = records[:opts.limit]
+  records = with_ids(records)
   if hasattr(retriever, "health"):
     retriever.health()              # a dead server fails here, not as an all-zero table
+  out = os.path.abspath(opts.out) if opts.out else None
+  if out:
+    from ragjax.eval.run_record import check_run_file
+    check_run_file(out, checkpoint_run_record(c, opts, split, retriever))
   cfg, params = load_decoder(opts.checkpoint)
   tok = load_tokenizer(opts.checkpoint)
-  log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}")
+  log(f"evaluating {opts.checkpoint} on {len(records)} questions of {split}"
+      + (f" -> {out}" if out else ""))
   size = c.eval.batch_size
   score = None
   if opts.metric != "em":
     from ragjax.metrics.by_task import answer_score
     score = lambda answer, rec: answer_score(opts.metric, answer, rec)  # noqa: E731
   results, sampler = [], None
-  for name, ret in (("policy + retrieval", retriever), ("policy, no retrieval", NullRetriever())):
+  for system, ret in zip(SYSTEMS, (retriever, NullRetriever())):
     engine = make_engine(c, cfg, params, tok, ret, greedy=True, hooks=[], evaluation=True,
                          sampler=sampler)
     sampler = engine.sampler
-    results.append(evaluate_system(name, engine, records, split, batch_size=size, seed=c.seed,
-                                   score=score))
+    preds = run_system(system.key, engine, records, out, batch_size=size, seed=c.seed,
+                       tokenizer=tok, metric=opts.metric, score=score, limited=limited, log=log)
+    results.append(system_result(system.name, split, preds, opts.metric))
   if opts.samples:
     engine = make_engine(c, cfg, params, tok, retriever, greedy=False,
                          temperature=opts.temperature, hooks=[])
@@ -425,4 +458,57 @@ def evaluate_checkpoint(c, opts: EvalOptions, qtypes: Optional[Sequence[str]] = 
                              batch_size=size)
   table, _ = results_table(results, qtypes, groups,
                            "EM" if opts.metric == "em" else opts.metric)
+  if out:
+    with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
+      f.write(table + "\n")
+  if opts.compare:
+    table += "\n\n" + compare_checkpoint_runs(out, opts.compare)
   return table
+
+
+def checkpoint_run_record(c, opts: EvalOptions, split: str, retriever) -> dict:
+  """`<out>/run.json` of a checkpoint evaluation (`eval.run_record`'s format): the checkpoint's
+  and the data's content fingerprints, the retrieval, the metric and the config sections a
+  greedy rollout depends on."""
+  from ragjax.eval import run_record as rr
+  from ragjax.eval.fingerprint import checkpoint_fingerprint, file_digest as content_digest
+  from ragjax.eval.system_run import SYSTEMS
+  from ragjax.models.gguf_io import is_gguf
+  path = os.path.abspath(opts.checkpoint)
+  checkpoint = {"path": path, **(content_digest(path) if is_gguf(path)
+                                 else checkpoint_fingerprint(path))}
+  if opts.data:
+    data = {"file": os.path.abspath(opts.data), "format": opts.data_format,
+            **content_digest(opts.data)}
+  else:
+    data = {"split": split, "data": c.data.to_dict(),
+            "world": c.world.to_dict() if c.data.source == "world" else None}
+  data["limit"] = opts.limit
+  if c.retriever.url or c.retriever.index:
+    retrieval = rr.retrieval_record(c, retriever)
+  else:
+    retrieval = {"built_under": os.path.abspath(c.workdir), "corpus": c.retriever.get("corpus")}
+  config = {k: c[k].to_dict() for k in ("protocol", "sampler", "rollout", "retriever")}
+  config["eval"] = {"top_k": int(c.eval.get("top_k", 0) or 0)}
+  return json.loads(json.dumps(
+      {"version": rr.VERSION, "suite": None, "checkpoint": checkpoint, "retrieval": retrieval,
+       "judge": {}, "settings": {"metric": opts.metric, "data": data}, "config": config,
+       "datasets": {s.key: {"system": s.name} for s in SYSTEMS}}, default=str))
+
+
+def compare_checkpoint_runs(dir_a: Optional[str], dir_b: str) -> str:
+  """The predictions of two checkpoint evaluations (`--out`) paired per system, EM and F1;
+  writes compare.{md,json} into `dir_a`."""
+  from ragjax.eval.predictions import read_predictions
+  from ragjax.eval.system_run import SYSTEMS, compare_systems
+  if not dir_a:
+    raise ValueError("--compare needs --out (this run's predictions, to pair with the other's)")
+  dir_a, dir_b = os.path.abspath(dir_a), os.path.abspath(dir_b)
+  keys = [s.key for s in SYSTEMS]
+  rows, md = compare_systems(SYSTEMS, read_predictions(dir_a, keys),
+                             read_predictions(dir_b, keys), name_a=dir_a, name_b=dir_b)
+  with open(os.path.join(dir_a, "compare.md"), "w", encoding="utf-8") as f:
+    f.write(md + "\n")
+  with open(os.path.join(dir_a, "compare.json"), "w", encoding="utf-8") as f:
+    json.dump({"a": dir_a, "b": dir_b, "rows": rows}, f, indent=1)
+  return md

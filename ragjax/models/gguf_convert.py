@@ -1,0 +1,89 @@
+"""GGUF <-> HF directory, and a ragjax policy as a GGUF file (for llama.cpp and Ollama).
+
+    python -m ragjax.models.gguf_convert SmolLM2-135M-Instruct.Q4_1.gguf OUT_DIR
+    python -m ragjax.models.gguf_convert <workdir>/policy policy.gguf [--dtype float16]
+        [--tokenizer_gguf SmolLM2-135M-Instruct.Q4_1.gguf]
+
+The direction follows the first argument: a `.gguf` file becomes an HF directory (float32
+safetensors, config.json, tokenizer; `--dtype` float32 | bfloat16 | float16), an HF directory
+(a Llama decoder, e.g. the `policy/` a qa run exports) becomes one GGUF file (`--dtype`
+float16 | float32).  The GGUF's tokenizer is copied from `--tokenizer_gguf` (the file the
+policy was trained from: its pre-tokenizer name and token types exactly) or else built from
+the directory's own tokenizer (byte-level BPE only).  This module joins `hf_io` (params and HF
+tensors) and `gguf_io` (the GGUF format), which never import each other the other way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ragjax.models.gguf_io import (is_gguf, tokenizer_fields_of_gguf, tokenizer_fields_of_hf,
+                                   write_gguf)
+from ragjax.models.hf_io import (check_finite, load_decoder, load_tokenizer,
+                                 params_to_hf_tensors, save_decoder)
+from ragjax.models.model_config import DecoderConfig, decoder_config_to_hf
+
+
+def export_gguf(path: str, cfg: DecoderConfig, params: dict, *, dtype: str = "float16",
+                tokenizer=None, tokenizer_gguf: str = "") -> str:
+  """Writes `params` (a Llama decoder) as one GGUF file at `path`, with the tokenizer of
+  `tokenizer_gguf` (copied) or of `tokenizer` (built); returns `path`."""
+  if tokenizer_gguf:
+    fields = tokenizer_fields_of_gguf(tokenizer_gguf)
+  elif tokenizer is not None:
+    fields = tokenizer_fields_of_hf(tokenizer)
+  else:
+    raise ValueError(f"{path}: a GGUF export needs a tokenizer (a tokenizer or a source GGUF)")
+  hf_config = decoder_config_to_hf(cfg)
+  tensors = params_to_hf_tensors(cfg, params)
+  check_finite(path, tensors)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  return write_gguf(path, hf_config, tensors, fields, dtype=dtype,
+                    name=os.path.splitext(os.path.basename(path))[0])
+
+
+def hf_dir_to_gguf(model_dir: str, path: str, *, dtype: str = "float16",
+                   tokenizer_gguf: str = "") -> str:
+  """An HF directory (config.json, safetensors, tokenizer files) as one GGUF file."""
+  cfg, params = load_decoder(model_dir, dtype="float32", param_dtype="float32")
+  tokenizer = None if tokenizer_gguf else load_tokenizer(model_dir)
+  return export_gguf(path, cfg, params, dtype=dtype, tokenizer=tokenizer,
+                     tokenizer_gguf=tokenizer_gguf)
+
+
+def gguf_to_hf_dir(path: str, out_dir: str, *, dtype: str = "float32") -> str:
+  """A GGUF file (dequantised by transformers' reader) as an HF directory."""
+  cfg, params = load_decoder(path)
+  save_decoder(out_dir, cfg, params, dtype=dtype, tokenizer=load_tokenizer(path))
+  return out_dir
+
+
+def main(argv=None) -> int:
+  from ragjax.errors import exit_on_user_error
+  p = argparse.ArgumentParser(description="Convert a GGUF file to an HF directory, or an HF "
+                                          "directory to a GGUF file (by the first argument).")
+  p.add_argument("source", help="a .gguf file, or an HF directory")
+  p.add_argument("out", help="the HF directory, or the .gguf file, to write")
+  p.add_argument("--dtype", default="",
+                 help="to HF: float32 (default) | bfloat16 | float16; to GGUF: float16 "
+                      "(default) | float32")
+  p.add_argument("--tokenizer_gguf", default="",
+                 help="to GGUF: copy the tokenizer metadata from this GGUF file (the one the "
+                      "policy was trained from) instead of building it from the directory's")
+  args = p.parse_args(argv)
+
+  with exit_on_user_error("ragjax.models.gguf_convert"):
+    if is_gguf(args.source):
+      gguf_to_hf_dir(args.source, args.out, dtype=args.dtype or "float32")
+    else:
+      if not is_gguf(args.out):
+        raise ValueError(f"{args.out}: the GGUF file to write must end in .gguf")
+      hf_dir_to_gguf(args.source, args.out, dtype=args.dtype or "float16",
+                     tokenizer_gguf=args.tokenizer_gguf)
+  print(f"wrote {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
