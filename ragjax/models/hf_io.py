@@ -210,6 +210,10 @@ def decoder_config_of(model_dir: str, **overrides) -> DecoderConfig:
       return decoder_config_from_hf(gguf_hf_config(model_dir), **overrides)
     except KeyError as e:
       raise ValueError(f"{model_dir}: its metadata gives no {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+      if model_dir in str(e):
+        raise
+      raise ValueError(f"{model_dir}: {e}") from None
   path = os.path.join(model_dir, "config.json")
   try:
     return decoder_config_from_hf(read_hf_config(model_dir), **overrides)
