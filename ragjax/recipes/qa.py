@@ -45,7 +45,7 @@ from ragjax.rl.rewards.builtin import search_stats
 from ragjax.rl.search_traces import search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import flatten, from_dict, json_safe, write_json_atomic
 from ragjax.wiring import components as parts
 
 EVAL_DIR = "eval"
@@ -115,7 +115,7 @@ def cold_start(c, s, workdir) -> tuple:
   cache = os.path.join(workdir, COLD_START_DIR)
   meta_path = os.path.join(cache, COLD_START_META)
   log_path = os.path.join(workdir, "sft_metrics.jsonl")
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
+  if parts.reusable_cold_start(cache, meta_path, fingerprint) is not None:
     cached = c.copy_and_resolve_references()
     with cached.unlocked():
       cached.model.checkpoint = cache
@@ -153,11 +153,11 @@ def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, 
   key = json_safe({"config": eval_fingerprint(engine_config), "system": name,
                    "weights": weights,
                    "questions": [r.get("id", r["question"]) for r in records]})
-  if os.path.exists(path):
-    cached = read_json(path)
-    if cached.get("key") == key:
-      parts.log(f"{name}: reusing {path}")
-      return cached["stats"], None, sampler
+  cached = parts.read_cache(path, lambda d: "key" in d and valid_stats(d.get("stats"),
+                                                                        len(records)))
+  if cached is not None and cached["key"] == key:
+    parts.log(f"{name}: reusing {path}")
+    return cached["stats"], None, sampler
   engine = make_engine(engine_config, s.cfg, params, s.tokenizer, s.setup.retriever,
                        greedy=True, hooks=[], evaluation=True, sampler=sampler)
   t0 = time.perf_counter()
@@ -170,6 +170,13 @@ def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, 
   parts.log(f"{name}: EM {np.mean(stats['em']):.3f} on {len(records)} questions "
             f"({time.perf_counter() - t0:.0f} s)")
   return stats, result, engine.sampler
+
+
+def valid_stats(stats, n: int) -> bool:
+  """A cached evaluation's stats: each of STATS a list of one number (or None) per question."""
+  return isinstance(stats, dict) and all(
+      isinstance(stats.get(k), list) and len(stats[k]) == n
+      and all(v is None or isinstance(v, (int, float)) for v in stats[k]) for k in STATS)
 
 
 def table(systems: dict) -> tuple[str, dict]:

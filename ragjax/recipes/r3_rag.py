@@ -35,7 +35,7 @@ from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_
                                      sft_step_samples)
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import flatten, from_dict, json_safe, write_json_atomic
 
 STAGES = ("data", "sft", "rl", "all")
 RL_SAMPLES = ("random", "first")
@@ -137,9 +137,10 @@ def sft_stage(c, setup) -> dict:
   p = paths(c)
   meta_path = os.path.join(p["cold_start"], COLD_START_META)
   fingerprint = json_safe(sft_fingerprint(c, p["data"]))
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == fingerprint:
+  meta = parts.reusable_cold_start(p["cold_start"], meta_path, fingerprint)
+  if meta is not None and isinstance(meta.get("summary"), dict):
     parts.log(f"cold start: reusing {p['cold_start']} (same data and SFT config)")
-    return read_json(meta_path)["summary"]
+    return meta["summary"]
   mesh = parts.make_mesh(c)
   cfg, params, tok = parts.load_policy(c, setup.tokenizer, mesh)
   records = read_trajectories(p["data"])

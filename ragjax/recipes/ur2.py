@@ -30,7 +30,7 @@ from ragjax.data.readers import READERS, as_record, read_examples
 from ragjax.wiring import components as parts
 from ragjax.wiring.chat_services import MODEL_KINDS, check_chat, make_chat
 from ragjax.rl.run_config import parse_run_config
-from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import flatten, json_safe, write_json_atomic
 
 STAGE1_DIR = "stage1"
 COLD_START_DIR = "cold_start_policy"
@@ -184,7 +184,7 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
   keys = ("seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft",
           "traces", "ur2.world_tasks", "ur2.knowledge", "retriever.backend")
   fingerprint = {k: v for k, v in flatten(c).items() if k.startswith(keys)}
-  if os.path.exists(meta) and read_json(meta).get("fingerprint") == json_safe(fingerprint):
+  if parts.reusable_cold_start(cache, meta, json_safe(fingerprint)) is not None:
     from ragjax.models.hf_io import load_decoder
     parts.log(f"cold start: reusing {cache} (same cold-start config)")
     return load_decoder(cache)[1]

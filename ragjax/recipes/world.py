@@ -33,7 +33,7 @@ from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
 from ragjax.rl.teacher_traces import teacher_traces
-from ragjax.typed_config import flatten, from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import flatten, from_dict, json_safe, write_json_atomic
 
 COLD_START_DIR = "cold_start_policy"   # under the workdir, beside policy/
 COLD_START_META = "ragjax_cold_start.json"
@@ -113,7 +113,7 @@ def start(c, timings: Optional[dict] = None) -> Start:
   cache = os.path.join(workdir, COLD_START_DIR)
   meta_path = os.path.join(cache, COLD_START_META)
   fingerprint = start_fingerprint(c)
-  if os.path.exists(meta_path) and read_json(meta_path).get("fingerprint") == json_safe(fingerprint):
+  if parts.reusable_cold_start(cache, meta_path, json_safe(fingerprint)) is not None:
     from ragjax.models.hf_io import load_decoder
     _, sft_params = load_decoder(cache)
     sft_hist = MetricsLog(os.path.join(workdir, "sft_metrics.jsonl")).read()

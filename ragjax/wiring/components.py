@@ -80,6 +80,58 @@ def check_resume(c) -> None:
     log(f"resuming the RL run from its step-{step} checkpoint (same config)")
 
 
+# --- the recipes' caches -------------------------------------------------------------------
+DAMAGED_SUFFIX = ".damaged"
+
+
+def set_aside(path: str, why: str) -> None:
+  """Renames a damaged cache file or directory to `<path>.damaged` (replacing an older one),
+  with one line saying so; the caller recomputes what it held."""
+  aside = path + DAMAGED_SUFFIX
+  if os.path.isdir(aside) and not os.path.islink(aside):
+    import shutil
+    shutil.rmtree(aside)
+  elif os.path.lexists(aside):
+    os.remove(aside)
+  os.replace(path, aside)
+  log(f"{path} is damaged ({' '.join(why.split())[:200]}); set aside as {aside}, recomputing")
+
+
+def read_cache(path: str, valid=lambda data: True) -> Optional[dict]:
+  """A JSON object a recipe cached (an evaluation, a cold start's record), or None when there
+  is none.  One that cannot be read (bad JSON or UTF-8: an interrupted write) or is not the
+  shape `valid(data)` expects is set aside (`set_aside`) and None returned: recompute it."""
+  if not os.path.lexists(path):
+    return None
+  import json
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError) as e:        # JSONDecodeError and UnicodeDecodeError included
+    set_aside(path, f"{type(e).__name__}: {e}")
+    return None
+  if not isinstance(data, dict) or not valid(data):
+    set_aside(path, f"not the record it should hold: {type(data).__name__} "
+                    f"{json.dumps(data)[:80]}")
+    return None
+  return data
+
+
+def reusable_cold_start(model_dir: str, meta_path: str, fingerprint) -> Optional[dict]:
+  """The cold start's record (`meta_path`) when it was made under `fingerprint` and its
+  policy `model_dir` reads (config.json, safetensors headers); else None: a damaged record or
+  policy is set aside, and the cold start is redone."""
+  meta = read_cache(meta_path, lambda m: "fingerprint" in m)
+  if meta is None or meta["fingerprint"] != fingerprint:
+    return None
+  try:
+    check_decoder_dir(model_dir)
+  except (OSError, ValueError) as e:
+    set_aside(model_dir, str(e))
+    return None
+  return meta
+
+
 # --- data and retrieval -----------------------------------------------------------------------
 @dataclasses.dataclass
 class Setup:
@@ -96,11 +148,12 @@ def noise_config(c) -> NoiseConfig:
   return from_dict(NoiseConfig, c.retriever.noise, "retriever.noise")
 
 
-def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
+def open_retriever(c, workdir: str, corpus_path: Optional[str] = None, *, rebuilt: bool = False):
   """`retriever.url` (a Search-R1 server), `retriever.index` (a built index), or an index of
   `corpus_path` built once under `<workdir>/index`; with `retriever.noise` set, wrapped in the
-  noisy retriever (paraphrase distractors go into the index built here)."""
-  r, noise = c.retriever, noise_config(c)
+  noisy retriever (paraphrase distractors go into the index built here).  An index built here
+  that no longer opens (a cut file) is set aside and built again."""
+  r, noise, given = c.retriever, noise_config(c), corpus_path
   if noise.kind == "paraphrase" and (r.url or r.index or corpus_path is None):
     raise ValueError("retriever.noise.kind='paraphrase' puts distractors into the index, so it "
                      "needs the corpus: build an index over `python -m ragjax.retrieval.noisy "
@@ -133,7 +186,13 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
                   encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
       with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
         f.write(file_digest(corpus_path))
-  retriever = open_index(index_dir, cache_size=r.cache_size)
+  try:
+    retriever = open_index(index_dir, cache_size=r.cache_size)
+  except (OSError, ValueError) as e:
+    if r.index or rebuilt:          # the user's index: theirs to rebuild
+      raise
+    set_aside(index_dir, str(e))      # the run's own index: built again from the corpus
+    return open_retriever(c, workdir, given, rebuilt=True)
   pool = PassageStore(index_dir) if noise.kind == "replace" else None
   return wrap_retriever(retriever, noise, pool)
 
