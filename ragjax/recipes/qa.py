@@ -208,6 +208,17 @@ def table(systems: dict) -> tuple[str, dict]:
   return "\n".join(lines), {"systems": numbers, "paired": diffs}
 
 
+def check_inputs(c) -> None:
+  """What this recipe alone reads, checked with the config (before any model or index): test
+  questions to answer and, with a cold start, `traces.questions` >= 1."""
+  if c.data.source == "files" and not parts.question_splits(c)["test"]:
+    raise ValueError("the qa recipe needs test questions (data.split.test or data.test_files)")
+  q = c.traces.get("questions") if "traces" in c else None
+  if c.sft.steps and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
+    raise ValueError(f"traces.questions must be an integer >= 1 (the training questions "
+                     f"scripted for the cold start; sft.steps=0: no cold start), got {q!r}")
+
+
 def run(c) -> dict:
   t_start = time.perf_counter()
   timings = {}
@@ -217,6 +228,7 @@ def run(c) -> dict:
     parts.log(f"{phase}: {timings[phase]} s")
 
   run_cfg = parts.validate(c)
+  check_inputs(c)
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   t0 = time.perf_counter()

@@ -8,6 +8,7 @@ runs for any recipe's config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Optional, Sequence
@@ -16,7 +17,7 @@ import jax
 
 from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
-from ragjax.data.splits import SplitConfig, merge_splits, split_records
+from ragjax.data.splits import SplitConfig, check_splits, merge_splits, split_records
 from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.models.hf_io import check_decoder_dir
@@ -57,7 +58,6 @@ def validate(c) -> RunConfig:
   adapter_from_config(c.model.lora)
   noise_config(c)
   check_chat(c, "judge")
-  from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   for name, kw in dict(c.data.get("stages", {})).items():
@@ -68,6 +68,12 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not (c.data.train_files or split.files):
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet) "
                      "or data.split.files")
+  sft = from_dict(SFTConfig, c.sft, "sft")
+  if 0 < sft.steps < sft.warmup_steps and not c.get("r3", {}).get("sft_epochs"):
+    raise ValueError(f"sft.warmup_steps ({sft.warmup_steps}) must be <= sft.steps "
+                     f"({sft.steps}): the warm-up would never end")
+  if c.data.source == "files":
+    question_splits(c)              # sizes, overlaps and repeats, before any model or index
   return run
 
 
@@ -234,15 +240,43 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
       ret = open_retriever(c, workdir, paths["corpus"]) if retriever else None
     splits = {s: [as_record(e) for e in q] for s, q in world.questions.items()}
     return Setup(splits, ret, tok, world, paths["corpus"])
-  splits = {}
-  for split in ("train", "dev", "test"):
-    files = getattr(c.data, f"{split}_files")
-    splits[split] = [as_record(e) for f in files for e in read_examples(f)]
+  return Setup(question_splits(c), open_retriever(c, workdir) if retriever else None)
+
+
+def question_splits(c) -> dict:
+  """{"train", "dev", "test"}: records of `data.{split}_files` plus those `data.split` draws
+  from its files, checked (`check_splits`: disjoint, no question twice in one split).  Read
+  once per process for the same files and sizes (the config check reads them first)."""
   split_cfg = split_config(c)
+  files = {s: tuple(c.data.get(f"{s}_files", ()) or ()) for s in ("train", "dev", "test")}
+  stamp = tuple((p, os.path.getmtime(p), os.path.getsize(p)) if os.path.isfile(p) else (p,)
+                for p in (*files["train"], *files["dev"], *files["test"], *split_cfg.files))
+  splits = _question_splits(tuple(files.items()), split_cfg, stamp)
+  return {s: list(records) for s, records in splits.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _question_splits(files: tuple, split_cfg: SplitConfig, stamp: tuple) -> dict:
+  del stamp                          # the files' (path, mtime, size): part of the cache key
+  files = dict(files)
+  splits = {s: [as_record(e) for f in files[s] for e in read_examples(f)] for s in files}
+  sources = {s: list(files[s]) for s in files}
   if split_cfg.files:
     pooled = [as_record(e) for f in split_cfg.files for e in read_examples(f)]
-    splits = merge_splits(split_records(pooled, split_cfg), splits)
-  return Setup(splits, open_retriever(c, workdir) if retriever else None)
+    drawn = split_records(pooled, split_cfg)
+    for s in sources:
+      if drawn[s]:
+        sources[s] = [f"data.split.files {' '.join(split_cfg.files)}", *sources[s]]
+    # the files' own questions against the held-out ones (a drawn training question that a
+    # dev or test file holds leaves the training split: merge_splits)
+    check_splits({"train": splits["train"], "dev": drawn["dev"] + splits["dev"],
+                  "test": drawn["test"] + splits["test"]}, sources)
+    splits = merge_splits(drawn, splits)
+    if drawn["train"] and not splits["train"]:
+      raise ValueError(f"data: the dev and test files hold every training question "
+                       f"data.split draws from {list(split_cfg.files)}; none is left to train on")
+  check_splits(splits, sources)
+  return splits
 
 
 def split_config(c) -> SplitConfig:
