@@ -264,13 +264,16 @@ def _question_splits(files: tuple, split_cfg: SplitConfig, stamp: tuple) -> dict
   if split_cfg.files:
     pooled = [as_record(e) for f in split_cfg.files for e in read_examples(f)]
     drawn = split_records(pooled, split_cfg)
-    for s in sources:
-      if drawn[s]:
-        sources[s] = [f"data.split.files {' '.join(split_cfg.files)}", *sources[s]]
+    drawn_from = f"data.split.files {' '.join(split_cfg.files)}"
     # the files' own questions against the held-out ones (a drawn training question that a
     # dev or test file holds leaves the training split: merge_splits)
+    for s in ("dev", "test"):
+      if drawn[s]:
+        sources[s] = [drawn_from, *sources[s]]
     check_splits({"train": splits["train"], "dev": drawn["dev"] + splits["dev"],
                   "test": drawn["test"] + splits["test"]}, sources)
+    if drawn["train"]:
+      sources["train"] = [drawn_from, *sources["train"]]
     splits = merge_splits(drawn, splits)
     if drawn["train"] and not splits["train"]:
       raise ValueError(f"data: the dev and test files hold every training question "
