@@ -41,6 +41,29 @@ def check_gguf(path: str) -> None:
   if size < GGUF_HEADER_BYTES:
     raise ValueError(f"{path}: a GGUF file cut short ({size} bytes, less than its "
                      f"{GGUF_HEADER_BYTES}-byte header)")
+  if _missing("gguf"):
+    return                          # _need_readers says what to install
+  arch = gguf_architecture(os.path.abspath(path), os.path.getmtime(path), size)
+  from ragjax.models.model_config import SUPPORTED_DECODERS
+  if arch not in SUPPORTED_DECODERS:
+    raise ValueError(f"{path}: a GGUF file of architecture {arch!r}; ragjax reads the "
+                     f"decoders {SUPPORTED_DECODERS}")
+
+
+@functools.lru_cache(maxsize=4)
+def gguf_architecture(path: str, mtime: float, size: int) -> str:
+  """`general.architecture` of a GGUF file the gguf package's reader parses whole (header,
+  metadata, tensor table and the extent of every tensor's data: a file cut anywhere fails
+  here, before transformers is imported); cached per file, modification time and size."""
+  del mtime
+  from gguf import GGUFReader
+  try:
+    reader = GGUFReader(path)
+  except Exception:  # noqa: BLE001  (any parse failure: the bytes end early or are damaged)
+    raise ValueError(f"{path}: a damaged or cut-short GGUF file ({size:,} bytes): its header, "
+                     f"metadata or tensor data end early or do not parse") from None
+  field = reader.fields.get("general.architecture")
+  return str(field.contents()) if field is not None else ""
 
 
 @contextlib.contextmanager
@@ -60,15 +83,11 @@ def gguf_problem(path: str, error: BaseException) -> str:
   """Why `path` could not be read: cut short or damaged (the gguf package's own reader cannot
   parse it), an architecture transformers does not read, or inconsistent metadata (the
   config's validation, e.g. a hidden size no multiple of the head count)."""
-  size = os.path.getsize(path)
   try:
-    from gguf import GGUFReader
-    reader = GGUFReader(path)
-  except Exception:  # noqa: BLE001  (any parse failure: the bytes end early or are damaged)
-    return (f"{path}: a damaged or cut-short GGUF file ({size:,} bytes): its header, "
-            f"metadata or tensor data end early or do not parse")
-  field = reader.fields.get("general.architecture")
-  arch = field.contents() if field is not None else None
+    arch = gguf_architecture(os.path.abspath(path), os.path.getmtime(path),
+                             os.path.getsize(path))
+  except ValueError as e:
+    return str(e)
   if isinstance(error, NotImplementedError):
     return f"{path}: transformers cannot read a GGUF file of architecture {arch!r}"
   cause = error.__cause__ or error
