@@ -455,6 +455,99 @@ def HUNT(tmp):  # noqa: N802  (issue 56's own hunt: bad inputs nobody listed bef
   ]
 
 
+def HUNT_65(tmp):  # noqa: N802  (issue 65's hunt: the GGUF, split, corpus and suite inputs)
+  """`RAGJAX_HUNT=1 python -m pytest tests/test_cli_errors.py -k hunt_65 -s`."""
+  qa = ["ragjax.train", "--config=configs/smollm2.py:tiny", "--config.model.checkpoint=",
+        f"--config.data.split.files=('{tmp}/q.jsonl',)",
+        f"--config.retriever.corpus={tmp}/corpus.jsonl"]
+  t = lambda n, *args: ([*qa, *args, f"--config.workdir={tmp}/g{n}"],)  # noqa: E731
+  w = lambda n: f"{tmp}/g{n}"                                            # noqa: E731
+  io = lambda *args: ["ragjax.models.gguf_io", *args]                    # noqa: E731
+  chat = lambda *args: ["ragjax.services.chat_server", *args]            # noqa: E731
+  suite = ["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--suite", "covered",
+           "--checkpoint", f"{tmp}/empty"]
+  return [
+      (io(), "the following arguments are required"),
+      (io(f"{tmp}/dir.gguf", f"{tmp}/o2"), (f"{tmp}/dir.gguf", "not a file"), f"{tmp}/o2"),
+      (io(f"{tmp}/junk.gguf", f"{tmp}/o3"), (f"{tmp}/junk.gguf", "not a GGUF file"), f"{tmp}/o3"),
+      (io(f"{tmp}/tiny.gguf", f"{tmp}/a_file/sub"), (f"{tmp}/a_file", "is a file")),
+      (io(f"{tmp}/absent.gguf", f"{tmp}/o5"), (f"{tmp}/absent.gguf", "does not exist"),
+       f"{tmp}/o5"),
+      (io(f"{tmp}/q.jsonl", f"{tmp}/o6"), (f"{tmp}/q.jsonl", "GGUF"), f"{tmp}/o6"),
+      (io(f"{tmp}/tiny.gguf", f"{tmp}/o7", "--dtype", ""), "--dtype", f"{tmp}/o7"),
+      (io(f"{tmp}/tiny.gguf", "/proc/ragjax_out"), ("/proc/ragjax_out", "not writable")),
+      (chat("--checkpoint", f"{tmp}/cut1k.gguf", "--port", "0"), f"{tmp}/cut1k.gguf"),
+      (chat("--checkpoint", f"{tmp}/magic.gguf", "--port", "0"), f"{tmp}/magic.gguf"),
+      (chat("--checkpoint", f"{tmp}/bad_heads.gguf", "--port", "0"), f"{tmp}/bad_heads.gguf"),
+      (chat("--checkpoint", f"{tmp}/mistral.gguf", "--port", "0"), "mistral"),
+      (chat("--checkpoint", f"{tmp}/q.jsonl", "--port", "0"), f"{tmp}/q.jsonl"),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--port", "-1"), "--port"),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--max-body-bytes", "0"), "--max-body-bytes"),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--dtype", "int7", "--port", "0"), "int7"),
+      (*t(17, f"--config.model.checkpoint={tmp}/dir.gguf"), f"{tmp}/dir.gguf", w(17)),
+      (*t(18, f"--config.model.checkpoint={tmp}/junk.gguf"), f"{tmp}/junk.gguf", w(18)),
+      (*t(19, "--config.data.split.files=()"), "data.train_files", w(19)),
+      (*t(20, "--config.data.split.test=-1"), "data.split.test", w(20)),
+      (*t(21, "--config.data.split.dev=True"), "dev", w(21)),
+      (*t(22, f"--config.data.test_files=('{tmp}/binary.jsonl',)"), f"{tmp}/binary.jsonl",
+       w(22)),
+      (*t(23, f"--config.data.split.files=('{tmp}/binary.jsonl',)"), f"{tmp}/binary.jsonl",
+       w(23)),
+      (*t(24, f"--config.data.split.files=('{tmp}/empty.jsonl',)"), "data.split", w(24)),
+      (*t(25, f"--config.retriever.corpus={tmp}/empty"), ("retriever.corpus", f"{tmp}/empty"),
+       w(25)),
+      (*t(26, "--config.traces.questions=1.5"), "traces.questions", w(26)),
+      (*t(27, "--config.sft.warmup_steps=-1"), "warmup_steps", w(27)),
+      (*t(28, "--config.traces.questions=True"), "traces.questions", w(28)),
+      (*t(29, f"--config.data.dev_files=('{tmp}/q_one.jsonl',)"), ("dev split", "test split"),
+       w(29)),
+      ([*suite, "--datasets", "twowiki", "--data_root", f"{tmp}/nothing", "--out",
+        f"{tmp}/o30"], ("--datasets twowiki", f"{tmp}/nothing"), f"{tmp}/o30"),
+      ([*suite, "--data_root", f"{tmp}/nothing", "--out", f"{tmp}/o31"], f"{tmp}/nothing",
+       f"{tmp}/o31"),
+      (["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--checkpoint",
+        f"{tmp}/half.gguf", "--data", f"{tmp}/q.jsonl", "--index", f"{tmp}/no_backend"],
+       f"{tmp}/half.gguf"),
+      ([*suite, "--compare", f"{tmp}/nothing"], f"{tmp}/nothing"),
+      (["ragjax.ablate", *qa[1:], "--b", "x:sft.warmup_steps=99", f"--config.workdir={tmp}/g34"],
+       "warmup_steps", w(34)),
+      (["ragjax.ablate", *qa[1:], "--b", "x:data.split.seed=-1", f"--config.workdir={tmp}/g35"],
+       "data.split.seed", w(35)),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/no_contents.jsonl", "--out", f"{tmp}/i36",
+        "--backend", "bm25"], f"{tmp}/no_contents.jsonl", f"{tmp}/i36"),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/empty.jsonl", "--out", f"{tmp}/i37",
+        "--backend", "bm25"], f"{tmp}/empty.jsonl", f"{tmp}/i37"),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/corpus.jsonl", "--out", f"{tmp}/a_file",
+        "--backend", "bm25"], f"{tmp}/a_file"),
+  ]
+
+
+def test_hunt_65(tmp_path):
+  if not os.environ.get("RAGJAX_HUNT"):
+    pytest.skip("the hunt of issue 65 (38 bad inputs, minutes): RAGJAX_HUNT=1 runs it")
+  tmp = str(tmp_path)
+  write_hunt_inputs(tmp)
+  write_issue_65_inputs(tmp)
+  os.makedirs(f"{tmp}/dir.gguf")
+  with open(f"{tmp}/junk.gguf", "w") as f:
+    f.write("not a gguf file at all, but long enough")
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  bad = []
+
+  def report(result):
+    cmd, want, absent, rc, err = result
+    kind = failure(want, absent, rc, err)
+    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
+    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
+    if kind:
+      kinds[kind] += 1
+      bad.append((cmd, kind))
+  results = run_all(HUNT_65(tmp), timeout=240, report=report)
+  print(f"\nHUNT_65 tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
+  assert not bad, bad
+
+
 def write_hunt_inputs(tmp: str) -> None:
   write_inputs(tmp)
   dump = {"row": 0, "group_id": 0, "stop_reason": "answer", "turns": [],
