@@ -281,6 +281,13 @@ def test_misspelt_plugin_arguments_are_one_line(tmp_path):
   assert not bad, bad
 
 
+def unless(base, args):
+  """`base` without the `--config.F=` flags that `args` set again (ml-collections applies the
+  first of two overrides of one field)."""
+  again = {a.split("=", 1)[0] for a in args}
+  return [a for a in base if a.split("=", 1)[0] not in again]
+
+
 def ISSUE_65(tmp):  # noqa: N802  (issue 65: GGUF files, split overlaps, checks that came late)
   """`configs/smollm2.py:tiny` on this test's own files (a tiny GGUF, 16 questions, a small
   corpus), so that nothing needs the model wheel or ../shared and each refusal is seconds."""
@@ -288,9 +295,10 @@ def ISSUE_65(tmp):  # noqa: N802  (issue 65: GGUF files, split overlaps, checks 
         f"--config.data.split.files=('{tmp}/q.jsonl',)",
         f"--config.retriever.corpus={tmp}/corpus.jsonl"]
   # no checkpoint but where it is the case: reading a GGUF's metadata imports transformers
-  t = lambda n, *args: ([*qa, *(() if any(".gguf" in a for a in args) else  # noqa: E731
-                                ("--config.model.checkpoint=",)), *args,
-                         f"--config.workdir={tmp}/q{n}"],)
+  t = lambda n, *args: ([*unless(qa, args),  # noqa: E731
+                          *(() if any(".gguf" in a for a in args) else
+                            ("--config.model.checkpoint=",)), *args,
+                          f"--config.workdir={tmp}/q{n}"],)
   w = lambda n: f"{tmp}/q{n}"                                            # noqa: E731
   gguf = lambda name: f"--config.model.checkpoint={tmp}/{name}.gguf"     # noqa: E731
   return [
@@ -460,7 +468,8 @@ def HUNT_65(tmp):  # noqa: N802  (issue 65's hunt: the GGUF, split, corpus and s
   qa = ["ragjax.train", "--config=configs/smollm2.py:tiny", "--config.model.checkpoint=",
         f"--config.data.split.files=('{tmp}/q.jsonl',)",
         f"--config.retriever.corpus={tmp}/corpus.jsonl"]
-  t = lambda n, *args: ([*qa, *args, f"--config.workdir={tmp}/g{n}"],)  # noqa: E731
+  t = lambda n, *args: ([*unless(qa, args), *args,  # noqa: E731
+                          f"--config.workdir={tmp}/g{n}"],)
   w = lambda n: f"{tmp}/g{n}"                                            # noqa: E731
   io = lambda *args: ["ragjax.models.gguf_io", *args]                    # noqa: E731
   chat = lambda *args: ["ragjax.services.chat_server", *args]            # noqa: E731
@@ -473,14 +482,14 @@ def HUNT_65(tmp):  # noqa: N802  (issue 65's hunt: the GGUF, split, corpus and s
       (io(f"{tmp}/tiny.gguf", f"{tmp}/a_file/sub"), (f"{tmp}/a_file", "is a file")),
       (io(f"{tmp}/absent.gguf", f"{tmp}/o5"), (f"{tmp}/absent.gguf", "does not exist"),
        f"{tmp}/o5"),
-      (io(f"{tmp}/q.jsonl", f"{tmp}/o6"), (f"{tmp}/q.jsonl", "GGUF"), f"{tmp}/o6"),
+      (io(f"{tmp}/q.jsonl", f"{tmp}/o6"), (f"{tmp}/q.jsonl", "not a .gguf file"), f"{tmp}/o6"),
       (io(f"{tmp}/tiny.gguf", f"{tmp}/o7", "--dtype", ""), "--dtype", f"{tmp}/o7"),
-      (io(f"{tmp}/tiny.gguf", "/proc/ragjax_out"), ("/proc/ragjax_out", "not writable")),
+      (io(f"{tmp}/tiny.gguf", "/proc/ragjax_out"), "/proc/ragjax_out"),
       (chat("--checkpoint", f"{tmp}/cut1k.gguf", "--port", "0"), f"{tmp}/cut1k.gguf"),
       (chat("--checkpoint", f"{tmp}/magic.gguf", "--port", "0"), f"{tmp}/magic.gguf"),
       (chat("--checkpoint", f"{tmp}/bad_heads.gguf", "--port", "0"), f"{tmp}/bad_heads.gguf"),
       (chat("--checkpoint", f"{tmp}/mistral.gguf", "--port", "0"), "mistral"),
-      (chat("--checkpoint", f"{tmp}/q.jsonl", "--port", "0"), f"{tmp}/q.jsonl"),
+      (chat("--checkpoint", f"{tmp}/q.jsonl", "--port", "0"), (f"{tmp}/q.jsonl", "is a file")),
       (chat("--checkpoint", f"{tmp}/tiny.gguf", "--port", "-1"), "--port"),
       (chat("--checkpoint", f"{tmp}/tiny.gguf", "--max-body-bytes", "0"), "--max-body-bytes"),
       (chat("--checkpoint", f"{tmp}/tiny.gguf", "--dtype", "int7", "--port", "0"), "int7"),
@@ -499,20 +508,23 @@ def HUNT_65(tmp):  # noqa: N802  (issue 65's hunt: the GGUF, split, corpus and s
       (*t(26, "--config.traces.questions=1.5"), "traces.questions", w(26)),
       (*t(27, "--config.sft.warmup_steps=-1"), "warmup_steps", w(27)),
       (*t(28, "--config.traces.questions=True"), "traces.questions", w(28)),
-      (*t(29, f"--config.data.dev_files=('{tmp}/q_one.jsonl',)"), ("dev split", "test split"),
+      (*t(29, f"--config.data.dev_files=('{tmp}/q_one.jsonl',)",
+          f"--config.data.test_files=('{tmp}/q_one.jsonl',)"), ("dev split", "test split"),
        w(29)),
+      (*t(29.5, "--config.model.checkpoint=", "--config.traces.questions=2"),
+       "model.checkpoint", w(29.5)),
       ([*suite, "--datasets", "twowiki", "--data_root", f"{tmp}/nothing", "--out",
         f"{tmp}/o30"], ("--datasets twowiki", f"{tmp}/nothing"), f"{tmp}/o30"),
-      ([*suite, "--data_root", f"{tmp}/nothing", "--out", f"{tmp}/o31"], f"{tmp}/nothing",
+      ([*suite, "--data_root", f"{tmp}/nothing", "--out", f"{tmp}/o31"], "--index",
        f"{tmp}/o31"),
       (["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--checkpoint",
         f"{tmp}/half.gguf", "--data", f"{tmp}/q.jsonl", "--index", f"{tmp}/no_backend"],
-       f"{tmp}/half.gguf"),
-      ([*suite, "--compare", f"{tmp}/nothing"], f"{tmp}/nothing"),
+       f"{tmp}/no_backend/index.json"),
+      ([*suite, "--compare", f"{tmp}/nothing"], "--index"),
       (["ragjax.ablate", *qa[1:], "--b", "x:sft.warmup_steps=99", f"--config.workdir={tmp}/g34"],
-       "warmup_steps", w(34)),
+       "qa", w(34)),
       (["ragjax.ablate", *qa[1:], "--b", "x:data.split.seed=-1", f"--config.workdir={tmp}/g35"],
-       "data.split.seed", w(35)),
+       "qa", w(35)),
       (["ragjax.retrieval.build", "--corpus", f"{tmp}/no_contents.jsonl", "--out", f"{tmp}/i36",
         "--backend", "bm25"], f"{tmp}/no_contents.jsonl", f"{tmp}/i36"),
       (["ragjax.retrieval.build", "--corpus", f"{tmp}/empty.jsonl", "--out", f"{tmp}/i37",

@@ -205,6 +205,9 @@ def main(argv=None) -> int:
       as_dtype(args.dtype)
     except ValueError as e:
       raise ValueError(f"--dtype: {e}") from None
+    if not is_gguf(args.gguf):
+      raise ValueError(f"{args.gguf}: not a {GGUF_SUFFIX} file (this command converts one to an "
+                       f"HF directory)")
     check_output_dir(args.out)
     check_decoder_dir(args.gguf)     # the metadata only: an unreadable file before dequantising
     cfg, params = load_decoder(args.gguf)

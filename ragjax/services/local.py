@@ -115,6 +115,8 @@ class LocalChatModel:
                       dtype: Optional[str] = None, **kw) -> "LocalChatModel":
     """Loads an HF Llama/Qwen2 directory or a `.gguf` file, and its tokenizer
     (`ragjax.models.hf_io`); a missing or damaged one is refused before any weight is read."""
+    if not is_gguf(model_dir) and not os.path.exists(model_dir):
+      raise ValueError(f"checkpoint directory {model_dir!r} does not exist")
     check_decoder_dir(model_dir)
     overrides = {"dtype": dtype} if dtype else {}
     cfg, params = load_decoder(model_dir, **overrides)
