@@ -92,7 +92,9 @@ def gguf_problem(path: str, error: BaseException) -> str:
     return f"{path}: transformers cannot read a GGUF file of architecture {arch!r}"
   cause = error.__cause__ or error
   msg = " ".join(str(cause).split()) or type(cause).__name__
-  return f"{path}: its metadata (architecture {arch!r}) is inconsistent: {msg}"
+  if "Validation" in type(error).__name__:       # huggingface_hub's strict config validators
+    return f"{path}: its metadata (architecture {arch!r}) is inconsistent: {msg}"
+  return f"{path}: transformers' GGUF reader fails on it ({type(cause).__name__}: {msg[:300]})"
 
 
 def _split(path: str) -> tuple[str, str]:
