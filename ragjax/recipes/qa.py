@@ -212,15 +212,15 @@ def check_inputs(c) -> None:
   """What this recipe alone reads, checked with the config (before any model or index): test
   questions to answer, a policy checkpoint (question files bring no tokenizer) and, with a
   cold start, `traces.questions` >= 1."""
-  if c.data.source == "files" and not c.model.checkpoint:
-    raise ValueError("model.checkpoint is empty and question files bring no tokenizer; set "
-                     "model.checkpoint to an HF directory or a .gguf file")
   if c.data.source == "files" and not parts.question_splits(c)["test"]:
     raise ValueError("the qa recipe needs test questions (data.split.test or data.test_files)")
   q = c.traces.get("questions") if "traces" in c else None
   if c.sft.steps and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
     raise ValueError(f"traces.questions must be an integer >= 1 (the training questions "
                      f"scripted for the cold start; sft.steps=0: no cold start), got {q!r}")
+  if c.data.source == "files" and not c.model.checkpoint:
+    raise ValueError("model.checkpoint is empty and question files bring no tokenizer; set "
+                     "model.checkpoint to an HF directory or a .gguf file")
 
 
 def run(c) -> dict:
