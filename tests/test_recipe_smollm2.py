@@ -54,9 +54,16 @@ def test_tiny_real_model_run_trains_and_writes_its_table(tmp_path):
   assert summary["policy_gguf"] == os.path.join(work, "policy.gguf")
   assert 2 * 134e6 < os.path.getsize(summary["policy_gguf"]) < 2 * 136e6 + 2e7
   assert os.path.exists(os.path.join(work, "trajectories.html"))
-  # a rerun of the finished config reuses every evaluation (nothing is rolled out again)
+  # a rerun of the finished config reuses every evaluation (nothing is rolled out again) but
+  # one whose cache a cut write left as bad UTF-8 (issue 65): set aside in one line, redone
+  damaged = os.path.join(work, "eval", "untrained,_direct_answer.json")
+  stats = json.load(open(damaged))["stats"]
+  with open(damaged, "wb") as f:
+    f.write(b'{"key": "\xff')
   out2, _ = finish(train(["--config=configs/smollm2.py:tiny", f"--config.workdir={work}",
                           "--gin_file", os.path.join(TESTS, "dense_reward.gin"),
                           "--config.rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}",
                           "--config.progress=False"]))
-  assert out2.count(": reusing ") == 5 and "cold start: reusing" in out2
+  assert out2.count(": reusing ") == 4 and "cold start: reusing" in out2
+  assert out2.count("set aside as") == 1 and f"{damaged} is damaged (UnicodeDecodeError" in out2
+  assert json.load(open(damaged))["stats"] == stats      # greedy: the same answers again

@@ -84,3 +84,35 @@ def test_a_truncated_latest_checkpoint_resumes_from_the_newest_intact_one(tmp_pa
   with pytest.raises(CheckpointDamagedError, match=r"no intact checkpoint in .*step 2: .*step 1: "):
     ckpt.restore_intact(state(0), log=said.append)
   ckpt.close()
+
+
+def test_no_intact_checkpoint_is_one_short_line_and_no_traceback(tmp_path):
+  """Issue 65: with both kept steps cut short, the process that resumes says one `error:`
+  line naming each step's fault without TensorStore's spec (before: a 1,500-character line),
+  and the failed reads TensorStore finishes after orbax closed their event loop print no
+  `RuntimeError: Event loop is closed` (before: one run in three printed them)."""
+  import subprocess
+  import sys
+  d = str(tmp_path / "rl")
+  ckpt = Checkpointer(d, {"a": 1}, max_to_keep=2)
+  for step in (1, 2):
+    ckpt.save(step, state(step), {"step": step})
+  ckpt.close()
+  for step in (1, 2):
+    truncate_largest_file(os.path.join(d, "latest", str(step)))
+  tests = os.path.dirname(os.path.abspath(__file__))
+  code = ("import sys; from test_rl_checkpoint_faults import state; "
+          "from ragjax.rl.checkpoint import Checkpointer; "
+          "from ragjax.errors import exit_on_user_error\n"
+          f"with exit_on_user_error('resume'):\n"
+          f"  Checkpointer({d!r}, {{'a': 1}}, max_to_keep=2).restore_intact(state(0))\n")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]),
+             JAX_PLATFORMS="cpu")
+  env.pop("RAGJAX_TRACEBACK", None)
+  p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                     timeout=300)
+  err = p.stdout + p.stderr
+  lines = [l for l in err.splitlines() if "error:" in l]
+  assert p.returncode == 2 and len(lines) == 1, err[-3000:]
+  assert "step 2: " in lines[0] and "step 1: " in lines[0] and len(lines[0]) < 600, lines[0]
+  assert "TensorStore(" not in err and "Traceback" not in err and "Event loop" not in err, err

@@ -3,6 +3,7 @@ in-process model: same greedy text, batched decodes, OpenAI response and error b
 
 import concurrent.futures
 import socket
+import time
 
 import pytest
 import requests
@@ -339,3 +340,31 @@ def test_a_request_that_compiles_does_not_hold_up_compiled_ones():
     assert not model.is_compiled([prompts[1]], max_tokens=32, temperature=0.7)  # top_p 1
   finally:
     jax.monitoring.unregister_event_duration_listener(count)
+
+
+def test_a_client_gone_mid_body_is_one_log_line_not_a_traceback(caplog):
+  """Issue 65: a client that goes away before its body is all sent (a `Content-Length` larger
+  than what it sends; a chunked upload cut between chunks) was an ASGI `ClientDisconnect`
+  traceback in the server's log; it is one warning line per client, and the server serves on."""
+  import logging
+  model = local_model()
+  caplog.set_level(logging.WARNING)
+  with ServerThread(make_app(model)) as srv:
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+    for request in (head + "Content-Length: 5000\r\n\r\n" + '{"messages": [',
+                    head + "Transfer-Encoding: chunked\r\n\r\n" + "a\r\n{\"messages\"\r\n"):
+      with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(request.encode())
+        time.sleep(0.3)
+    deadline = time.time() + 10
+    while time.time() < deadline and len([r for r in caplog.records
+                                          if "went away" in r.getMessage()]) < 2:
+      time.sleep(0.05)
+    ok = [{"role": "user", "content": "hello"}]
+    r = requests.post(srv.url + "/v1/chat/completions", json={"messages": ok, "max_tokens": 2},
+                      timeout=60)
+    assert r.status_code == 200, r.text
+  gone = [r for r in caplog.records if "went away" in r.getMessage()]
+  tracebacks = [r for r in caplog.records if r.exc_info or "Exception in ASGI" in r.getMessage()]
+  assert len(gone) == 2 and "/v1/chat/completions" in gone[0].getMessage(), caplog.text
+  assert not tracebacks, caplog.text

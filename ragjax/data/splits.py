@@ -7,13 +7,14 @@ For question sets that come without a training split (ragjax's real-data config 
 records are de-duplicated by question (case- and space-insensitive; the first occurrence is
 kept), ordered by id, shuffled by `seed`, and cut into `test`, then `dev`, then the rest for
 training.  No question is in two splits, and the same files and seed give the same splits on
-any machine.
+any machine.  `check_splits` refuses splits that share a question or repeat one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections import Counter
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +31,8 @@ class SplitConfig:
       v = getattr(self, name)
       if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"data.split.{name} must be a non-negative integer, got {v!r}")
+    if self.seed >= 2 ** 32:                  # numpy's RandomState takes 32 bits
+      raise ValueError(f"data.split.seed must be an integer in [0, 2**32), got {self.seed!r}")
 
 
 def question_key(record: dict) -> str:
@@ -66,3 +69,22 @@ def merge_splits(drawn: dict, extra: dict) -> dict[str, list[dict]]:
   held = {question_key(r) for s in ("dev", "test") for r in out[s]}
   out["train"] = [r for r in out["train"] if question_key(r) not in held]
   return out
+
+
+def check_splits(splits: Mapping[str, Sequence[dict]], sources: Mapping[str, Sequence[str]]) -> None:
+  """No question twice in one split, none in two splits (by `question_key`); `sources`: the
+  files each split came from, named in the error."""
+  keys = {s: [question_key(r) for r in splits.get(s, ())] for s in ("train", "dev", "test")}
+  src = {s: ", ".join(sources.get(s, ())) or "no file" for s in keys}
+  for split, ks in keys.items():
+    repeated = [k for k, n in Counter(ks).items() if n > 1]
+    if repeated:
+      raise ValueError(f"data: the {split} split holds {len(repeated)} question(s) more than "
+                       f"once (e.g. {repeated[0]!r}), from {src[split]}; "
+                       f"each question may be in it once")
+  for a, b in (("dev", "test"), ("train", "dev"), ("train", "test")):
+    shared = set(keys[a]) & set(keys[b])
+    if shared:
+      raise ValueError(f"data: {len(shared)} question(s) are in both the {a} split (from "
+                       f"{src[a]}) and the {b} split (from {src[b]}), e.g. "
+                       f"{sorted(shared)[0]!r}; the splits must be disjoint")

@@ -20,7 +20,7 @@ import os
 
 from ragjax.models.gguf_io import (is_gguf, tokenizer_fields_of_gguf, tokenizer_fields_of_hf,
                                    write_gguf)
-from ragjax.models.hf_io import (check_finite, load_decoder, load_tokenizer,
+from ragjax.models.hf_io import (check_decoder_dir, check_finite, load_decoder, load_tokenizer,
                                  params_to_hf_tensors, save_decoder)
 from ragjax.models.model_config import DecoderConfig, decoder_config_to_hf
 
@@ -52,8 +52,30 @@ def hf_dir_to_gguf(model_dir: str, path: str, *, dtype: str = "float16",
                      tokenizer_gguf=tokenizer_gguf)
 
 
+def check_output_dir(out: str) -> None:
+  """`out` is (or can be made as) a directory this process writes in: an existing file, or a
+  read-only parent, is refused before the weights are dequantised."""
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise NotADirectoryError(f"output {out!r} is an existing file, not a directory")
+  parent = os.path.abspath(out)
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise NotADirectoryError(f"output {out!r}: {parent} is a file, not a directory")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise PermissionError(f"output {out!r}: {parent} is not writable")
+
+
 def gguf_to_hf_dir(path: str, out_dir: str, *, dtype: str = "float32") -> str:
-  """A GGUF file (dequantised by transformers' reader) as an HF directory."""
+  """A GGUF file (dequantised by transformers' reader) as an HF directory; the output, the
+  dtype and the file's metadata are checked before any tensor is dequantised."""
+  from ragjax.models.model_config import as_dtype
+  try:
+    as_dtype(dtype)
+  except ValueError as e:
+    raise ValueError(f"--dtype: {e}") from None
+  check_output_dir(out_dir)
+  check_decoder_dir(path)          # the metadata only: an unreadable file before dequantising
   cfg, params = load_decoder(path)
   save_decoder(out_dir, cfg, params, dtype=dtype, tokenizer=load_tokenizer(path))
   return out_dir
@@ -74,6 +96,9 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
 
   with exit_on_user_error("ragjax.models.gguf_convert"):
+    if not is_gguf(args.source) and not os.path.isdir(args.source):
+      raise ValueError(f"{args.source}: not a .gguf file or an HF directory" + (
+          "" if os.path.exists(args.source) else " (it does not exist)"))
     if is_gguf(args.source):
       gguf_to_hf_dir(args.source, args.out, dtype=args.dtype or "float32")
     else:

@@ -23,6 +23,7 @@ tokenizer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -30,6 +31,7 @@ from typing import Optional
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
+GGUF_HEADER_BYTES = 24       # magic, version (uint32), tensor count and metadata count (uint64)
 
 
 def is_gguf(path: str) -> bool:
@@ -47,6 +49,64 @@ def check_gguf(path: str) -> None:
     magic = f.read(4)
   if magic != GGUF_MAGIC:
     raise ValueError(f"{path}: not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+  size = os.path.getsize(path)
+  if size < GGUF_HEADER_BYTES:
+    raise ValueError(f"{path}: a GGUF file cut short ({size} bytes, less than its "
+                     f"{GGUF_HEADER_BYTES}-byte header)")
+  if _missing("gguf"):
+    return                          # _need_readers says what to install
+  arch = gguf_architecture(os.path.abspath(path), os.path.getmtime(path), size)
+  from ragjax.models.model_config import SUPPORTED_DECODERS
+  if arch not in SUPPORTED_DECODERS:
+    raise ValueError(f"{path}: a GGUF file of architecture {arch!r}; ragjax reads the "
+                     f"decoders {SUPPORTED_DECODERS}")
+
+
+@functools.lru_cache(maxsize=4)
+def gguf_architecture(path: str, mtime: float, size: int) -> str:
+  """`general.architecture` of a GGUF file the gguf package's reader parses whole (header,
+  metadata, tensor table and the extent of every tensor's data: a file cut anywhere fails
+  here, before transformers is imported); cached per file, modification time and size."""
+  del mtime
+  from gguf import GGUFReader
+  try:
+    reader = GGUFReader(path)
+  except Exception:  # noqa: BLE001  (any parse failure: the bytes end early or are damaged)
+    raise ValueError(f"{path}: a damaged or cut-short GGUF file ({size:,} bytes): its header, "
+                     f"metadata or tensor data end early or do not parse") from None
+  field = reader.fields.get("general.architecture")
+  return str(field.contents()) if field is not None else ""
+
+
+@contextlib.contextmanager
+def refused_as_gguf_error(path: str):
+  """What transformers' GGUF reader raises on a damaged file (`struct.error`, `IndexError`,
+  numpy's `cannot reshape`, a config validator's error, `NotImplementedError` for an
+  architecture it does not convert) as one `ValueError` naming the file and what is wrong."""
+  try:
+    yield
+  except (ImportError, FileNotFoundError):
+    raise
+  except Exception as e:  # noqa: BLE001  (every reader failure is the file's)
+    raise ValueError(gguf_problem(path, e)) from None
+
+
+def gguf_problem(path: str, error: BaseException) -> str:
+  """Why `path` could not be read: cut short or damaged (the gguf package's own reader cannot
+  parse it), an architecture transformers does not read, or inconsistent metadata (the
+  config's validation, e.g. a hidden size no multiple of the head count)."""
+  try:
+    arch = gguf_architecture(os.path.abspath(path), os.path.getmtime(path),
+                             os.path.getsize(path))
+  except ValueError as e:
+    return str(e)
+  if isinstance(error, NotImplementedError):
+    return f"{path}: transformers cannot read a GGUF file of architecture {arch!r}"
+  cause = error.__cause__ or error
+  msg = " ".join(str(cause).split()) or type(cause).__name__
+  if "Validation" in type(error).__name__:       # huggingface_hub's strict config validators
+    return f"{path}: its metadata (architecture {arch!r}) is inconsistent: {msg}"
+  return f"{path}: transformers' GGUF reader fails on it ({type(cause).__name__}: {msg[:300]})"
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -73,7 +133,8 @@ def gguf_hf_config(path: str) -> dict:
   _need_readers()
   from transformers import AutoConfig
   folder, name = _split(path)
-  cfg = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True).to_dict()
+  with refused_as_gguf_error(path):
+    cfg = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True).to_dict()
   cfg.pop("quantization_config", None)
   return cfg
 
@@ -88,8 +149,9 @@ def _gguf_tensors(path: str, mtime: float) -> tuple[dict, dict]:
   import torch
   from transformers import AutoModelForCausalLM
   folder, name = _split(path)
-  model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                               local_files_only=True)
+  with refused_as_gguf_error(path):
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 local_files_only=True)
   cfg = model.config.to_dict()
   cfg.pop("quantization_config", None)
   tensors = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
@@ -108,7 +170,8 @@ def gguf_tokenizer(path: str):
   _need_readers()
   from transformers import AutoTokenizer
   folder, name = _split(path)
-  return AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+  with refused_as_gguf_error(path):
+    return AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
 
 
 def installed_gguf(module: str, filename: str) -> str:

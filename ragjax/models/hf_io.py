@@ -18,7 +18,8 @@ import numpy as np
 
 from ragjax.models.model_config import (DecoderConfig, as_dtype, decoder_config_from_hf,
                                   decoder_config_to_hf, read_hf_config)
-from ragjax.models.gguf_io import check_gguf, gguf_hf_config, gguf_tensors, gguf_tokenizer, is_gguf
+from ragjax.models.gguf_io import (GGUF_SUFFIX, check_gguf, gguf_hf_config, gguf_tensors,
+                                   gguf_tokenizer, is_gguf)
 from ragjax.models.safetensors_io import CheckpointError, SafetensorsReader, write_safetensors
 
 # Buffers some checkpoints carry that are not parameters.
@@ -196,6 +197,9 @@ def check_decoder_dir(model_dir: str) -> None:
     check_gguf(model_dir)
     decoder_config_of(model_dir)
     return
+  if os.path.isfile(model_dir):
+    raise ValueError(f"checkpoint {model_dir!r} is a file: give an HF directory (config.json, "
+                     f"*.safetensors) or a {GGUF_SUFFIX} file")
   if not os.path.isdir(model_dir):
     raise FileNotFoundError(f"checkpoint directory {model_dir!r} does not exist")
   decoder_config_of(model_dir)
@@ -210,6 +214,10 @@ def decoder_config_of(model_dir: str, **overrides) -> DecoderConfig:
       return decoder_config_from_hf(gguf_hf_config(model_dir), **overrides)
     except KeyError as e:
       raise ValueError(f"{model_dir}: its metadata gives no {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+      if model_dir in str(e):
+        raise
+      raise ValueError(f"{model_dir}: {e}") from None
   path = os.path.join(model_dir, "config.json")
   try:
     return decoder_config_from_hf(read_hf_config(model_dir), **overrides)

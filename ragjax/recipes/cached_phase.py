@@ -23,8 +23,8 @@ import os
 import shutil
 from typing import Any, Callable, Optional, Sequence
 
-from ragjax.typed_config import flatten, json_safe, read_json, write_json_atomic
-from ragjax.wiring.components import log
+from ragjax.typed_config import flatten, json_safe, write_json_atomic
+from ragjax.wiring.components import log, reusable_cold_start, set_aside
 
 COLD_START_DIR = "cold_start_policy"       # under the workdir, beside policy/
 COLD_START_META = "ragjax_cold_start.json"
@@ -41,23 +41,28 @@ def config_fields(c, *, sections: Sequence[str] = (), prefixes: Sequence[str] = 
           and not (skip and k.startswith(skip))}
 
 
-def stored_meta(directory: str, fingerprint: dict, meta: str = COLD_START_META
-                ) -> Optional[dict]:
-  """The meta file of `directory` when it was computed under `fingerprint`, else None."""
-  path = os.path.join(directory, meta)
-  if not os.path.exists(path):
+def stored_meta(directory: str, fingerprint: dict, meta: str = COLD_START_META,
+                valid: Callable[[dict], bool] = lambda m: True) -> Optional[dict]:
+  """The meta file of `directory` when it was computed under `fingerprint` (and holds what
+  `valid` asks for) and the policy directory reads back, else None.  A meta file that cannot
+  be read or is not a record, or a policy that does not read, is set aside as `.damaged`
+  with one line (`ragjax.wiring.components.reusable_cold_start`): the phase is recomputed."""
+  stored = reusable_cold_start(directory, os.path.join(directory, meta), json_safe(fingerprint))
+  if stored is not None and not valid(stored):
+    set_aside(os.path.join(directory, meta), "the record lacks the fields this phase stores")
     return None
-  stored = read_json(path)
-  return stored if stored.get("fingerprint") == json_safe(fingerprint) else None
+  return stored
 
 
 def cached_phase(directory: str, fingerprint: dict, *, compute: Callable[[], tuple[Any, dict]],
                  reuse: Callable[[dict], Any], scratch: Sequence[str] = (),
                  name: str = "cold start", reason: str = "same cold-start config",
-                 meta: str = COLD_START_META) -> Any:
-  """`reuse(stored meta)` when `directory` was computed under `fingerprint`; else
-  `compute()` -> (result, extra meta fields), then the meta file and the scratch removed."""
-  stored = stored_meta(directory, fingerprint, meta)
+                 meta: str = COLD_START_META,
+                 valid: Callable[[dict], bool] = lambda m: True) -> Any:
+  """`reuse(stored meta)` when `directory` was computed under `fingerprint` (`stored_meta`);
+  else `compute()` -> (result, extra meta fields), then the meta file and the scratch
+  removed."""
+  stored = stored_meta(directory, fingerprint, meta, valid)
   if stored is not None:
     log(f"{name}: reusing {directory} ({reason})")
     return reuse(stored)

@@ -102,9 +102,20 @@ def build_suite(c, opts: SuiteOptions):
   check_overrides(suite, opts.overrides)
   added = [k for k in suite.keys if k not in own.keys]
   root = data_root(c.eval, opts.data_root)
+  named = {f"eval.suites.{opts.suite}.datasets.{k}.{f}": k for k in suite.keys
+           for f in ("file", "format")}
+  overridden = {named[o] for o in opts.overrides if o in named}
   for spec in suite.datasets:       # a file named on the command line must be there
-    if spec.key in added and spec.path(root) is None:
+    if spec.path(root) is not None:
+      continue
+    if spec.key in added:
       raise FileNotFoundError(f"--add_dataset {spec.key}: {spec.wanted(root)} not found")
+    if spec.key in overridden:
+      raise FileNotFoundError(f"--config.eval.suites.{opts.suite}.datasets.{spec.key}.file: "
+                              f"{spec.wanted(root)} not found")
+    if spec.key in opts.datasets:
+      raise FileNotFoundError(f"--datasets {spec.key}: its file {spec.wanted(root)} is not "
+                              f"under the data root {root}")
   if not opts.datasets:
     return suite, suite
   return suite, select_datasets(suite, list(opts.datasets) + added)

@@ -48,7 +48,7 @@ from ragjax.rl.question_pool import pool_config, question_pool
 from ragjax.rl.search_traces import search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
-from ragjax.typed_config import from_dict, json_safe, read_json, write_json_atomic
+from ragjax.typed_config import from_dict, json_safe, write_json_atomic
 from ragjax.wiring import components as parts
 
 EVAL_DIR = "eval"
@@ -195,11 +195,11 @@ def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, 
   key = json_safe({"config": eval_fingerprint(engine_config), "system": name,
                    "weights": weights,
                    "questions": [r.get("id", r["question"]) for r in records]})
-  if os.path.exists(path):
-    cached = read_json(path)
-    if cached.get("key") == key:
-      parts.log(f"{name}: reusing {path}")
-      return cached["stats"], None, sampler
+  cached = parts.read_cache(path, lambda d: "key" in d and valid_stats(d.get("stats"),
+                                                                        len(records)))
+  if cached is not None and cached["key"] == key:
+    parts.log(f"{name}: reusing {path}")
+    return cached["stats"], None, sampler
   engine = make_engine(engine_config, s.cfg, params, s.tokenizer, s.setup.retriever,
                        greedy=True, hooks=[], evaluation=True, sampler=sampler)
   t0 = time.perf_counter()
@@ -212,6 +212,13 @@ def evaluate(c, s, name, params, records, engine_config, workdir, sampler=None, 
   parts.log(f"{name}: EM {np.mean(stats['em']):.3f} on {len(records)} questions "
             f"({time.perf_counter() - t0:.0f} s)")
   return stats, result, engine.sampler
+
+
+def valid_stats(stats, n: int) -> bool:
+  """A cached evaluation's stats: each of STATS a list of one number (or None) per question."""
+  return isinstance(stats, dict) and all(
+      isinstance(stats.get(k), list) and len(stats[k]) == n
+      and all(v is None or isinstance(v, (int, float)) for v in stats[k]) for k in STATS)
 
 
 def table(systems: dict) -> tuple[str, dict]:
@@ -243,6 +250,21 @@ def table(systems: dict) -> tuple[str, dict]:
   return "\n".join(lines), {"systems": numbers, "paired": diffs}
 
 
+def check_inputs(c) -> None:
+  """What this recipe alone reads, checked with the config (before any model or index): test
+  questions to answer, a policy checkpoint (question files bring no tokenizer) and, with a
+  cold start, `traces.questions` >= 1."""
+  if c.data.source == "files" and not parts.question_splits(c)["test"]:
+    raise ValueError("the qa recipe needs test questions (data.split.test or data.test_files)")
+  q = c.traces.get("questions") if "traces" in c else None
+  if c.sft.steps and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
+    raise ValueError(f"traces.questions must be an integer >= 1 (the training questions "
+                     f"scripted for the cold start; sft.steps=0: no cold start), got {q!r}")
+  if c.data.source == "files" and not c.model.checkpoint:
+    raise ValueError("model.checkpoint is empty and question files bring no tokenizer; set "
+                     "model.checkpoint to an HF directory or a .gguf file")
+
+
 def run(c) -> dict:
   t_start = time.perf_counter()
   timings = {}
@@ -252,6 +274,7 @@ def run(c) -> dict:
     parts.log(f"{phase}: {timings[phase]} s")
 
   run_cfg = parts.validate(c)
+  check_inputs(c)
   pool_config(c.get("pool"))          # pool.* fails here, before any work
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)

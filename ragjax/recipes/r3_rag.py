@@ -174,7 +174,8 @@ def sft_stage(c, setup) -> dict:
   return cached_phase(p["cold_start"], fingerprint, compute=compute,
                       reuse=lambda stored: stored["summary"],
                       scratch=(os.path.join(p["workdir"], SFT_DIR),),
-                      reason="same data and SFT config")
+                      reason="same data and SFT config",
+                      valid=lambda stored: isinstance(stored.get("summary"), dict))
 
 
 def start(c) -> parts.Start:

@@ -76,6 +76,17 @@ def read_meta(directory: str) -> dict:
   return meta
 
 
+def check_corpus(corpus) -> None:
+  """At least one usable passage in `corpus` (a path or paths): reads up to the first one, so
+  an empty, binary or `contents`-less corpus is refused before an index is started."""
+  paths = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
+  report = IngestReport()
+  if next(read_passages(paths, report=report), None) is None:
+    first = f"; the first: {report.issues[0]}" if report.issues else ""
+    raise CorpusError(f"no usable passages in {', '.join(map(str, paths))} "
+                      f"({report.summary()}){first}")
+
+
 def _ingest(corpus: list, out_dir: str, on_error: str) -> dict:
   """Writes the passage store once (a resumed build finds it) and returns the ingest record."""
   report = IngestReport()

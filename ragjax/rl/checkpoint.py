@@ -137,14 +137,57 @@ def _quiet_failed_reads() -> None:
   import sys
   if os.environ.get("RAGJAX_TRACEBACK") or getattr(sys.unraisablehook, "_ragjax", False):
     return
-  previous = sys.unraisablehook
+  previous, previous_except = sys.unraisablehook, sys.excepthook
 
   def hook(u):
     code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
     if code is None or "orbax" not in code.co_filename:
       previous(u)
+
+  def excepthook(kind, value, tb):
+    # TensorStore's reads of the failed restore finish after orbax closed their event loop:
+    # their callbacks' `call_soon_threadsafe` raises `Event loop is closed`, printed through
+    # sys.excepthook from TensorStore's threads, one traceback per read.
+    if not _late_read_callback(kind, value, tb):
+      previous_except(kind, value, tb)
   hook._ragjax = True
   sys.unraisablehook = hook
+  sys.excepthook = excepthook
+
+
+def _quiet_reads_at_exit() -> None:
+  """No checkpoint read back, so the run is about to stop with one line, while TensorStore may
+  still finish the failed reads: at interpreter shutdown (after `sys.excepthook` is gone) each
+  would print its `Event loop is closed` traceback.  From the exit handlers on, stderr goes to
+  /dev/null; everything the run says is said by then (`RAGJAX_TRACEBACK=1` keeps it)."""
+  import atexit
+  import sys
+  if os.environ.get("RAGJAX_TRACEBACK"):
+    return
+
+  def quiet():
+    try:
+      sys.stderr.flush()
+      os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    except (OSError, ValueError):
+      pass
+  atexit.register(quiet)
+
+
+def _late_read_callback(kind, value, tb) -> bool:
+  """`RuntimeError('Event loop is closed')` raised in asyncio's `call_soon_threadsafe` as the
+  outermost frame: a callback into a closed loop, not a failure of ragjax's own code."""
+  return (kind is RuntimeError and str(value) == "Event loop is closed" and tb is not None
+          and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"
+          and "asyncio" in tb.tb_frame.f_code.co_filename)
+
+
+def short_cause(e: BaseException) -> str:
+  """One short line for a restore's error: TensorStore's messages end with the whole store's
+  spec (`See full TensorStore details: <bound method ... TensorStore({...`), dropped here."""
+  text = " ".join(str(e).split())
+  text = text.split(" See full TensorStore details")[0]
+  return (text[:200] + ("..." if len(text) > 200 else "")) or type(e).__name__
 
 
 class Checkpointer:
@@ -241,12 +284,13 @@ class Checkpointer:
         raise
       except Exception as e:  # noqa: BLE001  (any read fault of a committed step is damage)
         _quiet_failed_reads()
-        cause = " ".join(str(e).split())[:300] or type(e).__name__
+        cause = short_cause(e)
         faults.append(f"step {step}: {cause}")
         log(f"checkpoint step {step} in {self.directory}/latest is damaged ({cause}); moved "
             f"to {self.directory}/{DAMAGED_DIR}/{step}; trying the next older one")
         self._set_aside(step)
     if faults:
+      _quiet_reads_at_exit()
       raise CheckpointDamagedError(
           f"no intact checkpoint in {self.directory}/latest (moved to "
           f"{self.directory}/{DAMAGED_DIR}/): " + "; ".join(faults) + "; delete "

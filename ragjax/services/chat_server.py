@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat-completions server on a ragjax model, batching concurrent requests.
 
-    python -m ragjax.services.chat_server --checkpoint DIR --port 8001 [--host 127.0.0.1]
+    python -m ragjax.services.chat_server --checkpoint DIR|FILE.gguf --port 8001 [--host 127.0.0.1]
         [--model-name NAME] [--max-batch 16] [--max-wait-ms 5] [--max-prompt-tokens 2048]
         [--max-new-tokens 512]
 
@@ -235,7 +235,8 @@ class ServerThread:
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--checkpoint", required=True, help="HF Llama/Qwen2 directory with tokenizer")
+  ap.add_argument("--checkpoint", required=True,
+                  help="HF Llama/Qwen2 directory with tokenizer, or a .gguf file")
   ap.add_argument("--port", type=port, default=8001, help="1..65535, or 0 for any free port")
   ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1 only)")
   ap.add_argument("--model-name", default=None, help="served model id (default: directory name)")

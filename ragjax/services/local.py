@@ -37,7 +37,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from ragjax.models.model_config import DecoderConfig
-from ragjax.models.hf_io import load_decoder, load_tokenizer
+from ragjax.models.gguf_io import GGUF_SUFFIX, is_gguf
+from ragjax.models.hf_io import check_decoder_dir, load_decoder, load_tokenizer
 from ragjax.models.chat_template import chat_prompt_ids, has_chat_template, render_chat
 from ragjax.sampling.sampler_config import EOS, STOP, SamplerConfig
 from ragjax.sampling.sampler import Sampler
@@ -112,13 +113,18 @@ class LocalChatModel:
   @classmethod
   def from_checkpoint(cls, model_dir: str, *, name: Optional[str] = None,
                       dtype: Optional[str] = None, **kw) -> "LocalChatModel":
-    """Loads an HF Llama/Qwen2 directory and its tokenizer (`ragjax.models.hf_io`)."""
-    if not os.path.isdir(model_dir):
+    """Loads an HF Llama/Qwen2 directory or a `.gguf` file, and its tokenizer
+    (`ragjax.models.hf_io`); a missing or damaged one is refused before any weight is read."""
+    if not is_gguf(model_dir) and not os.path.exists(model_dir):
       raise ValueError(f"checkpoint directory {model_dir!r} does not exist")
+    check_decoder_dir(model_dir)
     overrides = {"dtype": dtype} if dtype else {}
     cfg, params = load_decoder(model_dir, **overrides)
     tok = load_tokenizer(model_dir)
-    return cls(cfg, params, tok, name=name or os.path.basename(os.path.normpath(model_dir)), **kw)
+    default = os.path.basename(os.path.normpath(model_dir))
+    if is_gguf(default):
+      default = default[:-len(GGUF_SUFFIX)]
+    return cls(cfg, params, tok, name=name or default, **kw)
 
   # ---- prompts ----
   def prompt_text(self, messages: Sequence[Message]) -> str:

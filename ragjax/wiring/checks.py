@@ -102,11 +102,18 @@ def check_world(c) -> None:
 
 
 def check_data_files(c) -> None:
-  """`retriever.corpus` (when set) is a file; with `data.source='files'` so is every
-  `data.{train,dev,test}_files` and `data.split.files` entry."""
+  """`retriever.corpus` (when set and indexed here) is a file with a usable passage; with
+  `data.source='files'` every `data.{train,dev,test}_files` and `data.split.files` entry is
+  a file."""
   corpus = c.retriever.get("corpus", "") if "retriever" in c else ""
   if corpus and not os.path.isfile(corpus):
     raise FileNotFoundError(f"retriever.corpus: {corpus!r} is not a file")
+  if corpus and not c.retriever.get("index") and not c.retriever.get("url"):
+    from ragjax.retrieval.index import check_corpus
+    try:
+      check_corpus(corpus)         # up to its first usable passage
+    except ValueError as e:
+      raise ValueError(f"retriever.corpus: {e}") from None
   if c.data.source != "files":
     return
   split = c.data.get("split") or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import functools
 import os
 import time
 from typing import Optional, Sequence
@@ -17,7 +18,7 @@ import jax
 
 from ragjax import registry
 from ragjax.data.readers import as_record, read_examples
-from ragjax.data.splits import SplitConfig, merge_splits, split_records
+from ragjax.data.splits import SplitConfig, check_splits, merge_splits, split_records
 from ragjax.models.model_config import DecoderConfig
 from ragjax.models.decoder import init_params
 from ragjax.models.hf_io import check_decoder_dir
@@ -60,7 +61,6 @@ def validate(c) -> RunConfig:
   adapter_from_config(c.model.lora)
   noise_config(c)
   check_chat(c, "judge")
-  from_dict(SFTConfig, c.sft, "sft")
   registry.check("reward", run.rl.rewards, "rl.rewards")
   registry.check("data_stage", c.data.get("stages", {}), "data.stages")
   for name, kw in dict(c.data.get("stages", {})).items():
@@ -71,6 +71,12 @@ def validate(c) -> RunConfig:
   if c.data.source == "files" and not (c.data.train_files or split.files):
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet) "
                      "or data.split.files")
+  sft = from_dict(SFTConfig, c.sft, "sft")
+  if 0 < sft.steps < sft.warmup_steps and not c.get("r3", {}).get("sft_epochs"):
+    raise ValueError(f"sft.warmup_steps ({sft.warmup_steps}) must be <= sft.steps "
+                     f"({sft.steps}): the warm-up would never end")
+  if c.data.source == "files":
+    question_splits(c)              # sizes, overlaps and repeats, before any model or index
   return run
 
 
@@ -81,6 +87,58 @@ def check_resume(c) -> None:
   step = _check_resume(os.path.join(os.path.abspath(c.workdir), RL_DIR), config_fingerprint(c))
   if step is not None:
     log(f"resuming the RL run from its step-{step} checkpoint (same config)")
+
+
+# --- the recipes' caches -------------------------------------------------------------------
+DAMAGED_SUFFIX = ".damaged"
+
+
+def set_aside(path: str, why: str) -> None:
+  """Renames a damaged cache file or directory to `<path>.damaged` (replacing an older one),
+  with one line saying so; the caller recomputes what it held."""
+  aside = path + DAMAGED_SUFFIX
+  if os.path.isdir(aside) and not os.path.islink(aside):
+    import shutil
+    shutil.rmtree(aside)
+  elif os.path.lexists(aside):
+    os.remove(aside)
+  os.replace(path, aside)
+  log(f"{path} is damaged ({' '.join(why.split())[:200]}); set aside as {aside}, recomputing")
+
+
+def read_cache(path: str, valid=lambda data: True) -> Optional[dict]:
+  """A JSON object a recipe cached (an evaluation, a cold start's record), or None when there
+  is none.  One that cannot be read (bad JSON or UTF-8: an interrupted write) or is not the
+  shape `valid(data)` expects is set aside (`set_aside`) and None returned: recompute it."""
+  if not os.path.lexists(path):
+    return None
+  import json
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError) as e:        # JSONDecodeError and UnicodeDecodeError included
+    set_aside(path, f"{type(e).__name__}: {e}")
+    return None
+  if not isinstance(data, dict) or not valid(data):
+    set_aside(path, f"not the record it should hold: {type(data).__name__} "
+                    f"{json.dumps(data)[:80]}")
+    return None
+  return data
+
+
+def reusable_cold_start(model_dir: str, meta_path: str, fingerprint) -> Optional[dict]:
+  """The cold start's record (`meta_path`) when it was made under `fingerprint` and its
+  policy `model_dir` reads (config.json, safetensors headers); else None: a damaged record or
+  policy is set aside, and the cold start is redone."""
+  meta = read_cache(meta_path, lambda m: "fingerprint" in m)
+  if meta is None or meta["fingerprint"] != fingerprint:
+    return None
+  try:
+    check_decoder_dir(model_dir)
+  except (OSError, ValueError) as e:
+    set_aside(model_dir, str(e))
+    return None
+  return meta
 
 
 # --- data and retrieval -----------------------------------------------------------------------
@@ -99,11 +157,12 @@ def noise_config(c) -> NoiseConfig:
   return from_dict(NoiseConfig, c.retriever.noise, "retriever.noise")
 
 
-def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
+def open_retriever(c, workdir: str, corpus_path: Optional[str] = None, *, rebuilt: bool = False):
   """`retriever.url` (a Search-R1 server), `retriever.index` (a built index), or an index of
   `corpus_path` built once under `<workdir>/index`; with `retriever.noise` set, wrapped in the
-  noisy retriever (paraphrase distractors go into the index built here)."""
-  r, noise = c.retriever, noise_config(c)
+  noisy retriever (paraphrase distractors go into the index built here).  An index built here
+  that no longer opens (a cut file) is set aside and built again."""
+  r, noise, given = c.retriever, noise_config(c), corpus_path
   if noise.kind == "paraphrase" and (r.url or r.index or corpus_path is None):
     raise ValueError("retriever.noise.kind='paraphrase' puts distractors into the index, so it "
                      "needs the corpus: build an index over `python -m ragjax.retrieval.noisy "
@@ -136,7 +195,13 @@ def open_retriever(c, workdir: str, corpus_path: Optional[str] = None):
                   encoder_spec=EncoderSpec(model_dir=r.encoder_dir or None), progress=c.progress)
       with open(os.path.join(index_dir, CORPUS_STAMP), "w") as f:
         f.write(file_digest(corpus_path))
-  retriever = open_index(index_dir, cache_size=r.cache_size)
+  try:
+    retriever = open_index(index_dir, cache_size=r.cache_size)
+  except (OSError, ValueError) as e:
+    if r.index or rebuilt:          # the user's index: theirs to rebuild
+      raise
+    set_aside(index_dir, str(e))      # the run's own index: built again from the corpus
+    return open_retriever(c, workdir, given, rebuilt=True)
   pool = PassageStore(index_dir) if noise.kind == "replace" else None
   return wrap_retriever(retriever, noise, pool)
 
@@ -178,15 +243,46 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
       ret = open_retriever(c, workdir, paths["corpus"]) if retriever else None
     splits = {s: [as_record(e) for e in q] for s, q in world.questions.items()}
     return Setup(splits, ret, tok, world, paths["corpus"])
-  splits = {}
-  for split in ("train", "dev", "test"):
-    files = getattr(c.data, f"{split}_files")
-    splits[split] = [as_record(e) for f in files for e in read_examples(f)]
+  return Setup(question_splits(c), open_retriever(c, workdir) if retriever else None)
+
+
+def question_splits(c) -> dict:
+  """{"train", "dev", "test"}: records of `data.{split}_files` plus those `data.split` draws
+  from its files, checked (`check_splits`: disjoint, no question twice in one split).  Read
+  once per process for the same files and sizes (the config check reads them first)."""
   split_cfg = split_config(c)
+  files = {s: tuple(c.data.get(f"{s}_files", ()) or ()) for s in ("train", "dev", "test")}
+  stamp = tuple((p, os.path.getmtime(p), os.path.getsize(p)) if os.path.isfile(p) else (p,)
+                for p in (*files["train"], *files["dev"], *files["test"], *split_cfg.files))
+  splits = _question_splits(tuple(files.items()), split_cfg, stamp)
+  return {s: list(records) for s, records in splits.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _question_splits(files: tuple, split_cfg: SplitConfig, stamp: tuple) -> dict:
+  del stamp                          # the files' (path, mtime, size): part of the cache key
+  files = dict(files)
+  splits = {s: [as_record(e) for f in files[s] for e in read_examples(f)] for s in files}
+  sources = {s: list(files[s]) for s in files}
   if split_cfg.files:
     pooled = [as_record(e) for f in split_cfg.files for e in read_examples(f)]
-    splits = merge_splits(split_records(pooled, split_cfg), splits)
-  return Setup(splits, open_retriever(c, workdir) if retriever else None)
+    drawn = split_records(pooled, split_cfg)
+    drawn_from = f"data.split.files {' '.join(split_cfg.files)}"
+    # the files' own questions against the held-out ones (a drawn training question that a
+    # dev or test file holds leaves the training split: merge_splits)
+    for s in ("dev", "test"):
+      if drawn[s]:
+        sources[s] = [drawn_from, *sources[s]]
+    check_splits({"train": splits["train"], "dev": drawn["dev"] + splits["dev"],
+                  "test": drawn["test"] + splits["test"]}, sources)
+    if drawn["train"]:
+      sources["train"] = [drawn_from, *sources["train"]]
+    splits = merge_splits(drawn, splits)
+    if drawn["train"] and not splits["train"]:
+      raise ValueError(f"data: the dev and test files hold every training question "
+                       f"data.split draws from {list(split_cfg.files)}; none is left to train on")
+  check_splits(splits, sources)
+  return splits
 
 
 def split_config(c) -> SplitConfig:
