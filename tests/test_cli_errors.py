@@ -674,3 +674,114 @@ def test_hunt_of_interrupted_writes(tmp_path):
         f"{sum(v.startswith('resumed') for v in outcomes.values())} refused_in_one_line="
         f"{sum(v.startswith('one line') for v in outcomes.values())} bad={len(bad)}")
   assert not bad, bad
+
+
+def HUNT_WAVE(tmp):  # noqa: N802  (the hunt of issues 62-65's additions)
+  """Bad input against what issues 62-65 added: dynamic sampling, the RL question pool, LoRA's
+  top-k layers and forward, the untrained rows switch, the GPU variant, GGUF export, the
+  evaluate command's predictions and pairing, the update benchmark's baseline.
+  `RAGJAX_HUNT=1 python -m pytest tests/test_cli_errors.py -k hunt_wave -s`."""
+  qa = ["ragjax.train", "--config=configs/smollm2.py:tiny"]
+  t = lambda n, *args: ([*qa, *args, f"--config.workdir={tmp}/v{n}"],)     # noqa: E731
+  w = lambda n: f"{tmp}/v{n}"                                            # noqa: E731
+  conv = lambda *args: ["ragjax.models.gguf_convert", *args]             # noqa: E731
+  ev = lambda *args: ["ragjax.evaluate", "--config=configs/smollm2.py:tiny", *args]  # noqa
+  fk = "--config.rl.batch_filter_kwargs="
+  return [
+      # dynamic sampling
+      (*t(1, fk + "{'metric': 'accuracy'}"), ("metric", "accuracy"), w(1)),
+      (*t(2, fk + "{'target_groups': -1}"), "target_groups", w(2)),
+      (*t(3, fk + "{'target_groups': 2, 'max_batches': 0}"), "max_batches", w(3)),
+      (*t(4, fk + "{'max_batches': 3}"), ("max_batches", "target_groups"), w(4)),
+      (*t(5, fk + "{'metric': 'em', 'ratio': 0.5}"), ("batch_filter_kwargs", "ratio"), w(5)),
+      (*t(6, "--config.rl.batch_filter=filter_group"), ("batch_filter", "filter_group"), w(6)),
+      (*t(7, fk + "{'target_groups': 'four'}"), "target_groups", w(7)),
+      # the RL question pool
+      (*t(8, "--config.pool.pass_k=1"), "pool.pass_k", w(8)),
+      (*t(9, "--config.pool.pass_k=-3"), "pool.pass_k", w(9)),
+      (*t(10, "--config.pool.max_questions=-1"), "pool.max_questions", w(10)),
+      (*t(11, "--config.pool.retrievable=2"), "pool.retrievable", w(11)),
+      # LoRA top-k layers and the train step's forward
+      (*t(12, "--config.model.lora.layers=-2"), "model.lora.layers", w(12)),
+      (*t(13, "--config.model.lora.layers=31"), ("model.lora.layers", "30 layers"), w(13)),
+      (*t(14, "--config.model.lora.forward=fused"), "model.lora.forward", w(14)),
+      (*t(15, f"--config.model.checkpoint={tmp}/tiny.gguf", "--config.model.lora.layers=5"),
+       ("model.lora.layers", "layers"), w(15)),
+      (*t(16, "--config.model.lora.layers=1.5"), "layers", w(16)),
+      # the untrained rows switch, the GPU variant's argument
+      (*t(17, "--config.eval.baselines=maybe"), "baselines", w(17)),
+      (["ragjax.train", "--config=configs/smollm2.py:gpus", f"--config.workdir={tmp}/v18"],
+       "gpus", w(18)),
+      # GGUF export (an HF directory -> .gguf) and its reverse
+      (conv(f"{tmp}/hf", f"{tmp}/out_no_suffix"), ("out_no_suffix", ".gguf"),
+       f"{tmp}/out_no_suffix"),
+      (conv(f"{tmp}/hf", f"{tmp}/absent_dir/x.gguf"), "absent_dir", f"{tmp}/absent_dir"),
+      (conv(f"{tmp}/hf", f"{tmp}/o21.gguf", "--dtype", "int8"), ("--dtype", "int8"),
+       f"{tmp}/o21.gguf"),
+      (conv(f"{tmp}/hf", f"{tmp}/o22.gguf", "--tokenizer_gguf", f"{tmp}/absent.gguf"),
+       f"{tmp}/absent.gguf", f"{tmp}/o22.gguf"),
+      (conv(f"{tmp}/hf", f"{tmp}/o23.gguf", "--tokenizer_gguf", f"{tmp}/half.gguf"),
+       f"{tmp}/half.gguf", f"{tmp}/o23.gguf"),
+      (conv(f"{tmp}/hf_noconfig", f"{tmp}/o24.gguf"), "config.json", f"{tmp}/o24.gguf"),
+      (conv(f"{tmp}/hf_qwen2", f"{tmp}/o25.gguf"), ("qwen2",), f"{tmp}/o25.gguf"),
+      (conv(f"{tmp}/q.jsonl", f"{tmp}/o26"), (f"{tmp}/q.jsonl", "not a .gguf file"),
+       f"{tmp}/o26"),
+      (conv(f"{tmp}/hf", f"{tmp}/a_dir.gguf"), f"{tmp}/a_dir.gguf"),
+      # the evaluate command's predictions and pairing
+      (ev("--out", f"{tmp}/e28", "--compare", f"{tmp}/absent_run"), "absent_run",
+       f"{tmp}/e28"),
+      (ev("--checkpoint", f"{tmp}/hf", "--compare", f"{tmp}/e1"), "--compare needs --out"),
+      (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/absent.jsonl", "--out",
+          f"{tmp}/e30", "--index", f"{tmp}/absent_index"), "absent", f"{tmp}/e30"),
+      (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/q.jsonl", "--out", f"{tmp}/q.jsonl",
+          "--index", f"{tmp}/absent_index"), "q.jsonl"),
+      # the update benchmark's baseline
+      (["ragjax.bench.grpo_step", "--config", "configs/smollm2.py:tiny", "--steps", "1",
+        "--baseline", "model.lora.nonsense=1", "--workdir", f"{tmp}/b32"],
+       ("model.lora.nonsense",), f"{tmp}/b32"),
+      (["ragjax.bench.grpo_step", "--config", "configs/smollm2.py:tiny", "--steps", "1",
+        "--baseline", "model.lora.forward", "--workdir", f"{tmp}/b33"],
+       "model.lora.forward", f"{tmp}/b33"),
+  ]
+
+
+def write_wave_inputs(tmp: str) -> None:
+  """The inputs HUNT_WAVE reads: damaged GGUFs (issue 65's), a tiny HF Llama directory from
+  tiny.gguf, the same without config.json, a Qwen2 one, a directory named like a GGUF file."""
+  import shutil
+  from ragjax.models.decoder import init_params
+  from ragjax.models.gguf_convert import gguf_to_hf_dir
+  from ragjax.models.hf_io import save_decoder
+  from ragjax.models.presets import get_preset
+  import jax
+  write_hunt_inputs(tmp)
+  write_issue_65_inputs(tmp)
+  gguf_to_hf_dir(f"{tmp}/tiny.gguf", f"{tmp}/hf")
+  shutil.copytree(f"{tmp}/hf", f"{tmp}/hf_noconfig")
+  os.remove(f"{tmp}/hf_noconfig/config.json")
+  cfg = get_preset("tiny")
+  save_decoder(f"{tmp}/hf_qwen2", cfg, init_params(cfg, jax.random.PRNGKey(0)))
+  os.makedirs(f"{tmp}/a_dir.gguf")
+  os.makedirs(f"{tmp}/e1")
+
+
+def test_hunt_wave(tmp_path):
+  if not os.environ.get("RAGJAX_HUNT"):
+    pytest.skip("the hunt of issues 62-65's additions (33 bad inputs, minutes): RAGJAX_HUNT=1")
+  tmp = str(tmp_path)
+  write_wave_inputs(tmp)
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  bad = []
+
+  def report(result):
+    cmd, want, absent, rc, err = result
+    kind = failure(want, absent, rc, err)
+    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
+    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
+    if kind:
+      kinds[kind] += 1
+      bad.append((cmd, kind))
+  results = run_all(HUNT_WAVE(tmp), timeout=240, report=report)
+  print(f"\nHUNT_WAVE tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
+  assert not bad, bad

@@ -57,20 +57,23 @@ def test_an_intact_evaluation_is_read_and_an_older_damaged_one_replaced(tmp_path
 
 def test_a_damaged_cold_start_is_set_aside_and_redone(tmp_path, capsys):
   from _model_helpers import save_hf_decoder
+  from ragjax.recipes.cached_phase import stored_meta
+  from ragjax.models.hf_io import check_decoder_dir
   cache = str(tmp_path / "cold_start_policy")
   meta = os.path.join(cache, "ragjax_cold_start.json")
   save_hf_decoder("qwen2_tied", cache)
   write(meta, json.dumps({"fingerprint": {"seed": 0}}).encode())
-  assert parts.reusable_cold_start(cache, meta, {"seed": 0}) == {"fingerprint": {"seed": 0}}
-  assert parts.reusable_cold_start(cache, meta, {"seed": 1}) is None   # another config
+  reusable = lambda fp: stored_meta(cache, fp, intact=check_decoder_dir)   # noqa: E731
+  assert reusable({"seed": 0}) == {"fingerprint": {"seed": 0}}
+  assert reusable({"seed": 1}) is None                                   # another config
   write(meta, b'{"fingerprint": {"se')                                    # a cut record
-  assert parts.reusable_cold_start(cache, meta, {"seed": 0}) is None
+  assert reusable({"seed": 0}) is None
   assert os.path.exists(meta + ".damaged") and os.path.isdir(cache)
   write(meta, json.dumps({"fingerprint": {"seed": 0}}).encode())
   weights = os.path.join(cache, "model.safetensors")                     # a cut policy
   with open(weights, "r+b") as f:
     f.truncate(os.path.getsize(weights) // 2)
-  assert parts.reusable_cold_start(cache, meta, {"seed": 0}) is None
+  assert reusable({"seed": 0}) is None
   assert not os.path.exists(cache) and os.path.isdir(cache + ".damaged")
   out = capsys.readouterr().out
   assert out.count("set aside as") == 2 and "Traceback" not in out

@@ -34,11 +34,14 @@ def test_compute_once_reuse_then_recompute_on_a_new_fingerprint(tmp_path):
 
   reuse = lambda stored: ("reused", stored["summary"]["value"])  # noqa: E731
   fp = {"sft.lr": 0.1, "widths": (1, 2)}
-  assert cached_phase(out, fp, compute=compute(1), reuse=reuse, scratch=(str(scratch),)) == 1
+  assert cached_phase(out, fp, compute=compute(1), reuse=reuse, intact=None,
+                      scratch=(str(scratch),)) == 1
   assert not scratch.exists() and os.path.exists(os.path.join(out, COLD_START_META))
   # tuples compare as the JSON lists stored
-  assert cached_phase(out, dict(fp), compute=compute(2), reuse=reuse) == ("reused", 1)
-  assert cached_phase(out, {**fp, "sft.lr": 0.2}, compute=compute(3), reuse=reuse) == 3
+  assert cached_phase(out, dict(fp), compute=compute(2), reuse=reuse,
+                      intact=None) == ("reused", 1)
+  assert cached_phase(out, {**fp, "sft.lr": 0.2}, compute=compute(3), reuse=reuse,
+                      intact=None) == 3
   assert calls == [1, 3]
 
   def killed():
@@ -46,6 +49,6 @@ def test_compute_once_reuse_then_recompute_on_a_new_fingerprint(tmp_path):
     raise KeyboardInterrupt
   os.remove(os.path.join(out, COLD_START_META))
   with pytest.raises(KeyboardInterrupt):
-    cached_phase(out, fp, compute=killed, reuse=reuse)
+    cached_phase(out, fp, compute=killed, reuse=reuse, intact=None)
   assert not os.path.exists(os.path.join(out, COLD_START_META))
-  assert cached_phase(out, fp, compute=compute(4), reuse=reuse) == 4
+  assert cached_phase(out, fp, compute=compute(4), reuse=reuse, intact=None) == 4

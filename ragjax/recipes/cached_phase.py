@@ -24,7 +24,8 @@ import shutil
 from typing import Any, Callable, Optional, Sequence
 
 from ragjax.typed_config import flatten, json_safe, write_json_atomic
-from ragjax.wiring.components import log, reusable_cold_start, set_aside
+from ragjax.models.hf_io import check_decoder_dir
+from ragjax.wiring.components import log, read_cache, set_aside
 
 COLD_START_DIR = "cold_start_policy"       # under the workdir, beside policy/
 COLD_START_META = "ragjax_cold_start.json"
@@ -42,15 +43,26 @@ def config_fields(c, *, sections: Sequence[str] = (), prefixes: Sequence[str] = 
 
 
 def stored_meta(directory: str, fingerprint: dict, meta: str = COLD_START_META,
-                valid: Callable[[dict], bool] = lambda m: True) -> Optional[dict]:
+                valid: Callable[[dict], bool] = lambda m: True,
+                intact: Optional[Callable[[str], None]] = None) -> Optional[dict]:
   """The meta file of `directory` when it was computed under `fingerprint` (and holds what
-  `valid` asks for) and the policy directory reads back, else None.  A meta file that cannot
-  be read or is not a record, or a policy that does not read, is set aside as `.damaged`
-  with one line (`ragjax.wiring.components.reusable_cold_start`): the phase is recomputed."""
-  stored = reusable_cold_start(directory, os.path.join(directory, meta), json_safe(fingerprint))
-  if stored is not None and not valid(stored):
-    set_aside(os.path.join(directory, meta), "the record lacks the fields this phase stores")
+  `valid` asks for) and `intact(directory)` raises nothing, else None.  A meta file that
+  cannot be read or is not such a record, or a directory that is not intact (e.g. a policy
+  whose weights were cut), is set aside as `.damaged` with one line
+  (`ragjax.wiring.components.set_aside`): the phase is recomputed."""
+  path = os.path.join(directory, meta)
+  stored = read_cache(path, lambda m: "fingerprint" in m)
+  if stored is None or stored["fingerprint"] != json_safe(fingerprint):
     return None
+  if not valid(stored):
+    set_aside(path, "the record lacks the fields this phase stores")
+    return None
+  if intact is not None:
+    try:
+      intact(directory)
+    except (OSError, ValueError) as e:
+      set_aside(directory, str(e))
+      return None
   return stored
 
 
@@ -58,11 +70,12 @@ def cached_phase(directory: str, fingerprint: dict, *, compute: Callable[[], tup
                  reuse: Callable[[dict], Any], scratch: Sequence[str] = (),
                  name: str = "cold start", reason: str = "same cold-start config",
                  meta: str = COLD_START_META,
-                 valid: Callable[[dict], bool] = lambda m: True) -> Any:
-  """`reuse(stored meta)` when `directory` was computed under `fingerprint` (`stored_meta`);
-  else `compute()` -> (result, extra meta fields), then the meta file and the scratch
-  removed."""
-  stored = stored_meta(directory, fingerprint, meta, valid)
+                 valid: Callable[[dict], bool] = lambda m: True,
+                 intact: Optional[Callable[[str], None]] = check_decoder_dir) -> Any:
+  """`reuse(stored meta)` when `directory` was computed under `fingerprint` (`stored_meta`;
+  `intact`: the check that the directory reads back, a policy's by default); else
+  `compute()` -> (result, extra meta fields), then the meta file and the scratch removed."""
+  stored = stored_meta(directory, fingerprint, meta, valid, intact)
   if stored is not None:
     log(f"{name}: reusing {directory} ({reason})")
     return reuse(stored)

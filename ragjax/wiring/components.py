@@ -58,7 +58,10 @@ def validate(c) -> RunConfig:
   if c.model.get("checkpoint"):
     check_decoder_dir(c.model.checkpoint)
   make_hooks(c)
-  adapter_from_config(c.model.lora)
+  adapter = adapter_from_config(c.model.lora)
+  if adapter is not None and adapter.lora.layers and c.model.get("checkpoint"):
+    from ragjax.models.hf_io import decoder_config_of
+    check_lora_layers(adapter.lora.layers, decoder_config_of(c.model.checkpoint).num_layers)
   noise_config(c)
   check_chat(c, "judge")
   registry.check("reward", run.rl.rewards, "rl.rewards")
@@ -124,21 +127,6 @@ def read_cache(path: str, valid=lambda data: True) -> Optional[dict]:
                     f"{json.dumps(data)[:80]}")
     return None
   return data
-
-
-def reusable_cold_start(model_dir: str, meta_path: str, fingerprint) -> Optional[dict]:
-  """The cold start's record (`meta_path`) when it was made under `fingerprint` and its
-  policy `model_dir` reads (config.json, safetensors headers); else None: a damaged record or
-  policy is set aside, and the cold start is redone."""
-  meta = read_cache(meta_path, lambda m: "fingerprint" in m)
-  if meta is None or meta["fingerprint"] != fingerprint:
-    return None
-  try:
-    check_decoder_dir(model_dir)
-  except (OSError, ValueError) as e:
-    set_aside(model_dir, str(e))
-    return None
-  return meta
 
 
 # --- data and retrieval -----------------------------------------------------------------------
@@ -385,10 +373,15 @@ def load_policy(c, tok=None, mesh=None):
   """(cfg, params, tokenizer): `model.checkpoint` loaded (into the mesh's shardings), or a
   new policy of `policy_config` with random weights (seeded by `c.seed`)."""
   cfg, params, tok = _load_policy(c, tok, mesh)
-  layers = c.model.lora.get("layers", 0) if "lora" in c.model else 0
-  if layers > cfg.num_layers:           # before any evaluation or training work
-    raise ValueError(f"model.lora.layers={layers} but the model has {cfg.num_layers} layers")
+  # (a checkpoint's layer count is checked with the config; a new policy's is known here)
+  check_lora_layers(c.model.lora.get("layers", 0) if "lora" in c.model else 0, cfg.num_layers)
   return cfg, params, tok
+
+
+def check_lora_layers(layers: int, num_layers: int) -> None:
+  """`model.lora.layers` (adapters on the top k layers) no more than the model has."""
+  if layers > num_layers:
+    raise ValueError(f"model.lora.layers={layers} but the model has {num_layers} layers")
 
 
 def _load_policy(c, tok=None, mesh=None):
