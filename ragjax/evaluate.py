@@ -96,12 +96,12 @@ def main(argv):
     if f.data_root or f.datasets or f.add_dataset:
       raise app.UsageError("--data_root / --datasets / --add_dataset go with --suite",
                            exitcode=2)
-    if f.compare and not f.out:
-      raise app.UsageError("--compare needs --out (this run's predictions directory)",
-                           exitcode=2)
-    if not f.checkpoint and not f.compare:
-      raise app.UsageError("--checkpoint is required (or --out A --compare B to pair two "
-                           "finished runs)", exitcode=2)
+    with exit_on_user_error("ragjax.evaluate"):
+      if f.compare and not f.out:
+        raise ValueError("--compare needs --out (this run's predictions directory)")
+      if not f.checkpoint and not f.compare:
+        raise ValueError("--checkpoint is required (or --out A --compare B to pair two "
+                         "finished runs)")
     if f.samples and f.temperature <= 0:
       raise app.UsageError("--samples needs --temperature > 0", exitcode=2)
     if f.data and not (f.index or f.url or f.config.retriever.index or f.config.retriever.url):

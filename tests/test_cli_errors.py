@@ -728,11 +728,12 @@ def HUNT_WAVE(tmp):  # noqa: N802  (the hunt of issues 62-65's additions)
        f"{tmp}/o26"),
       (conv(f"{tmp}/hf", f"{tmp}/a_dir.gguf"), f"{tmp}/a_dir.gguf"),
       # the evaluate command's predictions and pairing
-      (ev("--out", f"{tmp}/e28", "--compare", f"{tmp}/absent_run"), "absent_run",
+      (ev("--out", f"{tmp}/e28", "--compare", f"{tmp}/absent_run"), (f"{tmp}/e28", "no "
+                                                                       "predictions"),
        f"{tmp}/e28"),
       (ev("--checkpoint", f"{tmp}/hf", "--compare", f"{tmp}/e1"), "--compare needs --out"),
       (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/absent.jsonl", "--out",
-          f"{tmp}/e30", "--index", f"{tmp}/absent_index"), "absent", f"{tmp}/e30"),
+          f"{tmp}/e30", "--index", f"{tmp}/absent_index"), "absent_index", f"{tmp}/e30"),
       (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/q.jsonl", "--out", f"{tmp}/q.jsonl",
           "--index", f"{tmp}/absent_index"), "q.jsonl"),
       # the update benchmark's baseline

@@ -98,7 +98,9 @@ def update_flops(cfg, m: dict, run, lora=None) -> float:
 
 
 def bench_config(spec: str, args, workdir: str, peak: float, extra=()) -> dict:
-  c = apply_overrides(load_config(spec), list(args.set) + list(extra))
+  from ragjax.errors import exit_on_user_error
+  with exit_on_user_error("ragjax.bench.grpo_step"):     # a bad --set / --baseline: one line
+    c = apply_overrides(load_config(spec), list(args.set) + list(extra))
   c.workdir, c.progress = workdir, False
   c.trainer.tensorboard = False
   if args.retriever == "bm25":
@@ -241,6 +243,11 @@ def main(argv=None):
   args = ap.parse_args(argv)
   if args.steps < 1:
     ap.error("--steps must be >= 1")
+  from ragjax.errors import exit_on_user_error
+  with exit_on_user_error("ragjax.bench.grpo_step"):   # every config and override, before work
+    for spec in args.config or DEFAULT_CONFIGS:
+      for extra in ((), tuple(args.baseline)) if args.baseline else ((),):
+        parts.validate(apply_overrides(load_config(spec), list(args.set) + list(extra)))
   on_accel = jax.default_backend() != "cpu"
   peak = measured_matmul_peak(jnp.bfloat16 if on_accel else jnp.float32,
                               8192 if on_accel else 1024) * jax.device_count()

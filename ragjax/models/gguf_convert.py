@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ragjax.models.gguf_io import (is_gguf, tokenizer_fields_of_gguf, tokenizer_fields_of_hf,
-                                   write_gguf)
+from ragjax.models.gguf_io import (GGUF_DTYPES, is_gguf, tokenizer_fields_of_gguf,
+                                   tokenizer_fields_of_hf, write_gguf)
 from ragjax.models.hf_io import (check_decoder_dir, check_finite, load_decoder, load_tokenizer,
                                  params_to_hf_tensors, save_decoder)
 from ragjax.models.model_config import DecoderConfig, decoder_config_to_hf
@@ -27,8 +27,10 @@ from ragjax.models.model_config import DecoderConfig, decoder_config_to_hf
 
 def export_gguf(path: str, cfg: DecoderConfig, params: dict, *, dtype: str = "float16",
                 tokenizer=None, tokenizer_gguf: str = "") -> str:
-  """Writes `params` (a Llama decoder) as one GGUF file at `path`, with the tokenizer of
-  `tokenizer_gguf` (copied) or of `tokenizer` (built); returns `path`."""
+  """Writes `params` (a Llama decoder) as one GGUF file at `path` (in an existing directory:
+  nothing is made before the file is whole), with the tokenizer of `tokenizer_gguf` (copied)
+  or of `tokenizer` (built); returns `path`."""
+  check_gguf_output(path, dtype)
   if tokenizer_gguf:
     fields = tokenizer_fields_of_gguf(tokenizer_gguf)
   elif tokenizer is not None:
@@ -38,14 +40,30 @@ def export_gguf(path: str, cfg: DecoderConfig, params: dict, *, dtype: str = "fl
   hf_config = decoder_config_to_hf(cfg)
   tensors = params_to_hf_tensors(cfg, params)
   check_finite(path, tensors)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   return write_gguf(path, hf_config, tensors, fields, dtype=dtype,
                     name=os.path.splitext(os.path.basename(path))[0])
+
+
+def check_gguf_output(path: str, dtype: str) -> None:
+  """A GGUF file to write: a `.gguf` name in an existing, writable directory, and a dtype the
+  writer takes (checked before any weight is read)."""
+  if dtype not in GGUF_DTYPES:
+    raise ValueError(f"--dtype {dtype!r}: a GGUF export takes one of {GGUF_DTYPES}")
+  if not is_gguf(path):
+    raise ValueError(f"{path}: the GGUF file to write must end in .gguf")
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise FileNotFoundError(f"{path}: its directory {parent} does not exist")
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{path}: is a directory, not a file to write")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise PermissionError(f"{path}: {parent} is not writable")
 
 
 def hf_dir_to_gguf(model_dir: str, path: str, *, dtype: str = "float16",
                    tokenizer_gguf: str = "") -> str:
   """An HF directory (config.json, safetensors, tokenizer files) as one GGUF file."""
+  check_gguf_output(path, dtype)
   cfg, params = load_decoder(model_dir, dtype="float32", param_dtype="float32")
   tokenizer = None if tokenizer_gguf else load_tokenizer(model_dir)
   return export_gguf(path, cfg, params, dtype=dtype, tokenizer=tokenizer,

@@ -35,6 +35,9 @@ class GroupFilter:
 
   def __init__(self, metric: str = "reward", target_groups: int = 0, max_batches: int = 1,
                tolerance: float = 1e-6):
+    for name, value in (("target_groups", target_groups), ("max_batches", max_batches)):
+      if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"rl.batch_filter_kwargs.{name} must be an integer, got {value!r}")
     if metric not in METRICS:
       raise ValueError(f"rl.batch_filter_kwargs.metric={metric!r}; known: {METRICS}")
     if target_groups < 0:
