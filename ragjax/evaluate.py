@@ -156,6 +156,10 @@ def check_inputs(f) -> None:
   check_eval_section(c.eval)
   if (f.suite and not f.out) or (not f.suite and not f.data and c.data.source == "world"):
     check_workdir(c.workdir)
+  if f.out and os.path.exists(f.out) and not os.path.isdir(f.out):
+    raise ValueError(f"--out {f.out}: an existing file, not a directory for the predictions")
+  if f.data and not os.path.exists(f.data):
+    raise FileNotFoundError(f"--data {f.data}: no such file")
   r = c.retriever
   check_retriever_numbers(r)
   index, url = (f.index or "", f.url or "") if (f.index or f.url) else (r.index, r.url)

@@ -733,9 +733,9 @@ def HUNT_WAVE(tmp):  # noqa: N802  (the hunt of issues 62-65's additions)
        f"{tmp}/e28"),
       (ev("--checkpoint", f"{tmp}/hf", "--compare", f"{tmp}/e1"), "--compare needs --out"),
       (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/absent.jsonl", "--out",
-          f"{tmp}/e30", "--index", f"{tmp}/absent_index"), "absent_index", f"{tmp}/e30"),
+          f"{tmp}/e30", "--index", f"{tmp}/absent_index"), f"{tmp}/absent.jsonl", f"{tmp}/e30"),
       (ev("--checkpoint", f"{tmp}/hf", "--data", f"{tmp}/q.jsonl", "--out", f"{tmp}/q.jsonl",
-          "--index", f"{tmp}/absent_index"), "q.jsonl"),
+          "--index", f"{tmp}/absent_index"), ("--out", "an existing file")),
       # the update benchmark's baseline
       (["ragjax.bench.grpo_step", "--config", "configs/smollm2.py:tiny", "--steps", "1",
         "--baseline", "model.lora.nonsense=1", "--workdir", f"{tmp}/b32"],
