@@ -24,6 +24,7 @@ tokenizer.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -128,7 +129,16 @@ def _missing(module: str) -> bool:
 
 def gguf_hf_config(path: str) -> dict:
   """The HF config (a plain dict, as config.json would hold it) transformers reads from the
-  file's metadata."""
+  file's metadata (read once per file and modification time: transformers parses the whole
+  file, vocabulary included, to get it; a copy each call)."""
+  path = os.path.abspath(path)
+  return copy.deepcopy(_gguf_hf_config(path, os.path.getmtime(path) if os.path.exists(path)
+                                       else 0.0))
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_hf_config(path: str, mtime: float) -> dict:
+  del mtime
   check_gguf(path)
   _need_readers()
   from transformers import AutoConfig
