@@ -19,8 +19,13 @@ the instruction alone, this model writes no tag at all (docs/real_model.md).  Co
 SFT on scripted search traces of training questions (`ragjax.rl.search_traces`: the question as
 the query, the BM25 passages, the gold answer), merged before GRPO.  Shorter than the paper's so
 that it fits a 2-core CPU: 2 searches of top-3 passages cut to 192 tokens, 64 new tokens per
-turn, Search-R1's format-aware EM
-reward with its retrieval term, no KL.  What a run measures and takes: docs/real_model.md.
+turn, Search-R1's format-aware EM reward with its retrieval term, no KL.  RL (GRPO at
+temperature 1.0, Search-R1's) draws 8 questions x 8 rollouts a step from the training
+questions the cold start did not see and whose search finds the answer (`pool.*`,
+`ragjax.rl.question_pool`), trains only on the groups whose reward varies (dynamic sampling:
+`rl.batch_filter = "filter_groups"`), with LoRA adapters on the top 8 of the 30 layers through
+the adapter-aware forward (`model.lora.layers`, `.forward`; the cold start fits all 30).  What
+a run measures and takes: docs/real_model.md.
 """
 
 import os
