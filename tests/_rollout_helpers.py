@@ -261,3 +261,14 @@ def check_alignment(batch, policy_state=None):
     assert (np.asarray(t.turn)[i, p:k] >= 0).all()
     off_policy = labels[i] != Source.POLICY
     assert (np.asarray(t.sampler_logprobs)[i][off_policy] == 0).all()
+
+
+def search_r1_teacher_engine(top_k: int = 1, max_turns: int = 2):
+  """A Search-R1 engine over the real BM25 index of PASSAGES, with a scripted policy that a
+  teacher-forced run replaces (cold-start traces, the RL question pool)."""
+  from ragjax.rollout.engine import RolloutEngine
+  from ragjax.rollout.protocols import get_protocol
+  tok = tokenizer()
+  proto = get_protocol("search_r1", top_k=top_k, max_turns=max_turns)
+  return RolloutEngine(proto, ScriptedPolicy(tok, {}, stop_strings=proto.stop_sequences),
+                       bm25_retriever(), tok)

@@ -210,6 +210,27 @@ def run_all(todo, timeout: float = 120, report=None) -> list:
   return results
 
 
+def run_hunt(name: str, todo, timeout: float) -> None:
+  """Runs a hunt's cases (`run_all`), printing each one's class and last line as it ends and
+  the figures line (`NAME tried=... clean_errors=...`) RELIABILITY.md records; fails on any
+  case that was not a clean refusal."""
+  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
+  bad = []
+
+  def report(result):
+    cmd, want, absent, rc, err = result
+    kind = failure(want, absent, rc, err)
+    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
+    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
+    if kind:
+      kinds[kind] += 1
+      bad.append((cmd, kind))
+  results = run_all(todo, timeout=timeout, report=report)
+  print(f"\n{name} tried={len(results)} clean_errors={len(results) - len(bad)} "
+        + " ".join(f"{k}={v}" for k, v in kinds.items()))
+  assert not bad, bad
+
+
 def failure(want, absent, rc, err):
   """None for a clean refusal, else how it failed."""
   wants = (want,) if isinstance(want, str) else want
@@ -543,21 +564,7 @@ def test_hunt_65(tmp_path):
   os.makedirs(f"{tmp}/dir.gguf")
   with open(f"{tmp}/junk.gguf", "w") as f:
     f.write("not a gguf file at all, but long enough")
-  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
-  bad = []
-
-  def report(result):
-    cmd, want, absent, rc, err = result
-    kind = failure(want, absent, rc, err)
-    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
-    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
-    if kind:
-      kinds[kind] += 1
-      bad.append((cmd, kind))
-  results = run_all(HUNT_65(tmp), timeout=240, report=report)
-  print(f"\nHUNT_65 tried={len(results)} clean_errors={len(results) - len(bad)} "
-        + " ".join(f"{k}={v}" for k, v in kinds.items()))
-  assert not bad, bad
+  run_hunt("HUNT_65", HUNT_65(tmp), timeout=240)
 
 
 def write_hunt_inputs(tmp: str) -> None:
@@ -576,21 +583,7 @@ def test_hunt_of_bad_inputs(tmp_path):
     pytest.skip("the hunt of issue 56 (54 bad inputs, minutes): RAGJAX_HUNT=1 runs it")
   tmp = str(tmp_path)
   write_hunt_inputs(tmp)
-  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
-  bad = []
-
-  def report(result):
-    cmd, want, absent, rc, err = result
-    kind = failure(want, absent, rc, err)
-    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
-    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
-    if kind:
-      kinds[kind] += 1
-      bad.append((cmd, kind))
-  results = run_all(HUNT(tmp), timeout=60, report=report)
-  print(f"\nHUNT tried={len(results)} clean_errors={len(results) - len(bad)} "
-        + " ".join(f"{k}={v}" for k, v in kinds.items()))
-  assert not bad, bad
+  run_hunt("HUNT", HUNT(tmp), timeout=60)
 
 
 def _cut(path: str, keep: float = 0.5) -> None:
@@ -771,18 +764,4 @@ def test_hunt_wave(tmp_path):
     pytest.skip("the hunt of issues 62-65's additions (33 bad inputs, minutes): RAGJAX_HUNT=1")
   tmp = str(tmp_path)
   write_wave_inputs(tmp)
-  kinds = dict.fromkeys(("traceback", "exit_0", "still_running", "wrote", "unclear"), 0)
-  bad = []
-
-  def report(result):
-    cmd, want, absent, rc, err = result
-    kind = failure(want, absent, rc, err)
-    last = err.strip().splitlines()[-1][:240] if err.strip() else ""
-    print(f"{kind or 'clean'}: {' '.join(cmd)[:160]}\n    {last}", flush=True)
-    if kind:
-      kinds[kind] += 1
-      bad.append((cmd, kind))
-  results = run_all(HUNT_WAVE(tmp), timeout=240, report=report)
-  print(f"\nHUNT_WAVE tried={len(results)} clean_errors={len(results) - len(bad)} "
-        + " ".join(f"{k}={v}" for k, v in kinds.items()))
-  assert not bad, bad
+  run_hunt("HUNT_WAVE", HUNT_WAVE(tmp), timeout=240)

@@ -2,7 +2,6 @@
 through the real engine and a real BM25 index, minus the cold start's; and no held-out question
 (test, dev, the `covered` suite) ever in it."""
 
-import json
 import os
 
 import pytest
@@ -11,8 +10,6 @@ import _rollout_helpers as h
 from conftest import SHARED_DATA
 from ragjax.metrics.answer import cover_exact_match, cover_word_match, normalize_answer
 from ragjax.rl.question_pool import PoolConfig, question_pool
-from ragjax.rollout.engine import RolloutEngine
-from ragjax.rollout.protocols import get_protocol
 
 RECORDS = [
     {"id": "a", "question": "Who founded the Quillport Observatory?",
@@ -27,10 +24,7 @@ RECORDS = [
 
 
 def engine():
-  tok = h.tokenizer()
-  proto = get_protocol("search_r1", top_k=1, max_turns=2)
-  return RolloutEngine(proto, h.ScriptedPolicy(tok, {}, stop_strings=proto.stop_sequences),
-                       h.bm25_retriever(), tok)
+  return h.search_r1_teacher_engine()
 
 
 def test_word_boundary_cover_match_by_hand():

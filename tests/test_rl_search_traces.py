@@ -12,9 +12,7 @@ from _rl_helpers import tiny_cfg, tiny_params
 from ragjax.models.lora import LoraAdapter, LoraConfig
 from ragjax.rl.search_traces import ANSWER_THINK, SEARCH_THINK, search_script, search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
-from ragjax.rollout.engine import RolloutEngine
 from ragjax.rollout.labels import Source
-from ragjax.rollout.protocols import get_protocol
 
 RECORDS = [
     {"id": "a", "question": "Who founded the Quillport Observatory?",
@@ -28,10 +26,7 @@ RECORDS = [
 
 
 def engine():
-  tok = h.tokenizer()
-  proto = get_protocol("search_r1", top_k=1, max_turns=2)
-  return RolloutEngine(proto, h.ScriptedPolicy(tok, {}, stop_strings=proto.stop_sequences),
-                       h.bm25_retriever(), tok)
+  return h.search_r1_teacher_engine()
 
 
 def test_search_script_is_the_question_then_the_first_gold_answer():
