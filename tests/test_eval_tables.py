@@ -584,3 +584,14 @@ def test_a_sampled_set_says_so_in_the_table_and_its_notes():
   c = load_config("configs/search_r1.py:qwen2.5-3b")
   popqa = get_suite(c.eval, "search_r1").dataset("popqa")
   assert popqa.paper_n == 14267 and "1,000 questions" in popqa.sample
+
+
+def test_step_table_one_row_per_step_dash_for_a_missing_metric():
+  from ragjax.report.table import step_table
+  records = [{"step": 1, "reward": 0.25, "filter/kept_groups": 3.0},
+             {"loss": 1.0},                                  # no step: not a row
+             {"step": 2, "reward": 0.5, "note": "x"}]
+  assert step_table(records, [("reward", "reward"), ("kept", "filter/kept_groups"),
+                              ("note", "note")]).splitlines() == [
+      "| step | reward | kept | note |", "|---|---|---|---|",
+      "| 1 | 0.250 | 3.000 | - |", "| 2 | 0.500 | - | x |"]

@@ -40,6 +40,7 @@ from ragjax.eval.systems import evaluate_system, write_viewer
 from ragjax.metrics import answer_metrics
 from ragjax.models.lora import adapter_from_config
 from ragjax.recipes import rl
+from ragjax.report.table import step_table
 from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
 from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
@@ -62,6 +63,12 @@ STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_r
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
           "em", "dev/em", "response_length", "generated/reward", "generated/em",
           "filter/kept_groups", "grad_norm")
+# results.md's per-step table: (header, metrics.jsonl key)
+STEP_COLUMNS = (("reward (trained rows)", "reward"), ("rollout reward", "generated/reward"),
+                ("rollout EM", "generated/em"), ("kept groups", "filter/kept_groups"),
+                ("of groups", "filter/groups"), ("search rate", "search_r1/search_rate"),
+                ("valid format", "search_r1/valid_format"), ("grad norm", "grad_norm"),
+                ("dev EM", "dev/em"), ("seconds", "time/step_s"))
 
 
 def direct_config(c):
@@ -349,6 +356,7 @@ def run(c) -> dict:
   md += [f"- {pair}: " + ", ".join(f"{k} {v}" for k, v in d.items())
          for pair, d in numbers["paired"].items()]
   md += ["", "## Wall time (s)", "", *[f"- {k}: {v}" for k, v in timings.items()]]
+  md += ["", "## Per RL step (`rl/metrics.jsonl`)", "", step_table(metrics, STEP_COLUMNS)]
   with open(os.path.join(workdir, "results.md"), "w") as f:
     f.write("\n".join(md) + "\n")
   print(md_table)

@@ -29,3 +29,20 @@ def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], metric: str 
     cells.append(f"{r.get('searches', float('nan')):.2f}")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def step_table(records: Sequence[Mapping], columns: Sequence[tuple[str, str]],
+               digits: int = 3) -> str:
+  """One markdown row per training step (`metrics.jsonl` records that carry `step`): the
+  `columns` given as (header, metric key); a step that did not log a key shows '-'."""
+  steps = [r for r in records if "step" in r]
+  lines = ["| step | " + " | ".join(h for h, _ in columns) + " |",
+           "|" + "---|" * (len(columns) + 1)]
+  for r in steps:
+    cells = [str(int(r["step"]))]
+    for _, key in columns:
+      v = r.get(key)
+      cells.append("-" if v is None else (f"{v:.{digits}f}" if isinstance(v, float)
+                                          else str(v)))
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
