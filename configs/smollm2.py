@@ -104,7 +104,12 @@ def get_config(arg: str = "default"):
   # adapters are fitted (then merged) on scripted traces of training questions: the question
   # as the query, the BM25 passages, the gold answer (`ragjax.rl.search_traces`), kept only
   # where the passages hold the answer.
-  c.traces = common.ConfigDict(dict(questions=4 if tiny else 800, require_retrieved=not tiny))
+  # answer_think: the answer turn's <think> ("names" the answer, as the measured cold start;
+  # "fixed": one sentence for every question); second_search: a question whose first passages
+  # miss the answer searches its answer passage's title next (HotpotQA's supporting facts),
+  # which needs room for two searches' passages (e.g. --config.sampler.max_cache_length=1792)
+  c.traces = common.ConfigDict(dict(questions=4 if tiny else 800, require_retrieved=not tiny,
+                                    answer_think="names", second_search=False))
   c.sft.update(dict(steps=1 if tiny else 60, batch_size=2 if tiny else 4, lr=3e-4,
                     warmup_steps=0 if tiny else 5, min_lr_ratio=0.1, weight_decay=0.0,
                     gather=True, log_every=1 if tiny else 5, save_every=0 if tiny else 20))

@@ -10,7 +10,8 @@ import pytest
 import _rollout_helpers as h
 from _rl_helpers import tiny_cfg, tiny_params
 from ragjax.models.lora import LoraAdapter, LoraConfig
-from ragjax.rl.search_traces import ANSWER_THINK, SEARCH_THINK, search_script, search_traces
+from ragjax.rl.search_traces import (ANSWER_THINK, SEARCH_THINK, bridge_title, search_script,
+                                      search_traces)
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.labels import Source
 
@@ -110,3 +111,46 @@ def test_killed_lora_sft_resumes_to_the_uninterrupted_params(tmp_path, monkeypat
   assert [r["step"] for r in hist] == [1, 2, 3, 4, 5]
   for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=0)
+
+
+BRIDGE = {"id": "e", "question": "What does the observatory founded by Mirela Dunst study?",
+          "golden_answers": ["comets and tides"],
+          "metadata": {"supporting_facts": [["Mirela Dunst", 0], ["Quillport Observatory", 0]],
+                       "context": [
+                           ["Amber Sea", ["Sailors there watch comets and tides."]],  # no support
+                           ["Mirela Dunst", ["Mirela Dunst founded the Quillport Observatory."]],
+                           ["Quillport Observatory", ["It studies comets and tides."]]]}}
+
+
+def test_bridge_title_is_the_unretrieved_supporting_passage_that_holds_the_answer():
+  assert bridge_title(BRIDGE, {"Mirela Dunst"}) == "Quillport Observatory"
+  assert bridge_title(BRIDGE, {"Quillport Observatory"}) == ""      # already retrieved
+  assert bridge_title(RECORDS[0], set()) == ""                     # no supporting facts
+  assert search_script(BRIDGE, "fixed", "Quillport Observatory") == [
+      f"{SEARCH_THINK}<search> What does the observatory founded by Mirela Dunst study? </search>",
+      "<think> The documents do not give the answer. I need to search for Quillport "
+      "Observatory. </think>\n<search> Quillport Observatory </search>",
+      "<think> The documents give the answer. </think>\n<answer> comets and tides </answer>"]
+  with pytest.raises(ValueError, match="traces.answer_think 'x'"):
+    search_script(BRIDGE, "x")
+
+
+def test_second_search_scripts_the_bridge_when_the_first_passages_miss_the_answer():
+  e = h.search_r1_teacher_engine(max_turns=3)
+  records = [BRIDGE, RECORDS[0]]
+  _, _, one = search_traces(e, records, max_new_tokens=128, cache_length=2048)
+  assert one == {"questions": 2, "too_long": 0, "retrieved": 1, "kept": 1}
+  rows_t, rows_l, two = search_traces(e, records, max_new_tokens=128, cache_length=2048,
+                                      second_search=True)
+  assert two == {"questions": 2, "too_long": 0, "second_search": 1, "retrieved": 2, "kept": 2,
+                 "two_searches": 1}
+  policy = e.tokenizer.decode(rows_t[0][rows_l[0] == Source.POLICY])
+  retrieved = e.tokenizer.decode(rows_t[0][rows_l[0] == Source.RETRIEVED])
+  assert policy.count("<search>") == 2 and "<search> Quillport Observatory </search>" in policy
+  assert "Mirela Dunst founded" in retrieved and "studies comets and tides" in retrieved
+  # a cache too short for the second search's passages: that trace never reaches its answer
+  # and is not kept; the one-search trace still is
+  rows_t2, _, short = search_traces(e, records, max_new_tokens=128,
+                                    cache_length=len(rows_t[0]) - 4, second_search=True)
+  assert short["kept"] == 1 and short["two_searches"] == 0
+  assert "Mirela Dunst" in e.tokenizer.decode(rows_t2[0])

@@ -117,13 +117,28 @@ def cold_start_adapter(c):
   return adapter_from_config(section)
 
 
+# `traces` fields added after cold starts were cached: at these values they are left out of
+# the fingerprint, so a cold start computed before they existed is still reused
+TRACES_DEFAULTS = {"traces.answer_think": "names", "traces.second_search": False}
+
+
 def cold_start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (its traces are teacher-forced, so the
   sampling settings do not matter; `model.lora.layers` and `.forward` are RL's)."""
-  return config_fields(c, sections=COLD_START_SECTIONS,
-                       skip=("sampler.temperature", "sampler.top_p", "rollout.hooks",
-                             "rollout.spare_rows", "sft.save_every", "sft.log_every",
-                             "model.lora.layers", "model.lora.forward"))
+  fields = config_fields(c, sections=COLD_START_SECTIONS,
+                         skip=("sampler.temperature", "sampler.top_p", "rollout.hooks",
+                               "rollout.spare_rows", "sft.save_every", "sft.log_every",
+                               "model.lora.layers", "model.lora.forward"))
+  return {k: v for k, v in fields.items()
+          if not (k in TRACES_DEFAULTS and v == TRACES_DEFAULTS[k])}
+
+
+def traces_options(c) -> dict:
+  """`search_traces`'s scripting options from the config's `traces` section (defaults when
+  the section predates them)."""
+  return {"answer_think": c.traces.get("answer_think", TRACES_DEFAULTS["traces.answer_think"]),
+          "second_search": bool(c.traces.get("second_search",
+                                             TRACES_DEFAULTS["traces.second_search"]))}
 
 
 def cold_start(c, s, workdir) -> tuple:
@@ -150,10 +165,12 @@ def cold_start(c, s, workdir) -> tuple:
     rows_t, rows_l, stats = search_traces(
         template, records, max_new_tokens=c.sampler.max_new_tokens,
         cache_length=c.sampler.max_cache_length, require_retrieved=c.traces.require_retrieved,
-        seed=c.seed)
+        seed=c.seed, **traces_options(c))
+    second = (f"; {stats['second_search']} given a second search, {stats['two_searches']} of "
+              "the kept search twice" if "second_search" in stats else "")
     parts.log(f"cold start: {stats['kept']} traces kept of {stats['questions']} training "
               f"questions ({stats['retrieved']} with a gold answer in the passages, "
-              f"{stats['too_long']} with a turn over sampler.max_new_tokens)")
+              f"{stats['too_long']} with a turn over sampler.max_new_tokens{second})")
     if not rows_t:
       raise ValueError("the cold start kept no trace: raise traces.questions or set "
                        "traces.require_retrieved=False")
