@@ -67,12 +67,14 @@ def main(argv):
     opts = Options(workdir=f.workdir, suite=f.suite, heldout=f.heldout, limit=f.limit,
                    skip=tuple(f.skip), data_root=f.data_root, overrides=tuple(f.set))
     ref = entries[0].config
-    if ref is not None:              # the suite and the held-out column, before any run
-      from ragjax.eval.suites import get_suite
-      suite = get_suite(ref.eval, opts.suite)
-      if opts.heldout and opts.heldout not in suite.keys:
-        raise ValueError(f"--heldout {opts.heldout}: suite {suite.name} has no such dataset "
-                         f"({', '.join(suite.keys)})")
+    if ref is None:
+      raise ValueError(f"--configs {entries[0].spec}: the first config is the Search-R1 "
+                       f"reference and does not load ({entries[0].missing})")
+    from ragjax.eval.suites import get_suite     # the suite and its column, before any run
+    suite = get_suite(ref.eval, opts.suite)
+    if opts.heldout and opts.heldout not in suite.keys:
+      raise ValueError(f"--heldout {opts.heldout}: suite {suite.name} has no such dataset "
+                       f"({', '.join(suite.keys)})")
 
     def start_backend():
       from ragjax.parallel.backend import start

@@ -177,7 +177,9 @@ def test_bad_input_is_one_error_line(tmp_path):
            (["--workdir=D", "--configs=configs/smollm2.py", "--skip=smolm2"],
             "--skip smolm2: not a row"),
            (["--workdir=D", "--configs=configs/smollm2.py", "--heldout=nq"],
-            "--heldout nq: suite covered has no such dataset")]
+            "--heldout nq: suite covered has no such dataset"),
+           (["--workdir=D", "--configs=configs/smollm2.py:nosuch"],
+            "the first config is the Search-R1 reference and does not load")]
   for args, message in cases:
     proc = compare(ROOT, *args)
     assert proc.returncode == 2, (args, proc.stderr)

@@ -61,7 +61,8 @@ def _scores(preds: dict, key: str, metric: str) -> list:
 
 
 def row_numbers(row: Row, columns: Sequence[tuple]) -> dict:
-  """One evaluated row's cells, macro averages, searches and evaluation seconds."""
+  """One evaluated row's cells (None: no predictions for that dataset, its file missing),
+  macro averages, searches and evaluation seconds."""
   cells, present = {}, []
   for key, _ in columns:
     if not row.preds.get(key):
@@ -139,9 +140,9 @@ def render(data: dict) -> str:
     cells = []
     for c in cols:
       cell = r["cells"][c["key"]]
-      cells += [_ci(cell[m]) if cell else "no questions" for m in METRICS]
+      cells += [_ci(cell[m]) if cell else "missing" for m in METRICS]
     avg = r["average"]
-    cells += [_ci(avg[m]) if avg else "no questions" for m in METRICS]
+    cells += [_ci(avg[m]) if avg else "missing" for m in METRICS]
     if r["system"] == ref:
       cells += ["reference"] * len(METRICS)
     elif "paired" in r:
@@ -149,7 +150,7 @@ def render(data: dict) -> str:
     else:
       cells += [f"no {ref} row"] * len(METRICS)
     run = "none of its own" if r["run_seconds"] is None else f"{r['run_seconds']:.0f}"
-    searches = "no questions" if r["searches"] is None else f"{r['searches']:.2f}"
+    searches = "missing" if r["searches"] is None else f"{r['searches']:.2f}"
     cells += [searches, run, f"{r['eval_seconds']:.0f}"]
     lines.append("| " + " | ".join([r["system"]] + cells) + " |")
     if avg and len(r["over"]) < len(cols):
@@ -158,7 +159,8 @@ def render(data: dict) -> str:
          "Percent, 95% bootstrap intervals over questions; Avg: the macro mean over the "
          "datasets (each resampled on its own); the difference to "
          f"{ref} is paired on the same questions (macro over the datasets, per dataset in "
-         "table.json); run: the training run's wall time; eval: the rollouts' wall time over "
-         "these questions."]
+         "table.json); searches: the policy's own (retrieve-once RAG's one retrieval before it "
+         "answers is not counted); run: the training run's wall time; eval: the rollouts' wall "
+         "time over these questions; missing: the dataset's file is not on this machine."]
   out += [f"- {n}" for n in notes]
   return "\n".join(out)

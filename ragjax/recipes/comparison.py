@@ -8,15 +8,17 @@ Under the comparison's directory D:
 - `runs/<name>/`: each config's own workdir, trained by `python -m ragjax.train
   --config=FILE:ARG --config.workdir=D/runs/<name>` (a subprocess, its output in `train.log`;
   a killed run resumes there as any training run does).  `compare_run.json`, written
-  atomically once the run exits 0, holds the config's fingerprint and the run's wall time: a
-  later comparison with the same config reuses the run without starting it.
+  atomically once the run exits 0, holds the config's fingerprint and the run's wall time (every
+  attempt's, `compare_seconds.json`): a later comparison with the same config reuses the run
+  without starting it; a failed one is tried again.
 - `data/test.jsonl`: the reference config's held-out test questions (its `data.split`), the
   `--heldout` column of the suite in place of the suite's own file.
 - `eval/<row>/`: one row's per-question predictions over the suite (`eval.harness.run_suite`,
   appended as batches finish: a killed evaluation resumes at the next batch) and
   `compare_eval.json` (the policy's content digest, every dataset's settings and file digest;
-  `done` once every question is in).  A row whose policy or settings changed is set aside as
-  `.damaged` and evaluated again; a finished one is read back without loading a model.
+  `done` and the `--limit` once every question is in).  A row whose policy or settings changed
+  is set aside as `.damaged` and evaluated again; a finished one is read back without loading a
+  model; another `--limit` keeps the predictions on disk and runs the rest.
 - `table.md`, `table.json`: the table (`ragjax.eval.comparison`).
 
 Rows: direct answer and retrieve-once RAG (the reference config's base model, its `direct` /
@@ -44,6 +46,7 @@ from ragjax.wiring import components as parts
 
 RUNS_DIR, EVAL_DIR, DATA_DIR = "runs", "eval", "data"
 RUN_RECORD = "compare_run.json"
+RUN_SECONDS = "compare_seconds.json"
 EVAL_RECORD = "compare_eval.json"
 TRAIN_LOG = "train.log"
 DIRECT, RAG, COLD_START = "direct answer", "retrieve-once RAG", "cold start"
@@ -165,6 +168,16 @@ def finished_run(c) -> Optional[dict]:
   return stored
 
 
+def add_seconds(workdir: str, seconds: float) -> float:
+  """The wall time every attempt at this run took (`RUN_SECONDS`: failed and resumed attempts
+  included; one killed with the comparison is not counted)."""
+  path = os.path.join(workdir, RUN_SECONDS)
+  stored = parts.read_cache(path, lambda d: isinstance(d.get("seconds"), (int, float)))
+  total = (stored["seconds"] if stored else 0.0) + seconds
+  write_json_atomic(path, {"seconds": round(total, 1)})
+  return total
+
+
 def ensure_run(entry: Entry, opts: Options) -> tuple[Optional[dict], str]:
   """(the finished run's record, "") or (None, why it is not there)."""
   c = run_config(entry, opts)
@@ -182,7 +195,7 @@ def ensure_run(entry: Entry, opts: Options) -> tuple[Optional[dict], str]:
     log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
     log.flush()
     code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-  seconds = time.perf_counter() - t0
+  seconds = add_seconds(c.workdir, time.perf_counter() - t0)
   if code != 0:
     with open(log_path, encoding="utf-8", errors="replace") as f:
       lines = [l.strip() for l in f.read().splitlines() if l.strip()]
@@ -292,21 +305,22 @@ def evaluate(system: System, suite, root: str, opts: Options, retrievers: dict) 
   suite = system_suite(suite, system)
   out = os.path.join(os.path.abspath(opts.workdir), EVAL_DIR, system.key)
   record_path = os.path.join(out, EVAL_RECORD)
-  key = dict(evaluation_key(system, suite, root), limit=opts.limit)
+  key = evaluation_key(system, suite, root)
   stored = parts.read_cache(record_path, lambda d: "key" in d and "done" in d)
   if stored is not None and stored["key"] != key:
     parts.set_aside(out, "evaluated with another policy, question file or setting")
     stored = None
-  if stored is None or not stored["done"]:
+  if stored is None or not stored["done"] or stored.get("limit") != opts.limit:
+    # unfinished, or another --limit: the predictions on disk are kept, the rest run
     os.makedirs(out, exist_ok=True)
     write_json_atomic(record_path, {"key": key, "done": False})
     plan = plan_suite(system.config, suite, root, out, opts.limit, parts.log)
     if any(len(p.done) < len(p.records) for p in plan.todo.values()):
       run_policy(system, suite, root, out, plan, retrievers)
-    write_json_atomic(record_path, {"key": key, "done": True,
-                                    "sizes": {k: len(p.records) for k, p in plan.todo.items()},
-                                    "missing": plan.missing})
-    stored = parts.read_cache(record_path)
+    stored = {"key": key, "done": True, "limit": opts.limit,
+              "sizes": {k: len(p.records) for k, p in plan.todo.items()},
+              "missing": plan.missing}
+    write_json_atomic(record_path, stored)
   else:
     parts.log(f"{system.name}: reusing the finished evaluation in {out}")
   preds = read_predictions(out, suite.keys) if os.path.isdir(
@@ -340,18 +354,15 @@ def systems_of(entries: Sequence[Entry], runs: dict, opts: Options) -> tuple[lis
   table's order."""
   ref = entries[0]
   order, why = [], {}
-  ref_ok = ref.config is not None
-  base = run_config(ref, opts) if ref_ok else None
+  base = run_config(ref, opts)
   for key, name, protocol in (("direct", DIRECT, "direct"), ("rag", RAG, "retrieve_once")):
     if skipped(key, opts.skip):
       why[name] = "--skip"
-    elif not ref_ok:
-      why[name] = f"the reference config did not load ({ref.missing})"
     else:
       order.append(System(key, name, baseline_config(base, protocol), base.model.checkpoint,
                           base.workdir, baseline=True, source=f"{ref.spec}: model.checkpoint"))
-  ref_run, ref_why = runs.get(ref.name, (None, ref.missing or "--skip"))
-  cold = None if base is None else os.path.join(base.workdir, COLD_START_DIR)
+  ref_run, ref_why = runs.get(ref.name, (None, "--skip"))
+  cold = os.path.join(base.workdir, COLD_START_DIR)
   if skipped("cold_start", opts.skip):
     why[COLD_START] = "--skip"
   elif ref_run is None:
@@ -382,6 +393,10 @@ def compare(entries: Sequence[Entry], opts: Options, start_backend=None) -> dict
   `table.md` and `table.json` under `opts.workdir`; returns the table's {"markdown", "json"}."""
   from ragjax.eval.suites import data_root
   workdir = os.path.abspath(opts.workdir)
+  ref = entries[0]
+  if ref.config is None:
+    raise ValueError(f"the reference config {ref.spec} does not load ({ref.missing}): the "
+                     "table's questions and baselines come from it")
   os.makedirs(workdir, exist_ok=True)
   runs = {}
   for e in entries:
@@ -391,10 +406,6 @@ def compare(entries: Sequence[Entry], opts: Options, start_backend=None) -> dict
       runs[e.name] = (None, "--skip")
     else:
       runs[e.name] = ensure_run(e, opts)
-  ref = entries[0]
-  if ref.config is None:
-    raise ValueError(f"the reference config {ref.spec} did not load ({ref.missing}): the "
-                     "table's questions and baselines come from it")
   if start_backend is not None:
     start_backend()                    # after the training subprocesses: one JAX at a time
   base = run_config(ref, opts)
