@@ -5,7 +5,8 @@ command end to end on real parts: `configs/smollm2.py:tiny` with its policy swap
 small bigram-chain checkpoint of tests/_eval_helpers.py (it searches once, then answers
 "December 1972") over 300 shared passages, one RL step through `python -m ragjax.train`, the
 rows evaluated on the first 2 questions of each `covered` dataset (the held-out HotpotQA split
-in place of the suite's own).  A second invocation reruns nothing; a config variant that does
+in place of the suite's own).  A second invocation reruns nothing, a third after a kill inside
+an evaluation only what it had not written; a config variant that does
 not exist, a run that fails, `--skip` and a cold start the run does not have are "not run"
 rows that say why; bad input is one error line.
 """
@@ -167,6 +168,20 @@ def test_compare_runs_then_reuses_everything_and_says_what_was_not_run(tmp_path)
   assert again["broken.py"]["reason"] == "--skip"
   for name in ("direct answer", "retrieve-once RAG", "Search-R1 GRPO"):
     assert again[name]["cells"] == rows[name]["cells"]
+
+  # what a comparison killed inside an evaluation leaves: that row's record not done, a batch
+  # of its predictions not written; run again, only that batch runs
+  record = D / "eval" / "direct" / "compare_eval.json"
+  record.write_text(json.dumps(dict(json.loads(record.read_text()), done=False)))
+  musique = D / "eval" / "direct" / "predictions" / "musique.jsonl"
+  musique.write_text("")
+  third = compare(tmp_path, *args, "--skip=broken.py")
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert ": training (" not in third.stdout and third.stdout.count("evaluating") == 1
+  assert "direct answer: evaluating" in third.stdout
+  assert "2 questions to run (4 on disk)" in third.stdout
+  final = {r["system"]: r for r in json.loads((D / "table.json").read_text())["rows"]}
+  assert final["direct answer"]["cells"] == rows["direct answer"]["cells"]
 
 
 def test_bad_input_is_one_error_line(tmp_path):
