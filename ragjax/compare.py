@@ -61,11 +61,16 @@ def main(argv):
   with exit_on_user_error("ragjax.compare"):
     check_workdir_readable(f.workdir)
     specs = list(f.configs) + list(argv[1:])
+    for spec in specs:               # a mistyped file: one line before the heavy imports
+      if not os.path.isfile(spec.partition(":")[0]):
+        raise FileNotFoundError(f"--configs {spec}: no config file "
+                                f"{os.path.abspath(spec.partition(':')[0])}")
     from ragjax.recipes.comparison import Options, check_skip, compare, load_entries
-    entries = load_entries(specs, f.set)
+    overrides = tuple(o.strip().removeprefix("--config.") for o in f.set)
+    entries = load_entries(specs, overrides)
     check_skip(entries, f.skip)
     opts = Options(workdir=f.workdir, suite=f.suite, heldout=f.heldout, limit=f.limit,
-                   skip=tuple(f.skip), data_root=f.data_root, overrides=tuple(f.set))
+                   skip=tuple(f.skip), data_root=f.data_root, overrides=overrides)
     ref = entries[0].config
     if ref is None:
       raise ValueError(f"--configs {entries[0].spec}: the first config is the Search-R1 "
