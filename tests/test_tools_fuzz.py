@@ -48,8 +48,8 @@ def test_every_protocol_fuzzed_without_crash_or_misalignment(reports):
     assert r.crashes == 0 and r.violations == 0, (r.method, r.failures[:1])
     assert r.outputs >= CI_COUNT and r.rows >= r.batches
     assert sum(r.stop_reasons.values()) == r.rows and "(none)" not in r.stop_reasons
-    # the retriever answered some fuzzed queries (the direct-answer protocol never searches)
-    assert r.searches > 0 or r.protocol == "direct", r.method
+    # the retriever answered some fuzzed queries (the one-turn baselines never search)
+    assert r.searches > 0 or r.protocol in ("direct", "retrieve_once"), r.method
     assert r.rewards and not r.skipped, r.method
     kinds.update(r.kinds)
   assert set(kinds) == set(KINDS)          # every kind of hostile output was decoded

@@ -37,6 +37,24 @@ def qtype_of(record) -> str:
   return (record.get("metadata") or {}).get("qtype", "other")
 
 
+def with_documents(records: Sequence[dict], retriever, protocol, tokenizer) -> list[dict]:
+  """The records, each with a `documents` field for the retrieve-once protocol: the question
+  itself as the query (one batched `retriever.search`), its `protocol.top_k` passages as the
+  protocol formats an observation's, cut to `protocol.obs_max_tokens` tokens of `tokenizer`."""
+  hits = retriever.search([r["question"] for r in records], protocol.top_k)
+  if len(hits) != len(records):
+    raise ValueError(f"retriever returned {len(hits)} result lists for {len(records)} questions")
+  out = []
+  for rec, found in zip(records, hits):
+    docs = protocol.truncate_chars(protocol.format_documents(list(found)[:protocol.top_k]).strip())
+    if protocol.obs_max_tokens is not None:
+      ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
+      if len(ids) > protocol.obs_max_tokens:
+        docs = tokenizer.decode(ids[:protocol.obs_max_tokens])
+    out.append(dict(rec, documents=docs))
+  return out
+
+
 def _chunks(records: Sequence[dict], size: int):
   """Chunks of `size` records, the last padded with copies of the first (one batch shape)."""
   for s in range(0, len(records), size):

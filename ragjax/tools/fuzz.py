@@ -58,6 +58,9 @@ METHODS = (
     ("configs/world.py:toy", None),
     # the direct-answer baseline of the qa recipe (ragjax.recipes.qa): one final turn, no search
     ("configs/search_r1.py:tiny protocol.name=direct protocol.max_turns=0", None),
+    # the retrieve-once baseline of `python -m ragjax.compare`: the direct answer's one turn,
+    # its prompt holding the question's passages when the record has them
+    ("configs/search_r1.py:tiny protocol.name=retrieve_once protocol.max_turns=0", None),
 )
 
 

@@ -9,7 +9,7 @@ from ragjax.rollout.protocols.autorefine import AutoRefine
 from ragjax.rollout.protocols.base import Action, Kind, PromptInput, Protocol, as_prompt_input
 from ragjax.rollout.protocols.r3_rag import R3Rag
 from ragjax.rollout.protocols.rezero import ReZero
-from ragjax.rollout.protocols.search_r1 import DirectAnswer, RexRag, SearchR1
+from ragjax.rollout.protocols.search_r1 import DirectAnswer, RetrieveOnce, RexRag, SearchR1
 from ragjax.rollout.protocols.ur2 import UR2
 from ragjax.rollout.protocols.world import WorldSearch
 
@@ -24,4 +24,4 @@ def get_protocol(name: str, **overrides) -> Protocol:
 
 
 __all__ = ["Action", "AutoRefine", "DirectAnswer", "Kind", "PromptInput", "Protocol", "R3Rag",
-           "ReZero", "RexRag", "SearchR1", "UR2", "WorldSearch", "as_prompt_input", "get_protocol"]
+           "RetrieveOnce", "ReZero", "RexRag", "SearchR1", "UR2", "WorldSearch", "as_prompt_input", "get_protocol"]

@@ -38,11 +38,14 @@ class Action:
 @dataclasses.dataclass(frozen=True)
 class PromptInput:
   """One question; `options` for multiple choice, `retrieval=False` for UR²'s no-search prompt,
-  `task` for protocols that prompt per task (UR²'s qa / math / mcq; "" = the protocol's own)."""
+  `task` for protocols that prompt per task (UR²'s qa / math / mcq; "" = the protocol's own),
+  `documents` for a protocol that reads passages retrieved before the rollout (retrieve-once
+  RAG: the record's `documents` field, `ragjax.eval.systems.with_documents`)."""
   question: str
   options: tuple[str, ...] = ()
   retrieval: bool = True
   task: str = ""
+  documents: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +72,12 @@ def as_prompt_input(x) -> PromptInput:
     task = record_field(x, "task", "") or ""
     if not isinstance(task, str):
       raise ValueError(f"prompt record {x.get('id', '?')}: 'task' must be a string, got {task!r}")
-    return PromptInput(str(x["question"]), tuple(x.get("options", ())), retrieval, task)
+    documents = record_field(x, "documents", "") or ""
+    if not isinstance(documents, str):
+      raise ValueError(f"prompt record {x.get('id', '?')}: 'documents' must be a string, got "
+                       f"{type(documents).__name__}")
+    return PromptInput(str(x["question"]), tuple(x.get("options", ())), retrieval, task,
+                       documents)
   raise TypeError(f"prompt must be a str, dict or PromptInput, got {type(x).__name__}")
 
 

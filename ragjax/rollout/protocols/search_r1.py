@@ -177,3 +177,29 @@ class DirectAnswer(SearchR1):
   @property
   def stop_sequences(self) -> tuple[str, ...]:
     return ("</answer>",)
+
+
+# The retrieve-once baseline's instruction: the direct answer's, with the passages retrieved for
+# the question itself placed before it (Search-R1's "RAG" row: seeds §0.2).
+RETRIEVE_ONCE_TEMPLATE = (
+    "Answer the given question using the documents below, without searching. Provide the "
+    "answer inside <answer> and </answer> without detailed illustrations. For example, "
+    "<answer> {example} </answer>.\n<information>{documents}</information>\nQuestion: {question}")
+
+
+@registry.register("protocol")
+@dataclasses.dataclass(frozen=True)
+class RetrieveOnce(DirectAnswer):
+  """Retrieve-once RAG, the papers' "RAG" row: the question itself is the query, its `top_k`
+  passages (`format_documents`, cut to `obs_max_tokens` tokens) are read into the record's
+  `documents` field before the rollout (`ragjax.eval.systems.with_documents`) and placed in
+  the prompt, and the model answers in one turn without searching.  A question with no
+  documents (the worked example of `demonstration`) is asked as the direct answer's."""
+  name = "retrieve_once"
+
+  def user_message(self, inp: PromptInput) -> str:
+    docs = inp.documents.strip()
+    if not docs:
+      return super().user_message(inp)
+    return RETRIEVE_ONCE_TEMPLATE.format(example=self.example_answer, documents=docs,
+                                         question=search_r1_question(inp.question))
