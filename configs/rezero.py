@@ -129,7 +129,8 @@ def smollm2_config(arg: str):
   cold start, grading the `<answer>` content.  docs/methods/rezero.md says what else changes."""
   c = smollm2.variant("rezero", arg)
   p = c.protocol
-  c.protocol = common.protocol("rezero", top_k=p.top_k, max_turns=p.max_turns,
+  # smollm2's searches, plus the answering call (ReZero's chat has no final turn of its own)
+  c.protocol = common.protocol("rezero", top_k=p.top_k, max_turns=p.max_turns + 1,
                                obs_max_tokens=p.obs_max_tokens, max_response_tokens=None,
                                stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE)
   c.rl.rewards = dict(CODE_REWARDS)
