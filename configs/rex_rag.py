@@ -54,7 +54,7 @@ common = sibling(__file__, "common")  # (configs/common.py: the schema every rec
 world_config = sibling(__file__, "world")  # (configs/world.py: the embedded default)
 smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model on a CPU)
 
-ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b", *smollm2.VARIANTS)
+ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")   # and smollm2.VARIANTS
 
 
 def plan(c):
@@ -137,10 +137,11 @@ def smollm2_config(arg: str):
 
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
-  if arg not in ARGS:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
   if arg in smollm2.VARIANTS:
     return smollm2_config(arg)
+  if arg not in ARGS:
+    raise ValueError(f"unknown config argument {arg!r}; use one of "
+                     f"{[*ARGS, *smollm2.VARIANTS]}")
   if arg in ("tiny", "world"):
     return small_config(arg)
   dapo = arg.startswith("dapo")
