@@ -114,12 +114,13 @@ def test_killed_lora_sft_resumes_to_the_uninterrupted_params(tmp_path, monkeypat
 
 
 # --- AutoRefine's protocol: the answer turn opens with a <refine> block -----------------------
-DOCS = ('Doc 1(Title: "Zorbland") Zorbland is an island. Its capital is Quillport, a harbour.\n'
+DOCS = ('Doc 1(Title: "Zorbland (island)") Zorbland is an island. Its capital is Quillport, a harbour.\n'
         'Doc 2(Title: "Amber Sea") The Amber Sea borders Zorbland to the south.')
 
 
 def test_answer_sentence_is_the_documents_sentence_that_holds_the_answer():
   assert answer_sentence(DOCS, "Quillport") == "Its capital is Quillport, a harbour."
+  assert answer_sentence(DOCS, "an island") == "Zorbland is an island."   # not the title
   assert answer_sentence(DOCS, "the amber sea") == "The Amber Sea borders Zorbland to the south."
   # whole words only ("Zorb" is not "Zorbland"); no sentence: "not found"
   assert answer_sentence(DOCS, "Zorb") == NOT_FOUND == "not found"

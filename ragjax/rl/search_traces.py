@@ -55,7 +55,7 @@ NOT_FOUND = "not found"   # the refine block when no sentence of the documents h
 # The protocols whose cold start is scripted here, and the grammar of each
 SCRIPTED = {"search_r1": "search", "rezero": "search", "autorefine": "refine"}
 _BLOCKS = re.compile(r"<(information|documents)>(.*?)</\1>", re.DOTALL)
-_DOC_HEAD = re.compile(r"^Doc \d+\(Title: .*?\)\s*")
+_DOC_HEAD = re.compile(r'^Doc \d+\(Title: (?:"[^"\n]*"|[^)\n]*)\)\s*')   # a "quoted (title)" too
 
 Turn = Union[str, Callable[[str], str]]
 
