@@ -62,7 +62,11 @@ COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout"
 STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_recall")
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
           "em", "dev/em", "response_length", "generated/reward", "generated/em",
-          "filter/kept_groups", "grad_norm")
+          "filter/kept_groups", "grad_norm",
+          # each method's signature, where its config logs it (configs/<method>.py:smollm2)
+          "autorefine/refine_success", "autorefine/search_success", "reward/rezero_retry",
+          "reward/rezero_correctness", "reward/search_retry", "rex_rag/clones_made",
+          "rex_rag/clones_kept")
 
 
 def direct_config(c):
