@@ -124,8 +124,8 @@ def world_config(toy: bool = False):
 def smollm2_config(arg: str):
   """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with ReZero's chat protocol
   (its code's prompt, results as user turns, `</search>` a stop string; the cold start scripts
-  Search-R1's turns, whose tags ReZero shares), the six reward functions with the code's
-  weights, and the judge: the policy as loaded (`judge.kind="base"`), i.e. SmolLM2 after the
+  Search-R1's turns, whose tags ReZero shares), five of the six reward functions with the
+  code's weights (not em_chunk: these records name no gold chunk), and the judge: the policy as loaded (`judge.kind="base"`), i.e. SmolLM2 after the
   cold start, grading the `<answer>` content.  docs/methods/rezero.md says what else changes."""
   c = smollm2.variant("rezero", arg)
   p = c.protocol
@@ -133,7 +133,9 @@ def smollm2_config(arg: str):
   c.protocol = common.protocol("rezero", top_k=p.top_k, max_turns=p.max_turns + 1,
                                obs_max_tokens=p.obs_max_tokens, max_response_tokens=None,
                                stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE)
-  c.rl.rewards = dict(CODE_REWARDS)
+  # no em_chunk: the HotpotQA records name no gold chunk (chunk_content, supporting_paragraphs
+  # or supporting_ids) for it to look for
+  c.rl.rewards = {k: w for k, w in CODE_REWARDS.items() if k != "rezero_em_chunk"}
   # the <answer> content, not the whole message: a 135M judge reads a short input best
   c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
                         "rezero_retry": {"retry_counting": "all_searches"}}
