@@ -7,8 +7,9 @@ the Eq. 3 reward, at tiny and real sizes.
   --config=configs/autorefine.py:qwen2.5-7b-base       the later released 7B checkpoint's setup
   --config=configs/autorefine.py:world                 the embedded world's scale (configs/world.py:
                                                        cold start with <refine> traces, then GRPO)
-  --config=configs/autorefine.py:smollm2               SmolLM2-135M on HotpotQA (configs/smollm2.py's
-                                                       model, data and sizes; `smollm2-tiny`: CI)
+  --config=configs/autorefine.py:smollm2               SmolLM2-135M on HotpotQA (the model, data
+                                                       and sizes of configs/smollm2.py;
+                                                       `smollm2-tiny`: CI)
 
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
 `data.test_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; the 7 test sets, of

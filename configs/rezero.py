@@ -125,7 +125,8 @@ def smollm2_config(arg: str):
   """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with ReZero's chat protocol
   (its code's prompt, results as user turns, `</search>` a stop string; the cold start scripts
   Search-R1's turns, whose tags ReZero shares), five of the six reward functions with the
-  code's weights (not em_chunk: these records name no gold chunk), and the judge: the policy as loaded (`judge.kind="base"`), i.e. SmolLM2 after the
+  code's weights (not em_chunk: these records name no gold chunk), and the judge: the policy
+  as loaded (`judge.kind="base"`), i.e. SmolLM2 after the
   cold start, grading the `<answer>` content.  docs/methods/rezero.md says what else changes."""
   c = smollm2.variant("rezero", arg)
   p = c.protocol

@@ -114,7 +114,8 @@ def test_killed_lora_sft_resumes_to_the_uninterrupted_params(tmp_path, monkeypat
 
 
 # --- AutoRefine's protocol: the answer turn opens with a <refine> block -----------------------
-DOCS = ('Doc 1(Title: "Zorbland (island)") Zorbland is an island. Its capital is Quillport, a harbour.\n'
+DOCS = ('Doc 1(Title: "Zorbland (island)") Zorbland is an island. Its capital is Quillport, '
+        'a harbour.\n'
         'Doc 2(Title: "Amber Sea") The Amber Sea borders Zorbland to the south.')
 
 

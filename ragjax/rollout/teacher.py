@@ -7,8 +7,8 @@ retrieval results in the observations.  Row r emits `scripts[r][i]` on its i-th 
 the sampler it stops after the token that completes a stop string, on eos or when the cache
 is full.  A script that runs out emits eos.  A turn may be a function of the row's text so far
 (prompt and observations, decoded) returning the turn's text: a turn that reads the passages
-the search before it returned (AutoRefine's `<refine>` block, `ragjax.rl.search_traces`).  `ragjax.rl.teacher_traces` runs it through the
-engine to make SFT traces.
+the search before it returned (AutoRefine's `<refine>` block, `ragjax.rl.search_traces`).
+`ragjax.rl.teacher_traces` runs it through the engine to make SFT traces.
 """
 
 from __future__ import annotations
