@@ -7,6 +7,9 @@ the Eq. 3 reward, at tiny and real sizes.
   --config=configs/autorefine.py:qwen2.5-7b-base       the later released 7B checkpoint's setup
   --config=configs/autorefine.py:world                 the embedded world's scale (configs/world.py:
                                                        cold start with <refine> traces, then GRPO)
+  --config=configs/autorefine.py:smollm2               SmolLM2-135M on HotpotQA (the model, data
+                                                       and sizes of configs/smollm2.py;
+                                                       `smollm2-tiny`: CI)
 
 Real sizes need `model.checkpoint` (the HF directory of the named model), `data.train_files` /
 `data.test_files` (FlashRAG jsonl or verl parquet: NQ + HotpotQA train; the 7 test sets, of
@@ -44,6 +47,7 @@ Ablations, one field each (Table 2, Fig. 6):
 from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
+smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model on a CPU)
 
 # config argument -> model preset
 SIZES = {"tiny": "tiny", "qwen2.5-3b-base": "qwen2.5-3b", "qwen2.5-3b-instruct": "qwen2.5-3b",
@@ -68,6 +72,26 @@ def world_config(toy: bool = False):
   return c
 
 
+def add_refine(c):
+  """AutoRefine's protocol (`<documents>`, then a `<refine>` block), its Eq. 3 reward and §3.3
+  metrics on a configs/smollm2.py config, keeping its searches, passages and worked example
+  (in AutoRefine's grammar); its cold start scripts `<refine>` traces
+  (`ragjax.rl.search_traces`: the sentence of the passages that holds the answer)."""
+  p = c.protocol
+  c.protocol = common.protocol("autorefine", "template", "refine", top_k=p.top_k,
+                               max_turns=p.max_turns, obs_max_tokens=p.obs_max_tokens,
+                               demonstration=True)
+  c.rl.rewards = {"autorefine": 1.0}
+  c.rl.reward_kwargs = {"autorefine": {"refine_score": 0.1}}
+  c.rl.metrics = ("autorefine",)
+  return c
+
+
+def smollm2_config(arg: str):
+  """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with AutoRefine's deltas;
+  what it keeps and changes from the paper: docs/methods/autorefine.md."""
+  return add_refine(smollm2.variant("autorefine", arg))
+
 
 def plan(c):
   """Derived quantities beyond ragjax.planning.plan's: the evaluation protocol of `--suite
@@ -76,9 +100,11 @@ def plan(c):
   return eval_plan(c, "autorefine")
 
 def get_config(arg: str = "tiny"):
-  arg = common.config_arg(arg, [*SIZES, "world"])
+  arg = common.config_arg(arg, [*SIZES, "world", *smollm2.VARIANTS])
   if arg == "world":
     return world_config()
+  if arg in smollm2.VARIANTS:
+    return smollm2_config(arg)
   tiny = arg == "tiny"
   c = common.get_config()
   c.recipe = "rl"           # the generic RL recipe: AutoRefine is config + plug-ins

@@ -4,6 +4,8 @@ and REX-RAG's probes, which no single paper's code can run together.
   --config=configs/combined.py:tiny     the world's toy sizes with a cold start (CPU smoke run)
   --config=configs/combined.py:world    the embedded default's scale, for `python -m ragjax.ablate`
                                         against each method alone
+  --config=configs/combined.py:smollm2  SmolLM2-135M on HotpotQA (configs/smollm2.py's model, data
+                                        and sizes; `smollm2-tiny`: CI), the same three parts
 
 What each part contributes (each is one field away from off):
   protocol "autorefine"            `<documents>` then a `<refine>` block after every search
@@ -21,8 +23,10 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")
 rex_rag = sibling(__file__, "rex_rag")
+autorefine = sibling(__file__, "autorefine")
+smollm2 = sibling(__file__, "smollm2")
 
-ARGS = ("tiny", "world")
+ARGS = ("tiny", "world", *smollm2.VARIANTS)
 RETRY_WEIGHT = 0.1      # ReZero weighs retry 1 against correctness 4: the same share of Eq. 3's 1
 
 
@@ -36,8 +40,20 @@ def add_rewards(c):
   return c
 
 
+def smollm2_config(arg: str):
+  """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with AutoRefine's protocol
+  and `<refine>` cold start (`configs/autorefine.py:add_refine`), REX-RAG's parts (its filter
+  in place of dynamic sampling) and the rewards above."""
+  c = smollm2.variant("combined", arg)
+  autorefine.add_refine(c)
+  rex_rag.add_rex_rag(c)
+  return add_rewards(c)
+
+
 def get_config(arg: str = "tiny"):
   arg = common.config_arg(arg, ARGS)
+  if arg in smollm2.VARIANTS:
+    return smollm2_config(arg)
   c = rex_rag.small_config(arg)          # the world, its cold start and REX-RAG's parts
   c.workdir = f"runs/combined_{arg}"
   tiny = arg == "tiny"

@@ -8,6 +8,8 @@ a mixture-corrected ratio (shared/research/seeds_rex_autorefine_r3.md §1).
   --config=configs/rex_rag.py:qwen2.5-3b   the paper's GRPO recipe
   --config=configs/rex_rag.py:qwen2.5-7b
   --config=configs/rex_rag.py:dapo-3b      the DAPO scripts: clip 0.2 / 0.28, keep ratio 0.12
+  --config=configs/rex_rag.py:smollm2      SmolLM2-135M on HotpotQA (configs/smollm2.py's model,
+                                           data and sizes; `smollm2-tiny`: CI)
 
 Real sizes need `model.checkpoint`, `data.train_files` / `data.dev_files` (NQ + HotpotQA train)
 and `retriever.index` or `retriever.url`, as configs/search_r1.py.
@@ -50,8 +52,9 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 world_config = sibling(__file__, "world")  # (configs/world.py: the embedded default)
+smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model on a CPU)
 
-ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")
+ARGS = ("tiny", "world", "qwen2.5-3b", "qwen2.5-7b", "dapo-3b")   # and smollm2.VARIANTS
 
 
 def plan(c):
@@ -123,10 +126,22 @@ def small_config(arg: str):
   return c
 
 
+def smollm2_config(arg: str):
+  """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with REX-RAG's four parts;
+  its trajectory filter replaces smollm2's dynamic sampling (one batch filter a run), and its
+  reward stays smollm2's.  docs/methods/rex_rag.md says what else changes."""
+  c = add_rex_rag(smollm2.variant("rex_rag", arg))
+  c.rl.metrics = ("search_r1", "rex_rag")
+  return c
+
+
 def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
+  if arg in smollm2.VARIANTS:
+    return smollm2_config(arg)
   if arg not in ARGS:
-    raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
+    raise ValueError(f"unknown config argument {arg!r}; use one of "
+                     f"{[*ARGS, *smollm2.VARIANTS]}")
   if arg in ("tiny", "world"):
     return small_config(arg)
   dapo = arg.startswith("dapo")

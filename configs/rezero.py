@@ -8,6 +8,9 @@ LoRA, six reward functions including the retry reward, and a frozen-base judge.
                                                      noise injected at search time
   --config=configs/rezero.py:world                   the embedded world's scale (configs/world.py's
                                                      cold start, then ReZero's GRPO with LoRA)
+  --config=configs/rezero.py:smollm2                 SmolLM2-135M on HotpotQA (configs/smollm2.py's
+                                                     model, data and sizes; `smollm2-tiny`: CI),
+                                                     SmolLM2 itself the judge
 
 Which run produced the paper's numbers (46.88% at step 250 vs the baseline's 25.00% at 350):
 the authors' README "Experiments" table (menloresearch/ReZero, README.md) and
@@ -59,6 +62,7 @@ adds ~3 LLM paraphrases per chunk to the index instead: `python -m ragjax.retrie
 from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
+smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model on a CPU)
 
 SIZES = {"tiny": "tiny", "llama-3.2-3b-instruct": "llama-3.2-3b",
          "llama-3.2-3b-instruct-paper": "llama-3.2-3b"}
@@ -117,10 +121,37 @@ def world_config(toy: bool = False):
   return c
 
 
+def smollm2_config(arg: str):
+  """`smollm2` / `smollm2-tiny`: configs/smollm2.py (default / tiny) with ReZero's chat protocol
+  (its code's prompt, results as user turns, `</search>` a stop string; the cold start scripts
+  Search-R1's turns, whose tags ReZero shares), five of the six reward functions with the
+  code's weights (not em_chunk: these records name no gold chunk), and the judge: the policy
+  as loaded (`judge.kind="base"`), i.e. SmolLM2 after the
+  cold start, grading the `<answer>` content.  docs/methods/rezero.md says what else changes."""
+  c = smollm2.variant("rezero", arg)
+  p = c.protocol
+  # smollm2's searches, plus the answering call (ReZero's chat has no final turn of its own)
+  c.protocol = common.protocol("rezero", top_k=p.top_k, max_turns=p.max_turns + 1,
+                               obs_max_tokens=p.obs_max_tokens, max_response_tokens=None,
+                               stop_on_search=True, stop_on_answer=True, today=PROMPT_DATE)
+  # no em_chunk: the HotpotQA records name no gold chunk (chunk_content, supporting_paragraphs
+  # or supporting_ids) for it to look for
+  c.rl.rewards = {k: w for k, w in CODE_REWARDS.items() if k != "rezero_em_chunk"}
+  # the <answer> content, not the whole message: a 135M judge reads a short input best
+  c.rl.reward_kwargs = {"rezero_correctness": {"judge_input": "answer"},
+                        "rezero_retry": {"retry_counting": "all_searches"}}
+  c.rl.metrics = ("search_r1",)
+  c.judge.update(dict(kind="base", model="rezero-judge", max_batch=16,
+                      max_prompt_tokens=512, max_new_tokens=16))
+  return c
+
+
 def get_config(arg: str = "tiny"):
-  arg = common.config_arg(arg, [*SIZES, "world"])
+  arg = common.config_arg(arg, [*SIZES, "world", *smollm2.VARIANTS])
   if arg == "world":
     return world_config()
+  if arg in smollm2.VARIANTS:
+    return smollm2_config(arg)
   tiny = arg == "tiny"
   paper = arg.endswith("-paper")
   c = common.get_config()

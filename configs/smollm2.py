@@ -36,6 +36,9 @@ from ragjax.wiring.config_files import sibling
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
 ARGS = ("default", "tiny", "gpu")     # every valid config argument
+# The argument that runs a method's config (configs/autorefine.py, rezero.py, rex_rag.py,
+# combined.py) on this one's model, questions, corpus and sizes (`variant`), and its CI size
+VARIANTS = {"smollm2": "default", "smollm2-tiny": "tiny"}
 DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                      "shared", "data"))
 QUESTIONS = os.path.join(DATA, "flashrag_format", "derived_hotpotqa_dev_with_context_1668.jsonl")
@@ -126,6 +129,15 @@ def get_config(arg: str = "default"):
   c.eval.update(dict(batch_size=2 if tiny else 50))
   if arg == "gpu":
     gpu(c)
+  return c
+
+
+def variant(method: str, arg: str):
+  """This config at the size of `arg` (a key of VARIANTS), for `method`'s config to add what
+  defines the method to: the same model, split, corpus, retriever, sampler sizes, cold start
+  and qa recipe; its own workdir."""
+  c = get_config(VARIANTS[arg])
+  c.workdir = f"runs/{method}_{arg.replace('-', '_')}"
   return c
 
 

@@ -49,6 +49,15 @@ def test_pool_keeps_unseen_questions_whose_search_finds_the_answer_as_words():
                               exclude=1, max_new_tokens=64, cache_length=2048)
   assert [r["id"] for r in pool] == ["a"] and stats["pool"] == 1
 
+  # AutoRefine's protocol shows the passages in <documents>: the same questions qualify
+  from ragjax.rollout.engine import RolloutEngine
+  from ragjax.rollout.protocols import get_protocol
+  refine = RolloutEngine(get_protocol("autorefine", top_k=1, max_turns=2), e.sampler,
+                         e.retriever, e.tokenizer)
+  pool, _ = question_pool(refine, RECORDS, PoolConfig(retrievable=True, exclude_cold_start=True),
+                          exclude=1, max_new_tokens=64, cache_length=2048)
+  assert [r["id"] for r in pool] == ["c", "e"]
+
 
 def test_pool_config_errors():
   with pytest.raises(ValueError, match="pool.pass_k=1"):

@@ -10,8 +10,8 @@ import pytest
 import _rollout_helpers as h
 from _rl_helpers import tiny_cfg, tiny_params
 from ragjax.models.lora import LoraAdapter, LoraConfig
-from ragjax.rl.search_traces import (ANSWER_THINK, SEARCH_THINK, bridge_title, search_script,
-                                      search_traces)
+from ragjax.rl.search_traces import (ANSWER_THINK, NOT_FOUND, SEARCH_THINK, answer_sentence,
+                                      bridge_title, grammar, search_script, search_traces)
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.labels import Source
 
@@ -154,3 +154,59 @@ def test_second_search_scripts_the_bridge_when_the_first_passages_miss_the_answe
                                     cache_length=len(rows_t[0]) - 4, second_search=True)
   assert short["kept"] == 1 and short["two_searches"] == 0
   assert "Mirela Dunst" in e.tokenizer.decode(rows_t2[0])
+
+
+# --- AutoRefine's protocol: the answer turn opens with a <refine> block -----------------------
+DOCS = ('Doc 1(Title: "Zorbland (island)") Zorbland is an island. Its capital is Quillport, '
+        'a harbour.\n'
+        'Doc 2(Title: "Amber Sea") The Amber Sea borders Zorbland to the south.')
+
+
+def test_answer_sentence_is_the_documents_sentence_that_holds_the_answer():
+  assert answer_sentence(DOCS, "Quillport") == "Its capital is Quillport, a harbour."
+  assert answer_sentence(DOCS, "an island") == "Zorbland is an island."   # not the title
+  assert answer_sentence(DOCS, "the amber sea") == "The Amber Sea borders Zorbland to the south."
+  # whole words only ("Zorb" is not "Zorbland"); no sentence: "not found"
+  assert answer_sentence(DOCS, "Zorb") == NOT_FOUND == "not found"
+  # a long sentence: the max_words words around the answer's first mention
+  long = 'Doc 1(Title: "X") ' + " ".join(f"w{i}" for i in range(30)) + " Quillport w30 w31."
+  assert answer_sentence(long, "Quillport", max_words=6) == "w27 w28 w29 Quillport w30 w31."
+  assert answer_sentence(long, "w1", max_words=4) == "w0 w1 w2 w3"
+
+
+def test_the_grammar_follows_the_protocol():
+  from ragjax.rollout.protocols import get_protocol
+  assert grammar(get_protocol("search_r1")) == grammar("rezero") == "search"
+  assert grammar(get_protocol("autorefine")) == "refine"
+  assert grammar(get_protocol("autorefine", refine=False)) == "search"   # the ablation
+  with pytest.raises(ValueError, match="no scripted cold start for protocol 'r3_rag'"):
+    grammar("r3_rag")
+
+
+@pytest.mark.parametrize("require", [True, False])
+def test_refine_traces_quote_the_sentence_the_engine_retrieved(require):
+  from ragjax.rollout.engine import RolloutEngine
+  from ragjax.rollout.protocols import get_protocol
+  e = engine()
+  e = RolloutEngine(get_protocol("autorefine", top_k=1, max_turns=2), e.sampler, e.retriever,
+                    e.tokenizer)
+  rows_t, rows_l, stats = search_traces(e, RECORDS, max_new_tokens=64, cache_length=2048,
+                                        require_retrieved=require)
+  assert stats == {"questions": 4, "too_long": 1, "retrieved": 2, "kept": 2 if require else 3}
+  policy = [e.tokenizer.decode(t[lab == Source.POLICY]) for t, lab in zip(rows_t, rows_l)]
+  assert policy[0] == (
+      f"{SEARCH_THINK}<search> Who founded the Quillport Observatory? </search>"
+      "<refine> Mirela Dunst founded the Quillport Observatory in 1871. </refine>\n"
+      "<answer> Mirela Dunst </answer>")
+  assert policy[-1] == (
+      f"{SEARCH_THINK}<search> Where does the Tessaly River flow? </search>"
+      "<refine> The Tessaly River flows through Quillport into the Amber Sea. </refine>\n"
+      "<answer> the Amber Sea </answer>")
+  if not require:   # b's passage does not hold its answer: the refine block says so
+    assert "<refine> not found </refine>\n<answer> Glass Sea </answer>" in policy[1]
+  text = e.tokenizer.decode(rows_t[0])
+  assert "<documents>" in text and "</documents>" in text
+  # a refine turn over max_new_tokens (a's: 56 tokens, its search turn 44) is dropped after
+  # it ran (its answer was cut)
+  _, _, short = search_traces(e, RECORDS[:1], max_new_tokens=50, cache_length=2048)
+  assert short == {"questions": 1, "too_long": 1, "retrieved": 1, "kept": 0}

@@ -9,9 +9,10 @@
 2. (unless `eval.baselines=False`) the test questions answered by the untrained policy:
    directly (no search; the `direct` protocol) and prompted with the search protocol;
 3. with `sft.steps` > 0, a cold start: SFT (through `model.lora`'s adapters, then merged) on
-   scripted search traces of `traces.questions` training questions
+   scripted search traces of `traces.questions` training questions in the protocol's grammar
    (`ragjax.rl.search_traces`: the question as the query, the retrieved passages, the gold
-   answer; kept only where the passages hold it), cached in `<workdir>/cold_start_policy`,
+   answer, and for AutoRefine's protocol a `<refine>` block with the passages' sentence that
+   holds it; kept only where the passages hold it), cached in `<workdir>/cold_start_policy`,
    and the test questions answered by it;
 4. RL from there (the generic trainer: resumable, keep-best on dev; fresh adapters on the
    cold-started weights, which are also the KL reference);
@@ -46,7 +47,7 @@ from ragjax.rl.run_config import config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
 from ragjax.rl.question_pool import pool_config, question_pool
-from ragjax.rl.search_traces import search_traces
+from ragjax.rl.search_traces import grammar, search_traces
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
 from ragjax.typed_config import from_dict, json_safe, write_json_atomic
@@ -62,7 +63,11 @@ COLD_START_SECTIONS = ("seed", "data", "model", "protocol", "sampler", "rollout"
 STATS = ("em", "f1", "searched", "searches", "valid_format", "answered", "gold_recall")
 CURVES = ("reward", "search_r1/search_rate", "search_r1/valid_format", "searches_per_traj",
           "em", "dev/em", "response_length", "generated/reward", "generated/em",
-          "filter/kept_groups", "grad_norm")
+          "filter/kept_groups", "grad_norm",
+          # each method's signature, where its config logs it (configs/<method>.py:smollm2)
+          "autorefine/refine_success", "autorefine/search_success", "reward/rezero_retry",
+          "reward/rezero_correctness", "reward/search_retry", "rex_rag/clones_made",
+          "rex_rag/clones_kept")
 # results.md's per-step table: (header, metrics.jsonl key)
 STEP_COLUMNS = (("reward (trained rows)", "reward"), ("rollout reward", "generated/reward"),
                 ("rollout EM", "generated/em"), ("kept groups", "filter/kept_groups"),
@@ -277,13 +282,15 @@ def table(systems: dict) -> tuple[str, dict]:
 def check_inputs(c) -> None:
   """What this recipe alone reads, checked with the config (before any model or index): test
   questions to answer, a policy checkpoint (question files bring no tokenizer) and, with a
-  cold start, `traces.questions` >= 1."""
+  cold start, `traces.questions` >= 1 and a protocol whose traces it can script."""
   if c.data.source == "files" and not parts.question_splits(c)["test"]:
     raise ValueError("the qa recipe needs test questions (data.split.test or data.test_files)")
   q = c.traces.get("questions") if "traces" in c else None
   if c.sft.steps and (isinstance(q, bool) or not isinstance(q, int) or q < 1):
     raise ValueError(f"traces.questions must be an integer >= 1 (the training questions "
                      f"scripted for the cold start; sft.steps=0: no cold start), got {q!r}")
+  if c.sft.steps:
+    grammar(c.protocol.name)
   if c.data.source == "files" and not c.model.checkpoint:
     raise ValueError("model.checkpoint is empty and question files bring no tokenizer; set "
                      "model.checkpoint to an HF directory or a .gguf file")

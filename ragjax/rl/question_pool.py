@@ -30,8 +30,7 @@ import numpy as np
 
 from ragjax.metrics import answer_metrics
 from ragjax.metrics.answer import cover_word_match
-from ragjax.rl.rewards.builtin import information_blocks
-from ragjax.rl.search_traces import search_script
+from ragjax.rl.search_traces import retrieved_blocks, search_script
 from ragjax.rl.teacher_traces import teacher_traces
 
 
@@ -55,7 +54,8 @@ class PoolConfig:
 def retrieved_flags(engine, records: Sequence[Mapping], *, max_new_tokens: int,
                     cache_length: int, seed: int = 0, chunk: int = 100) -> list[bool]:
   """Per record: a search for its question (through `engine`'s protocol, retriever and
-  passage cut) returns passages holding a gold answer as whole words.  A question whose
+  passage cut) returns passages holding a gold answer as whole words (in its `<information>`
+  or, AutoRefine's, `<documents>` block).  A question whose
   search turn is longer than `max_new_tokens` is False (the policy cannot write it)."""
   flags = [False] * len(records)
   fits = [i for i, r in enumerate(records)
@@ -67,7 +67,7 @@ def retrieved_flags(engine, records: Sequence[Mapping], *, max_new_tokens: int,
     for row in batch.rows:
       i = fits[offset + row.prompt_index]
       flags[i] = any(cover_word_match(b, records[i]["golden_answers"])
-                     for b in information_blocks(row.response_text))
+                     for b in retrieved_blocks(row.response_text))
 
   if subset:
     teacher_traces(engine, subset, [search_script(r) for r in subset],

@@ -5,8 +5,10 @@ the same prompt, the same observation formatting, the same labels.  Driving the 
 with a policy that *emits given text* instead of sampling gives that for free, with real
 retrieval results in the observations.  Row r emits `scripts[r][i]` on its i-th decode; like
 the sampler it stops after the token that completes a stop string, on eos or when the cache
-is full.  A script that runs out emits eos.  `ragjax.rl.teacher_traces` runs it through the
-engine to make SFT traces.
+is full.  A script that runs out emits eos.  A turn may be a function of the row's text so far
+(prompt and observations, decoded) returning the turn's text: a turn that reads the passages
+the search before it returned (AutoRefine's `<refine>` block, `ragjax.rl.search_traces`).
+`ragjax.rl.teacher_traces` runs it through the engine to make SFT traces.
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ class TeacherPolicy:
     script = self.scripts[r]
     i = state.cursor[r]
     state.cursor[r] += 1
-    if i < len(script) and isinstance(script[i], str):
-      ids = self.tok(script[i], add_special_tokens=False)["input_ids"]
-    elif i < len(script):
-      ids = [int(x) for x in script[i]]
+    turn = script[i] if i < len(script) else None
+    if callable(turn):
+      turn = turn(self.tok.decode(state.histories[r]))
+    if isinstance(turn, str):
+      ids = self.tok(turn, add_special_tokens=False)["input_ids"]
+    elif turn is not None:
+      ids = [int(x) for x in turn]
     else:
       ids = [self.eos_ids[0]]
     out, why = [], BUDGET

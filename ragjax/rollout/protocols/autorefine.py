@@ -21,8 +21,9 @@ from typing import Sequence
 from ragjax import registry
 from ragjax.rollout.labels import Source
 from ragjax.rollout.protocols.base import Action, PromptInput, search_r1_question
-from ragjax.rollout.protocols.search_r1 import (LONG_INVALID_MESSAGE, SEARCH_R1_TEMPLATE,
-                                               SearchR1, parse_search_answer)
+from ragjax.rollout.protocols.search_r1 import (DEMO_TRAJECTORY, LONG_INVALID_MESSAGE,
+                                               SEARCH_R1_TEMPLATE, SearchR1,
+                                               parse_search_answer)
 from ragjax.rollout.segments import Segment
 
 CODE_TEMPLATE = (
@@ -49,6 +50,15 @@ PAPER_TEMPLATE = (
 
 TEMPLATES = {"code": CODE_TEMPLATE, "paper": PAPER_TEMPLATE}
 
+# Search-R1's worked example (`protocol.demonstration`, for a small model: configs/smollm2.py) in
+# AutoRefine's grammar: the passage in `<documents>`, then a `<refine>` block quoting the sentence
+# that answers, then the answer.
+REFINE_DEMO_TRAJECTORY = (
+    DEMO_TRAJECTORY.split("<information>")[0] + "<documents>"
+    + DEMO_TRAJECTORY.split("<information>")[1].split("</information>")[0].rstrip("\n")
+    + "</documents>\n\n<refine> Messi was born in Rosario, in the province of Santa Fe, "
+    "Argentina. </refine>\n<answer> Argentina </answer>")
+
 
 def refine_blocks(text: str) -> list[str]:
   """Contents of every `<refine>` block, for the retrieval reward and the viewer."""
@@ -71,6 +81,10 @@ class AutoRefine(SearchR1):
     if self.template not in TEMPLATES and "{question}" not in self.template:
       raise ValueError(f"protocol.template={self.template!r}: use 'code', 'paper' or a "
                        f"template containing {{question}}")
+
+  @property
+  def demo_trajectory(self) -> str:
+    return REFINE_DEMO_TRAJECTORY if self.refine else DEMO_TRAJECTORY
 
   def user_message(self, inp: PromptInput) -> str:
     if not self.refine:
