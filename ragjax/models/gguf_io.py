@@ -9,7 +9,9 @@ package and PyTorch) dequantises the file to float tensors with HF names and bui
 config and tokenizer (chat template and special tokens included); ragjax maps those tensors
 exactly as it maps a safetensors directory.  Nothing here dequantises by hand.  The weights
 are the dequantised ones, so a model loaded here matches transformers on the same file, not
-the unquantised original.
+the unquantised original.  The gguf package's reader parses a file once per process
+(`gguf_reader`: seconds for a 49k-token vocabulary), and transformers' loader is handed that
+parse for the config, the weights and the tokenizer.
 
 Writing (`write_gguf`) takes what an HF directory holds -- its config.json as a dict and its
 tensors by HF name -- so this module knows nothing of ragjax's params tree (`hf_io` imports it,
