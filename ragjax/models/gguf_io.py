@@ -9,7 +9,9 @@ package and PyTorch) dequantises the file to float tensors with HF names and bui
 config and tokenizer (chat template and special tokens included); ragjax maps those tensors
 exactly as it maps a safetensors directory.  Nothing here dequantises by hand.  The weights
 are the dequantised ones, so a model loaded here matches transformers on the same file, not
-the unquantised original.
+the unquantised original.  The gguf package's reader parses a file once per process
+(`gguf_reader`: seconds for a 49k-token vocabulary), and transformers' loader is handed that
+parse for the config, the weights and the tokenizer.
 
 Writing (`write_gguf`) takes what an HF directory holds -- its config.json as a dict and its
 tensors by HF name -- so this module knows nothing of ragjax's params tree (`hf_io` imports it,
@@ -28,6 +30,7 @@ import copy
 import functools
 import json
 import os
+import threading
 from typing import Optional
 
 GGUF_SUFFIX = ".gguf"
@@ -63,20 +66,64 @@ def check_gguf(path: str) -> None:
                      f"decoders {SUPPORTED_DECODERS}")
 
 
-@functools.lru_cache(maxsize=4)
 def gguf_architecture(path: str, mtime: float, size: int) -> str:
   """`general.architecture` of a GGUF file the gguf package's reader parses whole (header,
   metadata, tensor table and the extent of every tensor's data: a file cut anywhere fails
-  here, before transformers is imported); cached per file, modification time and size."""
-  del mtime
-  from gguf import GGUFReader
+  here, before transformers is imported); the parse is `gguf_reader`'s, one per file,
+  modification time and size."""
   try:
-    reader = GGUFReader(path)
+    reader = _reader(path, mtime, size)
   except Exception:  # noqa: BLE001  (any parse failure: the bytes end early or are damaged)
     raise ValueError(f"{path}: a damaged or cut-short GGUF file ({size:,} bytes): its header, "
                      f"metadata or tensor data end early or do not parse") from None
   field = reader.fields.get("general.architecture")
   return str(field.contents()) if field is not None else ""
+
+
+def gguf_reader(path: str):
+  """The gguf package's `GGUFReader` of `path` (read-only, memory-mapped), parsed once per
+  file, modification time and size and shared by everything in the process that reads the
+  file: the checks here, the tokenizer rows, and transformers' own GGUF loader for the config,
+  the weights and the tokenizer (`_shared_reader`).  A parse is seconds for a 49k-token
+  vocabulary (the reader builds an array per token)."""
+  path = os.path.abspath(path)
+  return _reader(path, os.path.getmtime(path), os.path.getsize(path))
+
+
+@functools.lru_cache(maxsize=2)
+def _reader(path: str, mtime: float, size: int):
+  del mtime, size
+  from gguf import GGUFReader
+  return GGUFReader(path)
+
+
+_PATCH_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _shared_reader(path: str):
+  """Inside this block transformers' GGUF loader gets `gguf_reader(path)` where it would parse
+  `path` again: its `load_gguf_checkpoint` (called by `from_pretrained` for a config, for a
+  tokenizer's config and for the weights, each time building `gguf.GGUFReader(path)`) reads
+  the reader and never writes it.  Any other file, or another mode, gets a fresh reader; the
+  class is put back on the way out (one block at a time in the process)."""
+  import gguf
+  path = os.path.abspath(path)
+  shared = gguf_reader(path)
+  with _PATCH_LOCK:
+    fresh = gguf.GGUFReader
+
+    class SharedReader(fresh):
+      def __new__(cls, file, mode="r"):
+        if mode == "r" and os.path.abspath(os.fspath(file)) == path:
+          return shared
+        return fresh(file, mode)
+
+    gguf.GGUFReader = SharedReader
+    try:
+      yield
+    finally:
+      gguf.GGUFReader = fresh
 
 
 @contextlib.contextmanager
@@ -143,7 +190,7 @@ def _gguf_hf_config(path: str, mtime: float) -> dict:
   _need_readers()
   from transformers import AutoConfig
   folder, name = _split(path)
-  with refused_as_gguf_error(path):
+  with refused_as_gguf_error(path), _shared_reader(path):
     cfg = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True).to_dict()
   cfg.pop("quantization_config", None)
   return cfg
@@ -159,7 +206,7 @@ def _gguf_tensors(path: str, mtime: float) -> tuple[dict, dict]:
   import torch
   from transformers import AutoModelForCausalLM
   folder, name = _split(path)
-  with refused_as_gguf_error(path):
+  with refused_as_gguf_error(path), _shared_reader(path):
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
                                                  local_files_only=True)
   cfg = model.config.to_dict()
@@ -180,7 +227,7 @@ def gguf_tokenizer(path: str):
   _need_readers()
   from transformers import AutoTokenizer
   folder, name = _split(path)
-  with refused_as_gguf_error(path):
+  with refused_as_gguf_error(path), _shared_reader(path):
     return AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
 
 
@@ -245,16 +292,14 @@ def tokenizer_fields_of_gguf(path: str) -> tuple[tuple, ...]:
   check_gguf(path)
   _need_writer()
   path = os.path.abspath(path)
-  return _tokenizer_fields(path, os.path.getmtime(path))
+  return _tokenizer_fields(path, os.path.getmtime(path), os.path.getsize(path))
 
 
 @functools.lru_cache(maxsize=2)
-def _tokenizer_fields(path: str, mtime: float) -> tuple[tuple, ...]:
-  """(cached per file and modification time: gguf's reader parses the whole file's metadata,
-  seconds for a 49k-token vocabulary)"""
-  del mtime
+def _tokenizer_fields(path: str, mtime: float, size: int) -> tuple[tuple, ...]:
+  """(cached per file, modification time and size: the rows hold the 49k-token vocabulary)"""
   import gguf
-  reader = gguf.GGUFReader(path)
+  reader = _reader(path, mtime, size)
   rows = []
   for key, field in reader.fields.items():
     if not key.startswith("tokenizer."):
