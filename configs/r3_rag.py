@@ -48,10 +48,9 @@ smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model's 
 
 # every valid config argument
 ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b", "smollm2", "smollm2-tiny")
-# the judge of the smollm2 variants: SmolLM2 itself, served by
+# the judge of the smollm2 variants: SmolLM2 itself (smollm2.MODEL_NAME), served by
 #   python -m ragjax.services.chat_server --checkpoint GGUF --model-name SmolLM2-135M-Instruct
 JUDGE_URL = "http://127.0.0.1:8001"
-JUDGE_MODEL = "SmolLM2-135M-Instruct"
 
 
 def plan(c):
@@ -323,8 +322,8 @@ def smollm2_sizes(c, tiny: bool) -> None:
                            top_k=c.protocol.top_k, max_tokens=64, format_retries=0,
                            select="first", answer_judge=True, chunk=2 if tiny else 64,
                            max_questions=2 if tiny else 800))
-  c.judge = common.chat_service("url", url=JUDGE_URL, model=JUDGE_MODEL, max_prompt_tokens=2048,
-                                max_new_tokens=16 if tiny else 64)
+  c.judge = common.chat_service("url", url=JUDGE_URL, model=smollm2.MODEL_NAME,
+                                max_prompt_tokens=2048, max_new_tokens=16 if tiny else 64)
   c.r3.update(dict(rl_questions=2 if tiny else 0, acc_judge="training", sft_epochs=0,
                    sft_warmup_ratio=0.0, eval_top_k=c.protocol.top_k,
                    eval_max_turns=c.protocol.max_turns, eval_doc_chars=c.protocol.obs_max_chars,

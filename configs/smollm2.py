@@ -40,6 +40,7 @@ DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                      "shared", "data"))
 QUESTIONS = os.path.join(DATA, "flashrag_format", "derived_hotpotqa_dev_with_context_1668.jsonl")
 CORPUS = os.path.join(DATA, "corpus", "derived_multihop_wiki_passages_31144.jsonl")
+MODEL_NAME = "SmolLM2-135M-Instruct"   # its name as a served judge or summariser
 
 
 def get_config(arg: str = "default"):

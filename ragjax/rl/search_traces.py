@@ -24,15 +24,18 @@ came back as the answer to 6 of 400 test questions.
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from ragjax.data.world_tasks import ur2_search
 from ragjax.rl.rewards.builtin import answer_retrieved
 from ragjax.rl.teacher_traces import teacher_traces
 
 SEARCH_THINK = "<think> I need to search for the answer. </think>\n"
 ANSWER_THINK = "<think> The documents say the answer is {answer}. </think>\n"
+ANSWER_THINK_UR2 = "The documents say the answer is {answer}."
 
 
 def search_script(record: Mapping) -> list[str]:
@@ -45,6 +48,28 @@ def search_script(record: Mapping) -> list[str]:
   answer = str(golds[0]).strip()
   return [f"{SEARCH_THINK}<search> {query} </search>",
           f"{ANSWER_THINK.format(answer=answer)}<answer> {answer} </answer>"]
+
+
+def ur2_script(record: Mapping) -> list[str]:
+  """The turns of one real question's trace in UR²'s grammar (`configs/ur2.py:smollm2`'s cold
+  start): prompted with retrieval (`record["retrieval"]`), the question as the query, then the
+  answer read from the documents; without, the answer alone; a math answer after the worked
+  solution a GSM8K record carries (`metadata.solution`, its calculator marks and `####` line
+  dropped), boxed as UR²'s answers are."""
+  golds = record.get("golden_answers") or []
+  if not golds or not str(golds[0]).strip():
+    raise ValueError(f"question {record.get('id', record.get('question'))!r} has no gold answer "
+                     "to script a trace with")
+  answer = str(golds[0]).strip()
+  if record.get("task", "qa") == "math":
+    solution = str((record.get("metadata") or {}).get("solution", "")).split("####")[0]
+    solution = " ".join(re.sub(r"<<[^>]*>>", "", solution).split())
+    final = f"{solution} \\boxed{{{answer}}}".strip()
+  else:
+    final = f"{ANSWER_THINK_UR2.format(answer=answer)} \\boxed{{{answer}}}"
+  if not record.get("retrieval", True):
+    return [final]
+  return [ur2_search(" ".join(str(record["question"]).split())), final]
 
 
 def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, cache_length: int,
