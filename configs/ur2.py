@@ -11,7 +11,7 @@ open-domain QA that decides per question whether to retrieve.
   --config=configs/ur2.py:<size>-weak           the "weaker Stage 1" ablation (Table 9)
   --config=configs/ur2.py:smollm2               SmolLM2-135M-Instruct on HotpotQA (BM25 over real
         Wikipedia passages) mixed with GSM8K math, SmolLM2 itself as the summariser
-  --config=configs/ur2.py:smollm2-tiny          the same, one Stage-2 step on 2 questions a task (CI)
+  --config=configs/ur2.py:smollm2-tiny          the same, one Stage-2 step, 2 questions a task (CI)
 
 What runs (`ragjax.recipes.ur2`): data with a `task` per question -> difficulty scores (N
 rollouts of a fixed model: `python -m ragjax.eval.difficulty`, files in `ur2.difficulty.files`,

@@ -176,7 +176,7 @@ def open_knowledge(c, workdir: str, setup: parts.Setup):
                               on_error=k.on_error)
 
 
-# --- 3. cold start (the synthetic world) --------------------------------------------------------
+# --- 3. cold start (the world's traces, or real questions scripted) ---------------------------
 def cold_start_records(records, seed: int) -> list[dict]:
   """Trace prompts: QA with retrieval, math and multiple choice half with, half without
   (seeded), so the policy knows both prompts before the curriculum assigns them."""
@@ -191,9 +191,11 @@ def start_fingerprint(c) -> dict:
   return config_fields(c, everything=True, skip=stage2)
 
 
-def cold_start_scripts(c, records) -> tuple[list, list]:
+def cold_start_scripts(c, records, tok=None) -> tuple[list, list]:
   """(records, their scripted turns): every training question's world trace, or for question
-  files `traces.questions` of them (a seeded sample) scripted from their gold answers."""
+  files `traces.questions` of them (a seeded sample) scripted from their gold answers, of
+  those whose every turn fits `sampler.max_new_tokens` (`tok`'s tokens: what a rollout could
+  write)."""
   from ragjax.data.world_tasks import ur2_trace_turns
   from ragjax.data.world_traces import TraceShares
   from ragjax.typed_config import from_dict
@@ -201,9 +203,14 @@ def cold_start_scripts(c, records) -> tuple[list, list]:
   rng = random.Random(f"ur2-traces-{c.seed}")
   if c.data.source == "files":
     from ragjax.rl.search_traces import ur2_script
-    n = min(int(c.traces.questions), len(records))
-    records = [records[i] for i in sorted(rng.sample(range(len(records)), n))]
-    return records, [ur2_script(r) for r in records]
+    cap = int(c.sampler.max_new_tokens)
+    fits = [(r, turns) for r, turns in ((r, ur2_script(r)) for r in records)
+            if tok is None or all(len(tok(t, add_special_tokens=False)["input_ids"]) <= cap
+                                  for t in turns)]
+    keep = sorted(rng.sample(range(len(fits)), min(int(c.traces.questions), len(fits))))
+    parts.log(f"cold start: {len(keep)} traces scripted ({len(records) - len(fits)} of "
+              f"{len(records)} training questions have a turn over sampler.max_new_tokens)")
+    return [fits[i][0] for i in keep], [fits[i][1] for i in keep]
   shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"},
                      "traces")
   return records, [ur2_trace_turns(r, rng, shares) for r in records]
@@ -232,7 +239,7 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
     return load_decoder(cache)[1]
 
   def compute():
-    records, scripts = cold_start_scripts(c, setup.splits["train"])
+    records, scripts = cold_start_scripts(c, setup.splits["train"], tok)
     template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
     rows_t, rows_l = teacher_traces(template, records, scripts,
                                     max_new_tokens=c.sampler.max_new_tokens,
