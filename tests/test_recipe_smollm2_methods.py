@@ -18,7 +18,7 @@ import os
 import pytest
 import requests
 
-from _recipe_helpers import finish, read_metrics, train
+from _recipe_helpers import TESTS, finish, read_metrics, train
 from _retrieval_helpers import free_port
 from conftest import SHARED_DATA
 from test_services_fixtures import start_chat_server
@@ -64,13 +64,19 @@ def test_r3_rag_on_smollm2_judged_by_smollm2_served(tmp_path):
 
 def test_ur2_on_smollm2_summarised_by_smollm2(tmp_path):
   work = str(tmp_path / "ur2")
+  # a dense user reward beside UR²'s, so one step of a policy that scores nothing still has a
+  # gradient (tests/dense_reward.gin)
   out, _ = finish(train(["--config=configs/ur2.py:smollm2-tiny", f"--config.workdir={work}",
+                         "--gin_file", os.path.join(TESTS, "dense_reward.gin"),
+                         "--config.rl.rewards={'ur2_answer': 1.0, 'ur2_format': 1.0, "
+                         "'ur2_fallback': 1.0, 'test_vowels': 1.0}",
                          "--config.progress=False"]))
   # task mixing: 2 HotpotQA + 2 GSM8K training questions; the split's 2 dev and 2 test
   assert "data: {'train': 4, 'dev': 2, 'test': 2} questions; knowledge summary" in out
   assert "difficulty (train):" in out
   (m,) = read_metrics(work)
   assert m["trajectories"] == 4                      # 2 prompts x G=2
+  assert m["grad_norm"] > 0 and m["reward/test_vowels"] > 0
   assert {k for k in m if k.startswith("reward/")} >= {"reward/ur2_answer", "reward/ur2_format",
                                                         "reward/ur2_fallback"}
   # the curriculum's mix of the step, and each task's prompt kind

@@ -55,6 +55,15 @@ def test_script_teacher_steps_by_hand():
   missing = dict(found, documents="Macbeth, 1606")
   assert teacher.complete([render_r3_teacher("Who wrote Hamlet?", [missing])])[0] == (
       "The problem analysis: The documents do not say.")
+  # an answer the question itself names is not "in the documents"
+  older = ScriptTeacher([{"question": "Which is older, Rome or Paris?",
+                          "golden_answers": ["Rome"]}])
+  step = dict(analysis="a", query="Which is older, Rome or Paris?", documents="Paris, 250 BC")
+  assert older.complete([render_r3_teacher("Which is older, Rome or Paris?", [step])])[0] == (
+      "The problem analysis: The documents do not say.")
+  step2 = dict(step, query="Rome founded", documents="Rome, 753 BC")
+  assert older.complete([render_r3_teacher("Which is older, Rome or Paris?",
+                                           [step, step2])])[0].endswith("The final answer: Rome")
   anyway = ScriptTeacher([{"question": "Who wrote Hamlet?", "golden_answers": ["Shakespeare"]}],
                          require_retrieved=False)
   assert anyway.complete([render_r3_teacher("Who wrote Hamlet?", [missing])])[0].endswith(

@@ -12,7 +12,8 @@ trajectories the qa recipe's cold start scripts in Search-R1's grammar
     The final answer: {answer}
 
 the first gold answer.  With `require_retrieved` the second step answers only when a gold
-answer occurs (cover EM, Search-R1's `is_retrieval_correct`) in the documents the prompt shows;
+answer occurs (cover EM, Search-R1's `is_retrieval_correct`) in the documents the prompt shows
+(not in the question or a query: "Which is older, A or B?" names its answer);
 otherwise it writes no answer line, so the attempt fails on format and rejection sampling drops
 the question: kept traces demonstrate reading the answer from the passages.  Every reply is a
 function of the prompt, so best-of-N's attempts agree and a resumed run writes the same data.
@@ -20,11 +21,15 @@ function of the prompt, so best-of-N's attempts agree and a resumed run writes t
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Optional, Sequence
 
 from ragjax.data.world_teacher import teacher_prompt
 from ragjax.metrics import cover_exact_match
 
+# the documents of each earlier step as Figure 7 shows them (not the question or the queries)
+DOCUMENTS = re.compile(r"\nThe retrieval documents: (.*?)(?=\n\nStep \d+:\n|\n#### Output:|$)",
+                       re.DOTALL)
 SEARCH_ANALYSIS = "I need to search for the question."
 ANSWER_ANALYSIS = "The documents say the answer is {answer}."
 NOT_FOUND = "The documents do not say."
@@ -47,7 +52,7 @@ class ScriptTeacher:
     if done == 0:
       return f"The problem analysis: {SEARCH_ANALYSIS}\nThe retrieval query: {question}"
     golds = list(record.get("golden_answers") or [])
-    shown = prompt[prompt.index(question) + len(question):]
+    shown = " ".join(DOCUMENTS.findall(prompt))
     if not golds or (self.require_retrieved and not cover_exact_match(shown, golds)):
       return f"The problem analysis: {NOT_FOUND}"
     answer = golds[0]
