@@ -21,7 +21,7 @@ import requests
 from _recipe_helpers import TESTS, finish, read_metrics, train
 from _retrieval_helpers import free_port
 from conftest import SHARED_DATA
-from test_services_fixtures import start_chat_server
+from test_services_fixtures import start_chat_server, wait_for_server
 from ragjax.models.gguf_io import SMOLLM2_135M, installed_gguf
 
 pytestmark = pytest.mark.skipif(
@@ -34,15 +34,22 @@ MODEL = "SmolLM2-135M-Instruct"
 
 def test_r3_rag_on_smollm2_judged_by_smollm2_served(tmp_path):
   work, port = str(tmp_path / "r3"), free_port()
-  judge = start_chat_server(port, checkpoint=installed_gguf(*SMOLLM2_135M), name=MODEL)
+  # the judge starts beside the run (its first request comes with the RL step, after the cold
+  # start's data and SFT), so their start-ups overlap
+  judge = start_chat_server(port, checkpoint=installed_gguf(*SMOLLM2_135M), name=MODEL,
+                            wait=False)
+  run = None
   try:
-    out, _ = finish(train(["--config=configs/r3_rag.py:smollm2-tiny",
-                           f"--config.workdir={work}", "--config.progress=False",
-                           f"--config.judge.url=http://127.0.0.1:{port}"]))
+    run = train(["--config=configs/r3_rag.py:smollm2-tiny", f"--config.workdir={work}",
+                 "--config.progress=False", f"--config.judge.url=http://127.0.0.1:{port}"])
+    wait_for_server(judge, port, seconds=600)
+    out, _ = finish(run)
     served = requests.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
   finally:
-    judge.kill()
-    judge.wait()
+    for proc in (run, judge):
+      if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
   # the cold start: 2 questions scripted in R3-RAG's step format, 2 step samples each
   assert "cold-start data: kept 2 of 2" in out
   assert "SFT: 4 step samples from 2 trajectories (0 replays did not reach their answer" in out
