@@ -231,6 +231,7 @@ def get_config(arg: str = "tiny"):
         substitute={"math": {"hard": "easy"}} if family == "llama" else None)
 
   c.ur2 = common.ConfigDict(dict(
+      max_per_task=0,            # training questions kept per task before difficulty (0 = all)
       # the synthetic world's extra tasks (data.source="world"): shares of each split's size
       world_tasks=common.ConfigDict(dict(mcq_fraction=0.5, math_fraction=0.5, options=4)),
       # difficulty: score files of `python -m ragjax.eval.difficulty` (jsonl, by record id),

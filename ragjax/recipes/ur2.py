@@ -85,7 +85,7 @@ def load(c, workdir: str) -> parts.Setup:
   splits = {split: [dict(r, task=r.get("task") or "qa") for r in drawn.get(split, [])]
             + read_task_files(getattr(c.data, f"{split}_files"))
             for split in ("train", "dev", "test")}
-  splits["train"] = cap_per_task(splits["train"], int(c.ur2.get("max_per_task", 0)), c.seed)
+  splits["train"] = cap_per_task(splits["train"], int(c.ur2.max_per_task), c.seed)
   return parts.Setup(splits, None)
 
 
@@ -333,6 +333,9 @@ def check(c) -> None:
   if c.ur2.stage1.mode == "full":
     parts.validate(stage1_config(c), question_files=False)
   if c.data.source == "files":
+    if not (c.data.train_files or parts.split_config(c).files):
+      raise ValueError("UR² with data.source='files' needs data.train_files (TASK:PATH entries) "
+                       "or data.split.files")
     for split in ("train", "dev", "test"):
       for spec in getattr(c.data, f"{split}_files"):
         path = parse_file_spec(spec)[2]
