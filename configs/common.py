@@ -181,7 +181,8 @@ def chat_service(kind: str = "", **overrides) -> ConfigDict:
   replies); "checkpoint" an HF directory run in this process; "base" the policy as loaded,
   before training (with LoRA exactly the frozen base, "the policy without LoRA"), in this
   process sharing its weights; "gold" (judges) a rule judge reading the data's gold passages;
-  "world" (teachers) the synthetic world's scripted teacher; "auto" (eval.judge, summarisers)
+  "world" (teachers) the synthetic world's scripted teacher; "script" (teachers) R3-RAG
+  steps scripted from real questions' gold answers (`script.require_retrieved`); "auto" (eval.judge, summarisers)
   "url" when `url` is set, else "checkpoint" when `checkpoint` is, else none.  In-process
   models batch `max_batch` prompts of at most `max_prompt_tokens`, answering in at most
   `max_new_tokens` (0: the caller's own budget, a template's; in process at most 512);
@@ -189,7 +190,7 @@ def chat_service(kind: str = "", **overrides) -> ConfigDict:
   fields = dict(kind=kind, url="", model="judge", api_key_env="", checkpoint="", cache="",
                 max_concurrency=8, max_retries=3, timeout=120.0, max_batch=16,
                 max_prompt_tokens=1024, max_new_tokens=512)
-  unknown = sorted(set(overrides) - set(fields) - {"world"})
+  unknown = sorted(set(overrides) - set(fields) - {"world", "script"})
   if unknown:
     raise ValueError(f"chat_service: unknown fields {unknown}; known: {sorted(fields)}")
   fields.update(overrides)

@@ -4,6 +4,10 @@
   --config=configs/r3_rag.py:world         the embedded world at ablation scale
   --config=configs/r3_rag.py:qwen2.5-7b    the paper's Qwen recipe
   --config=configs/r3_rag.py:llama-3.1-8b  the paper's Llama recipe
+  --config=configs/r3_rag.py:smollm2       SmolLM2-135M-Instruct on HotpotQA, BM25 over real
+        Wikipedia passages, its judge SmolLM2 served by `python -m ragjax.services.chat_server
+        --checkpoint GGUF --model-name SmolLM2-135M-Instruct` at judge.url (docs/real_model.md)
+  --config=configs/r3_rag.py:smollm2-tiny  the same, one PPO step on 2 questions (CI)
 
 Three stages (`stage`): `data` (teacher trajectories, rejection sampling, best-of-N, into
 `<workdir>/cold_start_data`), `sft` (step samples -> `<workdir>/cold_start_policy`, HF
@@ -40,7 +44,13 @@ from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
 
-ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b")     # every valid config argument
+smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model's setup)
+
+# every valid config argument
+ARGS = ("tiny", "world", "qwen2.5-7b", "llama-3.1-8b", "smollm2", "smollm2-tiny")
+# the judge of the smollm2 variants: SmolLM2 itself (smollm2.MODEL_NAME), served by
+#   python -m ragjax.services.chat_server --checkpoint GGUF --model-name SmolLM2-135M-Instruct
+JUDGE_URL = "http://127.0.0.1:8001"
 
 
 def plan(c):
@@ -87,7 +97,8 @@ def get_config(arg: str = "tiny"):
   arg = (arg or "tiny").lower()
   if arg not in ARGS:
     raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
-  small = arg in ("tiny", "world")
+  real = arg.startswith("smollm2")
+  small = arg in ("tiny", "world") or real      # (the smollm2 sizes replace the rest below)
   c = common.get_config()
   run_and_model(c, arg, small)
   paper_protocol(c)
@@ -99,6 +110,8 @@ def get_config(arg: str = "tiny"):
     tiny_sizes(c)
   if arg == "world":
     world_sizes(c)
+  if real:
+    smollm2_sizes(c, tiny=arg == "smollm2-tiny")
   return c
 
 
@@ -282,3 +295,52 @@ def world_sizes(c) -> None:
   c.trainer.update(dict(num_steps=20, batch_prompts=8, eval_every=10, eval_prompts=64,
                         save_every=5, max_to_keep=1, keep_best=False))
   c.eval.update(dict(batch_size=64, max_questions=0))
+
+
+def smollm2_sizes(c, tiny: bool) -> None:
+  """SmolLM2-135M-Instruct on HotpotQA over real Wikipedia passages: configs/smollm2.py's model
+  (LoRA), question split, BM25 and sampler sizes, with R3-RAG's mechanism kept (step format,
+  a sample per step, PPO with a critic, the step rewards with their relevance and answer
+  judges, the evaluation layout) and three stand-ins (docs/methods/r3_rag.md): the cold start's
+  teacher scripts the steps from the gold answer (`teacher.kind="script"`: the question as
+  the query, then the answer read from the passages, as configs/smollm2.py's cold start), the
+  judge is SmolLM2 itself served at `judge.url` by `python -m ragjax.services.chat_server`,
+  and the actor trains LoRA adapters (the critic is the whole model)."""
+  c.workdir = "runs/r3_rag_smollm2" + ("_tiny" if tiny else "")
+  smollm2.model_and_data(c, tiny)
+  smollm2.sampler_sizes(c, tiny)
+  c.sampler.update(dict(extend_buckets=(16, 32, 64, 128, 256)))
+  # the paper's per-sample temperature ladder for its groups of 4 (tiny: groups of 2 at 1.0)
+  c.sampler.temperatures = () if tiny else (0.1, 0.4, 0.7, 1.0)
+  c.rollout.chat = None           # SmolLM2's ChatML template
+  # steps as short as the cache allows: 2 passages of 384 characters, 3 steps (tiny: 1, 2)
+  c.protocol.update(dict(top_k=1 if tiny else 2, max_turns=2 if tiny else 3,
+                         obs_max_chars=256 if tiny else 384, format_retries=0 if tiny else 1))
+  c.teacher = common.chat_service("script", model="script",
+                                  script=dict(require_retrieved=not tiny))
+  c.cold_start.update(dict(attempts=1, first_temperature=0.0, max_steps=c.protocol.max_turns,
+                           top_k=c.protocol.top_k, max_tokens=64, format_retries=0,
+                           select="first", answer_judge=True, chunk=2 if tiny else 64,
+                           max_questions=2 if tiny else 800))
+  c.judge = common.chat_service("url", url=JUDGE_URL, model=smollm2.MODEL_NAME,
+                                max_prompt_tokens=2048, max_new_tokens=16 if tiny else 64)
+  c.r3.update(dict(rl_questions=2 if tiny else 0, acc_judge="training", sft_epochs=0,
+                   sft_warmup_ratio=0.0, eval_top_k=c.protocol.top_k,
+                   eval_max_turns=c.protocol.max_turns, eval_doc_chars=c.protocol.obs_max_chars,
+                   eval_splits=("test",)))
+  # the cold start as configs/smollm2.py's (LoRA on every layer, merged)
+  c.sft.update(dict(steps=1 if tiny else 60, batch_size=2 if tiny else 4, lr=3e-4,
+                    warmup_steps=0 if tiny else 5, min_lr_ratio=0.1, log_every=1 if tiny else 5,
+                    save_every=0 if tiny else 20))
+  # OpenRLHF's losses and whitening as the paper's runs (the critic's head drawn as its init)
+  c.rl.update(dict(group_size=2 if tiny else 4, mini_batch_size=0 if tiny else 16,
+                   micro_batch_size=0 if tiny else 4, loss_agg="seq-mean-token-mean",
+                   adv_whiten="openrlhf", value_head_init="openrlhf"))
+  # the actor's LoRA adapters at configs/smollm2.py's rate; the critic at the paper's 9e-6
+  c.optim.update(dict(lr=2e-4, warmup_steps=0, b2=0.95, total_steps=100))
+  c.critic_optim.update(dict(warmup_steps=0, b2=0.95, total_steps=100))
+  c.trainer.update(dict(num_steps=1 if tiny else 20, batch_prompts=1 if tiny else 8,
+                        eval_every=0, eval_prompts=2 if tiny else 100,
+                        save_every=1 if tiny else 2, max_to_keep=2, keep_best=False,
+                        tensorboard=False))
+  c.eval.update(dict(batch_size=2 if tiny else 50, max_questions=2 if tiny else 0))

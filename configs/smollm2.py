@@ -43,6 +43,7 @@ DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                      "shared", "data"))
 QUESTIONS = os.path.join(DATA, "flashrag_format", "derived_hotpotqa_dev_with_context_1668.jsonl")
 CORPUS = os.path.join(DATA, "corpus", "derived_multihop_wiki_passages_31144.jsonl")
+MODEL_NAME = "SmolLM2-135M-Instruct"   # its name as a served judge or summariser
 
 
 def get_config(arg: str = "default"):
@@ -51,30 +52,12 @@ def get_config(arg: str = "default"):
   c = common.get_config()
   c.recipe = "qa"        # ragjax/recipes/qa.py: the table before and after RL
   c.workdir = f"runs/smollm2_{arg}"
-  # scan_layers: one layer compiled, not 30 (the update compiles in seconds; the sampler runs
-  # the layers unrolled, `sampler.unroll_layers`);
-  # remat: the update keeps each layer's input only (without it, 30 layers' attention
-  # probabilities of 8 rows x 1,280 positions asked for 26.5 GB and the first update failed)
-  c.model.update(dict(checkpoint=installed_gguf(*SMOLLM2_135M), dtype="float32",
-                      param_dtype="float32", scan_layers=True, remat=True, remat_policy="full"))
-  # RL trains adapters on the top 8 layers (the 22 below run forward only); the cold start's
-  # adapters cover all 30 (ragjax.recipes.qa.cold_start_adapter)
-  c.model.lora.update(dict(rank=16, alpha=32.0, layers=2 if tiny else 8, forward="adapter"))
-
-  c.data.source = "files"
-  c.data.split.update(dict(files=(QUESTIONS,), dev=2 if tiny else 100, test=2 if tiny else 400,
-                           seed=0))
-  c.retriever.update(dict(corpus=CORPUS, backend="bm25"))
+  model_and_data(c, tiny)
 
   c.protocol = common.protocol("search_r1", top_k=1 if tiny else 3,
                                max_turns=1 if tiny else 2, obs_max_tokens=32 if tiny else 192,
                                demonstration=True)
-  c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=64,
-                        temperature=1.0, top_p=1.0, prompt_buckets=(512, 640, 768),
-                        # the trainer scans the 30 layers (one compiled layer); the sampler
-                        # runs them unrolled: 1.8x faster rollouts on this CPU
-                        unroll_layers=True))
-  c.rollout.update(dict(widths=(768,) if tiny else (768, 1024, 1280), decode_chunk=0))
+  sampler_sizes(c, tiny)
 
   # GRPO, retrieved tokens masked, one update per rollout batch with the sampler's log-probs as
   # the ratio's denominator (no second forward); no KL term (the reference forward would cost as
@@ -139,6 +122,36 @@ def variant(method: str, arg: str):
   c = get_config(VARIANTS[arg])
   c.workdir = f"runs/{method}_{arg.replace('-', '_')}"
   return c
+
+
+def model_and_data(c, tiny: bool) -> None:
+  """The real model (SmolLM2-135M-Instruct from its GGUF file, LoRA), the HotpotQA questions
+  split by a seed and BM25 over the shared passages: what every `smollm2` variant of a method's
+  config shares (configs/r3_rag.py, configs/ur2.py call this)."""
+  # scan_layers: one layer compiled, not 30 (the update compiles in seconds; the sampler runs
+  # the layers unrolled, `sampler.unroll_layers`);
+  # remat: the update keeps each layer's input only (without it, 30 layers' attention
+  # probabilities of 8 rows x 1,280 positions asked for 26.5 GB and the first update failed)
+  c.model.update(dict(checkpoint=installed_gguf(*SMOLLM2_135M), dtype="float32",
+                      param_dtype="float32", scan_layers=True, remat=True, remat_policy="full"))
+  # RL trains adapters on the top 8 layers (the 22 below run forward only); the cold start's
+  # adapters cover all 30 (ragjax.recipes.qa.cold_start_adapter)
+  c.model.lora.update(dict(rank=16, alpha=32.0, layers=2 if tiny else 8, forward="adapter"))
+
+  c.data.source = "files"
+  c.data.split.update(dict(files=(QUESTIONS,), dev=2 if tiny else 100, test=2 if tiny else 400,
+                           seed=0))
+  c.retriever.update(dict(corpus=CORPUS, backend="bm25"))
+
+
+def sampler_sizes(c, tiny: bool) -> None:
+  """The sampler's budgets and the rollout widths this CPU affords (every `smollm2` variant)."""
+  c.sampler.update(dict(max_cache_length=768 if tiny else 1280, max_new_tokens=64,
+                        temperature=1.0, top_p=1.0, prompt_buckets=(512, 640, 768),
+                        # the trainer scans the 30 layers (one compiled layer); the sampler
+                        # runs them unrolled: 1.8x faster rollouts on this CPU
+                        unroll_layers=True))
+  c.rollout.update(dict(widths=(768,) if tiny else (768, 1024, 1280), decode_chunk=0))
 
 
 def gpu(c):

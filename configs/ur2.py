@@ -9,6 +9,9 @@ open-domain QA that decides per question whether to retrieve.
   --config=configs/ur2.py:llama-3.1-8b-math-qa
   --config=configs/ur2.py:qwen2.5-7b-mcq        MedQA + MMLU-Pro-style multiple choice
   --config=configs/ur2.py:<size>-weak           the "weaker Stage 1" ablation (Table 9)
+  --config=configs/ur2.py:smollm2               SmolLM2-135M-Instruct on HotpotQA (BM25 over real
+        Wikipedia passages) mixed with GSM8K math, SmolLM2 itself as the summariser
+  --config=configs/ur2.py:smollm2-tiny          the same, one Stage-2 step, 2 questions a task (CI)
 
 What runs (`ragjax.recipes.ur2`): data with a `task` per question -> difficulty scores (N
 rollouts of a fixed model: `python -m ragjax.eval.difficulty`, files in `ur2.difficulty.files`,
@@ -55,13 +58,20 @@ UR2_RL/train/reward_server_*.py), the text one field away (docs/methods/ur2.md):
 paper's 8 x A100 80GB (`hardware`).
 """
 
+import os
+
 from ragjax.wiring.config_files import sibling
 
 common = sibling(__file__, "common")  # (configs/common.py: the schema every recipe shares)
+smollm2 = sibling(__file__, "smollm2")  # (configs/smollm2.py: the real model's setup)
 
 VARIANTS = ("qwen2.5-7b-math-qa", "qwen2.5-3b-math-qa", "llama-3.1-8b-math-qa", "qwen2.5-7b-mcq")
 # (the MCQ model's Stage 1 is already the weak one)
-ARGS = ("tiny", "world") + VARIANTS + tuple(v + "-weak" for v in VARIANTS if "mcq" not in v)
+ARGS = (("tiny", "world") + VARIANTS + tuple(v + "-weak" for v in VARIANTS if "mcq" not in v)
+        + ("smollm2", "smollm2-tiny"))
+# the smollm2 variants' math questions, mixed with configs/smollm2.py's HotpotQA split (the one
+# math file in ../shared/data: GSM8K's test set, trained on here, never evaluated on)
+GSM8K = os.path.join(smollm2.DATA, "gsm8k", "gsm8k_test.jsonl")
 
 # Stage 1 (§A3.3): format + retrieval - fallback; check 9 (no search) is a violation while
 # step < 15 in the code, i.e. the whole 10/15-step stage.
@@ -145,6 +155,7 @@ def get_config(arg: str = "tiny"):
     raise ValueError(f"unknown config argument {arg!r}; use one of {list(ARGS)}")
   weak = arg.endswith("-weak")
   variant = arg[:-len("-weak")] if weak else arg
+  real = variant.startswith("smollm2")       # (its sizes replace the paper's below)
   small = variant in ("tiny", "world")
   mcq = variant.endswith("-mcq")
   family = "llama" if variant.startswith("llama") else "qwen"
@@ -220,6 +231,7 @@ def get_config(arg: str = "tiny"):
         substitute={"math": {"hard": "easy"}} if family == "llama" else None)
 
   c.ur2 = common.ConfigDict(dict(
+      max_per_task=0,            # training questions kept per task before difficulty (0 = all)
       # the synthetic world's extra tasks (data.source="world"): shares of each split's size
       world_tasks=common.ConfigDict(dict(mcq_fraction=0.5, math_fraction=0.5, options=4)),
       # difficulty: score files of `python -m ragjax.eval.difficulty` (jsonl, by record id),
@@ -252,14 +264,67 @@ def get_config(arg: str = "tiny"):
 
   # BGE-large-en-v1.5 (§4.1) over KILT 100-word segments (29M, rounded in the text: no count
   # pinned); the code's FAISS HNSW32 index is approximate (retrieval_utils/)
-  if not small:
+  if not small and not real:
     # the two corpora the code's HNSW servers load (retrieval_utils/enwiki_full_hnsw.sh:1,
     # enwiki_abstract_hnsw.sh:1)
     c.retriever.pin.update(dict(encoder="bge-large-en-v1.5", index="approximate",
                                 corpus="wiki_kilt_100_really.tsv, enwiki_2017_abstract.tsv"))
   if small:
     _small(c, variant)
+  if real:
+    smollm2_sizes(c, tiny=variant == "smollm2-tiny")
   return c
+
+
+def smollm2_sizes(c, tiny: bool) -> None:
+  """SmolLM2-135M-Instruct on configs/smollm2.py's HotpotQA split (its model, LoRA, BM25 and
+  sampler sizes) mixed with GSM8K math, with UR²'s mechanism kept: difficulty from the start
+  policy's CoT rollouts, the curriculum (QA 7:2:1, math 1:1:1) and its retrieval prompts, task
+  mixing, Stage 1 then Stage 2's rewards, REINFORCE++-baseline, and the summariser, SmolLM2
+  itself in process (docs/methods/ur2.md says what that and the rest change)."""
+  c.workdir = "runs/ur2_smollm2" + ("_tiny" if tiny else "")
+  c.hardware = ""
+  smollm2.model_and_data(c, tiny)
+  smollm2.sampler_sizes(c, tiny)
+  c.sampler.update(dict(top_p=0.9, extend_buckets=(16, 32, 64, 128, 256)))
+  c.rollout.update(dict(max_response_tokens=0, kv_budget_gb=0.0, chat=None))
+  # the summaries stand in for the passages: 5 of them summarised (the paper: 10), 2 searches
+  c.protocol.update(dict(top_k=2 if tiny else 5, max_turns=1 if tiny else 2))
+  c.protocol.turn_tokens = None      # one budget: the sampler's
+  c.data.train_files = (f"math:{GSM8K}",)
+  c.ur2.max_per_task = 2 if tiny else 300      # training questions a task, before difficulty
+  c.judge = common.chat_service("", max_prompt_tokens=1024, max_new_tokens=32)  # rule check
+  k = c.ur2.knowledge
+  k.summariser = common.chat_service("checkpoint", checkpoint=c.model.checkpoint,
+                                     model=smollm2.MODEL_NAME, max_batch=8,
+                                     max_prompt_tokens=2048, max_new_tokens=32 if tiny else 128)
+  k.math_summariser.model = ""       # the summariser serves math too
+  # difficulty: N CoT rollouts of the cold-started policy; a 135M model solves few questions,
+  # so "hard" starts at 0 (the paper: 0.2), keeping the questions no rollout solved
+  c.ur2.difficulty.update(dict(rollouts=1 if tiny else 4, chunk=8 if tiny else 64,
+                               retrieval_tasks=()))
+  levels = (("easy", 0.8), ("medium", 0.5), ("hard", 0.0))
+  c.data.stages = {"ur2_curriculum": dict(
+      mode="curriculum", counts={}, ratios={"qa": QA_RATIOS, "math": MATH_RATIOS},
+      substitute={}, keep=("easy", "medium", "hard"), levels=levels, shortage="take_all")}
+  # Stage 1 on the hard math (tiny: off, one step less to compile)
+  c.ur2.stage1.update(dict(mode="off" if tiny else "full", num_steps=5))
+  c.ur2.stage1.data = dict(tasks=("math",), keep=("hard",), ratios={}, mode="uniform",
+                           counts={}, levels=levels, shortage="take_all")
+  # cold start: configs/smollm2.py's, on UR²-grammar traces scripted from the gold answers
+  c.sft.update(dict(steps=1 if tiny else 60, batch_size=2 if tiny else 4, lr=3e-4,
+                    warmup_steps=0 if tiny else 5, min_lr_ratio=0.1, weight_decay=0.0,
+                    gather=True, context_weight=0.0, log_every=1 if tiny else 5,
+                    save_every=0 if tiny else 20))
+  c.traces = common.ConfigDict(dict(questions=4 if tiny else 400, chunk=4 if tiny else 64))
+  c.rl.update(dict(group_size=2 if tiny else 8, mini_batch_size=0, micro_batch_size=0 if tiny
+                   else 4, use_sampler_logprobs=True, gather=True, logprob_chunk=4096))
+  c.optim.update(dict(lr=2e-4, schedule="constant", warmup_steps=0, total_steps=100))
+  c.trainer.update(dict(num_steps=1 if tiny else 20, batch_prompts=2 if tiny else 8,
+                        eval_every=0, eval_prompts=2 if tiny else 100,
+                        save_every=1 if tiny else 2, max_to_keep=2, keep_best=False,
+                        tensorboard=False))
+  c.eval.batch_size = 2 if tiny else 50
 
 
 def _small(c, variant: str):

@@ -53,16 +53,26 @@ def conversations(n: int, offset: int = 0) -> list[list[dict]]:
           for i in range(offset, offset + n)]
 
 
-def start_chat_server(port: int, *extra: str) -> subprocess.Popen:
-  """`python -m ragjax.services.chat_server` on 127.0.0.1:port, returned once /health answers."""
+def start_chat_server(port: int, *extra: str, checkpoint: str = "", name: str = "judge",
+                      max_prompt: int = MAX_PROMPT, wait: bool = True) -> subprocess.Popen:
+  """`python -m ragjax.services.chat_server` on 127.0.0.1:port, returned once /health answers
+  (`wait=False`: at once; `wait_for_server` then) (`checkpoint`: the random Qwen2 directory
+  unless given, e.g. SmolLM2's GGUF file)."""
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = xla_flags()
   proc = subprocess.Popen(
-      [sys.executable, "-m", "ragjax.services.chat_server", "--checkpoint", checkpoint_dir(),
-       "--port", str(port), "--model-name", "judge", "--max-batch", "8", "--max-prompt-tokens",
-       str(MAX_PROMPT), "--max-new-tokens", "64", *extra],
+      [sys.executable, "-m", "ragjax.services.chat_server", "--checkpoint",
+       checkpoint or checkpoint_dir(), "--port", str(port), "--model-name", name,
+       "--max-batch", "8", "--max-prompt-tokens", str(max_prompt), "--max-new-tokens", "64",
+       *extra],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  deadline = time.time() + 120
+  return wait_for_server(proc, port) if wait else proc
+
+
+def wait_for_server(proc: subprocess.Popen, port: int, seconds: float = 120) -> subprocess.Popen:
+  """`proc` once the chat server's /health on 127.0.0.1:port answers (an error if it exits or
+  `seconds` pass first)."""
+  deadline = time.time() + seconds
   while time.time() < deadline:
     if proc.poll() is not None:
       raise RuntimeError(f"server exited with {proc.returncode}: "
@@ -73,7 +83,7 @@ def start_chat_server(port: int, *extra: str) -> subprocess.Popen:
     except requests.RequestException:
       time.sleep(0.2)
   proc.kill()
-  raise RuntimeError("chat server did not come up within 120 s")
+  raise RuntimeError(f"chat server did not come up within {seconds:.0f} s")
 
 
 class ScriptedChat:

@@ -16,7 +16,7 @@ from ragjax.recipes import ur2 as recipe  # noqa: E402
 from ragjax.planning.dry_run import memory_plan  # noqa: E402
 from ragjax.rl.run_config import parse_run_config  # noqa: E402
 
-REAL = [a for a in ur2_config.ARGS if a not in ("tiny", "world")]
+REAL = [a for a in ur2_config.ARGS if a not in ("tiny", "world") and "smollm2" not in a]
 
 
 @pytest.mark.parametrize("arg", REAL)

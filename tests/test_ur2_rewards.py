@@ -245,3 +245,22 @@ def test_evaluation_metric_per_task():
   assert answer_score("task", None, rec("C", "mcq")) == 0.0
   with pytest.raises(ValueError, match="no metric for task 'poetry'"):
     answer_score("task", "x", rec("x", "poetry"))
+
+
+def test_task_metrics_report_the_curriculums_level_mix_of_the_step():
+  """`ur2_tasks`: per task its score / 2, searched and retrieval-prompt shares; and the share of
+  the step's rows from each difficulty level (by hand: 2 hard QA rows, 1 easy math row and one
+  math row without a label, of 4)."""
+  from ragjax.rl.rewards.ur2 import task_metrics
+  rows = [row(query("a"), "\\boxed{Paris}"), row("\\boxed{Rome}"), row("\\boxed{4}"),
+          row("\\boxed{5}")]
+  exs = [ex("Paris", task="qa", difficulty="hard"), ex("Paris", task="qa", difficulty="hard"),
+         ex("4", difficulty="easy", retrieval=False), ex("4", retrieval=False)]
+  m = task_metrics(rows, exs)
+  assert m["qa/score"] == pytest.approx(0.5) and m["qa/searched"] == 0.5
+  assert m["qa/retrieval_prompt"] == 1.0 and m["math/retrieval_prompt"] == 0.0
+  assert m["math/score"] == pytest.approx(0.5)
+  assert m["level/hard"] == 0.5 and m["level/easy"] == 0.25
+  assert not {k for k in m if k.startswith("level/")} - {"level/hard", "level/easy"}
+  # records without labels (no curriculum): no level keys
+  assert not any(k.startswith("level/") for k in task_metrics(rows[:1], [ex("Paris", task="qa")]))

@@ -29,6 +29,15 @@ _QUESTION = re.compile(r"#### Current Input:\nThe question: (.*?)(?:\. The Previ
 _STEP = re.compile(r"(?:^|\n)Step \d+:\n")
 
 
+def teacher_prompt(prompt: str) -> tuple[str, int]:
+  """(question, number of earlier steps) of an R3-RAG teacher prompt (Figure 6 or 7); ("", 0)
+  when the prompt is not one."""
+  m = _QUESTION.search(prompt)
+  if m is None:
+    return "", 0
+  return m.group(1), len(_STEP.findall(prompt[m.end():]))
+
+
 class WorldTeacher:
   """See the module docstring."""
 
@@ -56,12 +65,11 @@ class WorldTeacher:
     return queries, answer
 
   def reply(self, prompt: str, temperature: float, seed: Optional[int]) -> str:
-    m = _QUESTION.search(prompt)
-    if m is None or m.group(1) not in self.by_question:
+    question, done = teacher_prompt(prompt)
+    if question not in self.by_question:
       raise ValueError("the world teacher answers R3-RAG teacher prompts about world questions "
                        f"only; got a prompt starting {prompt[:80]!r}")
-    record = self.by_question[m.group(1)]
-    done = len(_STEP.findall(prompt[m.end():]))
+    record = self.by_question[question]
     queries, answer = self.plan(record, temperature, seed)
     rng = random.Random(f"world-teacher-step|{record['question']}|{done}|{temperature}|{seed}")
     malformed = rng.random() < self.malformed

@@ -5,7 +5,8 @@
 Stages (each reuses what an earlier run of the same workdir left; see configs/r3_rag.py):
   data  teacher trajectories, rejection sampling, best-of-N (`ragjax.rl.r3_cold_start`) into
         `<workdir>/cold_start_data` (resumable; counts in summary.json);
-  sft   their step samples through the real engine, `run_sft`, exported as HF safetensors to
+  sft   their step samples through the real engine, `run_sft` (through `model.lora`'s
+        adapters on every layer, merged, when it has a rank), exported as HF safetensors to
         `<workdir>/cold_start_policy` (R3-RAG-CS; kept when its inputs did not change);
   rl    PPO with a critic initialised from the cold-start policy (also the KL reference), every
         step a sample (`rl.step_samples`), the `r3_rag` step rewards with the run's judge as a
@@ -16,8 +17,8 @@ Stages (each reuses what an earlier run of the same workdir left; see configs/r3
         without one; `r3.acc_judge="training"` asks the training judge (the small configs).
 Model services (`teacher`, `judge`, `eval.judge`) come from their config sections
 (`ragjax.wiring.chat_services`): an OpenAI-compatible URL, an HF checkpoint or the cold-start
-policy in this process ("base"), the gold-passage rule judge, or the synthetic world's scripted
-teacher.  This module only wires.
+policy in this process ("base"), the gold-passage rule judge, the synthetic world's scripted
+teacher, or steps scripted from real questions' gold answers ("script").  This module only wires.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from ragjax.rl.r3_cold_start import (ColdStartConfig, generate_cold_start, read_
 from ragjax.rl.sft import SFTConfig, run_sft
 from ragjax.rollout.factory import make_engine
 from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
+from ragjax.recipes.qa import cold_start_adapter
+from ragjax.models.lora import adapter_from_config
 from ragjax.typed_config import from_dict, json_safe, write_json_atomic
 
 STAGES = ("data", "sft", "rl", "all")
@@ -165,7 +168,7 @@ def sft_stage(c, setup) -> dict:
     params, history = run_sft(cfg, params, rows_t, rows_l, sft, c.rollout.widths, seed=c.seed,
                               mesh=mesh, log_path=os.path.join(p["workdir"], "sft_metrics.jsonl"),
                               progress=c.progress, ckpt_dir=os.path.join(p["workdir"], SFT_DIR),
-                              fingerprint=fingerprint)
+                              fingerprint=fingerprint, adapter=cold_start_adapter(c))
     parts.export_policy(p["cold_start"], cfg, params, tok)
     summary = {**stats, "steps": sft.steps, "final": history[-1] if history else {}}
     return summary, {"summary": summary}
@@ -233,7 +236,8 @@ def eval_config(c):
 
 def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
   """The PPO trainer: sampling engine (the config's protocol), a greedy dev engine in the
-  evaluation layout, a critic from the cold-start policy, the judge as the `judge` service."""
+  evaluation layout, a critic from the cold-start policy, the judge as the `judge` service;
+  with `model.lora` the actor trains adapters over the cold-start policy (the critic is whole)."""
   from ragjax.rl.trainer import Trainer
   from ragjax.rl.run_config import config_fingerprint
   from ragjax.rl.selection import evaluation_data
@@ -249,7 +253,7 @@ def make_trainer(c, run, cfg, params, tok, setup, mesh=None):
                  workdir=os.path.join(os.path.abspath(c.workdir), parts.RL_DIR), seed=c.seed,
                  mesh=mesh,
                  critic_params=parts.init_critic(cfg, params, head_init=run.rl.value_head_init),
-                 progress=c.progress,
+                 progress=c.progress, adapter=adapter_from_config(c.model.lora),
                  services={} if judge is None else {"judge": judge})
 
 

@@ -5,12 +5,17 @@ the curriculum, over UR²'s knowledge access.
 
 Wires, in order (`start` is what every arm of `python -m ragjax.ablate` shares):
   1. data with a task per question: question files (`data.{train,dev,test}_files` entries
-     "TASK:[FORMAT:]PATH", FORMAT defaulting to the task's reader), or the synthetic world with
-     multiple-choice and arithmetic questions added (`ragjax.data.world_tasks`);
+     "TASK:[FORMAT:]PATH", FORMAT defaulting to the task's reader; plus the QA questions
+     `data.split` draws from its files, split as the qa recipe splits them), the training
+     questions of each task capped at `ur2.max_per_task` (a seeded sample; 0 = all), or the
+     synthetic world with multiple-choice and arithmetic questions added
+     (`ragjax.data.world_tasks`);
   2. knowledge access (`ur2.knowledge`): the summarising proxy (served at `retriever.url`, or in
      process over `retriever.index` / the world's index with a summariser model), or raw
      passages; per-task corpus routing (`ur2.knowledge.routes`);
-  3. the policy, cold-started with SFT on UR²-grammar traces when `sft.steps` > 0 (the world);
+  3. the policy, cold-started with SFT on UR²-grammar traces when `sft.steps` > 0 (the world's
+     scripted traces, or for question files `traces.questions` training questions scripted
+     from their gold answers: `ragjax.rl.search_traces.ur2_script`);
   4. difficulty: score files (`ur2.difficulty.files`) or N CoT rollouts of this policy;
   5. Stage 1 (`ur2.stage1.mode="full"`): its own RL run in `<workdir>/stage1` on very_hard
      math with the Stage-1 rewards, exported to `<workdir>/stage1/policy`;
@@ -75,8 +80,25 @@ def load(c, workdir: str) -> parts.Setup:
     setup = parts.load_data(c, workdir, retriever=False)
     setup.splits = world_task_splits(setup.splits, seed=c.seed, **c.ur2.world_tasks.to_dict())
     return setup
-  return parts.Setup({split: read_task_files(getattr(c.data, f"{split}_files"))
-                      for split in ("train", "dev", "test")}, None)
+  drawn = (parts.question_splits(c, own_files=False) if parts.split_config(c).files
+           else {})
+  splits = {split: [dict(r, task=r.get("task") or "qa") for r in drawn.get(split, [])]
+            + read_task_files(getattr(c.data, f"{split}_files"))
+            for split in ("train", "dev", "test")}
+  splits["train"] = cap_per_task(splits["train"], int(c.ur2.max_per_task), c.seed)
+  return parts.Setup(splits, None)
+
+
+def cap_per_task(records, cap: int, seed: int) -> list[dict]:
+  """At most `cap` records of each task (a seeded sample, in the records' order; 0 = all)."""
+  if not cap:
+    return list(records)
+  rng = random.Random(f"ur2-max-per-task:{seed}")
+  keep = set()
+  for task in TASKS:
+    idx = [i for i, r in enumerate(records) if r.get("task") == task]
+    keep |= set(idx if len(idx) <= cap else rng.sample(idx, cap))
+  return [r for i, r in enumerate(records) if i in keep]
 
 
 # --- 2. knowledge access ------------------------------------------------------------------------
@@ -154,7 +176,7 @@ def open_knowledge(c, workdir: str, setup: parts.Setup):
                               on_error=k.on_error)
 
 
-# --- 3. cold start (the synthetic world) --------------------------------------------------------
+# --- 3. cold start (the world's traces, or real questions scripted) ---------------------------
 def cold_start_records(records, seed: int) -> list[dict]:
   """Trace prompts: QA with retrieval, math and multiple choice half with, half without
   (seeded), so the policy knows both prompts before the curriculum assigns them."""
@@ -169,28 +191,55 @@ def start_fingerprint(c) -> dict:
   return config_fields(c, everything=True, skip=stage2)
 
 
-def cold_start(c, workdir, setup, cfg, params, tok, mesh):
+def cold_start_scripts(c, records, tok=None) -> tuple[list, list]:
+  """(records, their scripted turns): every training question's world trace, or for question
+  files `traces.questions` of them (a seeded sample) scripted from their gold answers, of
+  those whose every turn fits `sampler.max_new_tokens` (`tok`'s tokens: what a rollout could
+  write)."""
   from ragjax.data.world_tasks import ur2_trace_turns
   from ragjax.data.world_traces import TraceShares
+  from ragjax.typed_config import from_dict
+  records = cold_start_records(records, c.seed)
+  rng = random.Random(f"ur2-traces-{c.seed}")
+  if c.data.source == "files":
+    from ragjax.rl.search_traces import ur2_script
+    cap = int(c.sampler.max_new_tokens)
+    fits = [(r, turns) for r, turns in ((r, ur2_script(r)) for r in records)
+            if tok is None or all(len(tok(t, add_special_tokens=False)["input_ids"]) <= cap
+                                  for t in turns)]
+    keep = sorted(rng.sample(range(len(fits)), min(int(c.traces.questions), len(fits))))
+    parts.log(f"cold start: {len(keep)} traces scripted ({len(records) - len(fits)} of "
+              f"{len(records)} training questions have a turn over sampler.max_new_tokens)")
+    return [fits[i][0] for i in keep], [fits[i][1] for i in keep]
+  shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"},
+                     "traces")
+  return records, [ur2_trace_turns(r, rng, shares) for r in records]
+
+
+def cold_start(c, workdir, setup, cfg, params, tok, mesh):
+  from ragjax.recipes.qa import cold_start_adapter
   from ragjax.rl.sft import SFTConfig, run_sft
   from ragjax.rollout.factory import make_engine
   from ragjax.rl.teacher_traces import teacher_traces
   from ragjax.typed_config import from_dict
   cache = os.path.join(workdir, COLD_START_DIR)
+  files = c.data.source == "files"
   fingerprint = config_fields(c, prefixes=(
       "seed", "world", "tokenizer", "model", "protocol", "sampler", "rollout", "sft", "traces",
-      "ur2.world_tasks", "ur2.knowledge", "retriever.backend"))
+      "ur2.world_tasks", "ur2.knowledge", "retriever.backend",
+      *(("data.split", "data.train_files", "ur2.max_per_task") if files else ())))
 
   def reuse(_):
+    if files:          # the model's own layout (e.g. scanned layers), as the qa recipe's
+      cached = c.copy_and_resolve_references()
+      with cached.unlocked():
+        cached.model.checkpoint = cache
+      return parts.load_policy(cached, mesh=mesh)[1]
     from ragjax.models.hf_io import load_decoder
     return load_decoder(cache)[1]
 
   def compute():
-    records = cold_start_records(setup.splits["train"], c.seed)
-    rng = random.Random(f"ur2-traces-{c.seed}")
-    shares = from_dict(TraceShares, {k: v for k, v in c.traces.items() if k != "chunk"},
-                       "traces")
-    scripts = [ur2_trace_turns(r, rng, shares) for r in records]
+    records, scripts = cold_start_scripts(c, setup.splits["train"], tok)
     template = make_engine(c, cfg, params, tok, setup.retriever, greedy=True, hooks=[])
     rows_t, rows_l = teacher_traces(template, records, scripts,
                                     max_new_tokens=c.sampler.max_new_tokens,
@@ -200,7 +249,7 @@ def cold_start(c, workdir, setup, cfg, params, tok, mesh):
                          c.rollout.widths, seed=c.seed, mesh=mesh,
                          log_path=os.path.join(workdir, "sft_metrics.jsonl"),
                          progress=c.progress, ckpt_dir=os.path.join(workdir, "sft"),
-                         fingerprint=fingerprint)
+                         fingerprint=fingerprint, adapter=cold_start_adapter(c))
     parts.export_policy(cache, cfg, trained, tok)
     return trained, {}
 
@@ -282,11 +331,16 @@ def check(c) -> None:
     raise ValueError(f"ur2.knowledge.mode must be one of {KNOWLEDGE_MODES}, got "
                      f"{c.ur2.knowledge.mode!r}")
   if c.ur2.stage1.mode == "full":
-    parts.validate(stage1_config(c))
+    parts.validate(stage1_config(c), question_files=False)
   if c.data.source == "files":
+    if not (c.data.train_files or parts.split_config(c).files):
+      raise ValueError("UR² with data.source='files' needs data.train_files (TASK:PATH entries) "
+                       "or data.split.files")
     for split in ("train", "dev", "test"):
       for spec in getattr(c.data, f"{split}_files"):
-        parse_file_spec(spec)
+        path = parse_file_spec(spec)[2]
+        if not os.path.isfile(path):
+          raise FileNotFoundError(f"data.{split}_files: {spec!r}: {path!r} is not a file")
 
 
 def start(c) -> parts.Start:
@@ -318,7 +372,7 @@ def start(c) -> parts.Start:
 
 def run(c) -> dict:
   check_services(c)
-  run_cfg = parts.validate(c)
+  run_cfg = parts.validate(c, question_files=False)     # (the task files: `check`)
   parts.check_resume(c)
   workdir = os.path.abspath(c.workdir)
   s = start(c)

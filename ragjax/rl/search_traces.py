@@ -63,6 +63,7 @@ from typing import Callable, Mapping, Sequence, Union
 
 import numpy as np
 
+from ragjax.data.world_tasks import ur2_search
 from ragjax.metrics import cover_exact_match, normalize_answer
 from ragjax.metrics.answer import cover_word_match, exact_match
 from ragjax.rl.rewards.builtin import gold_titles, passage_title
@@ -72,6 +73,7 @@ SEARCH_THINK = "<think> I need to search for the answer. </think>\n"
 ANSWER_THINKS = {"names": "<think> The documents say the answer is {answer}. </think>\n",
                  "fixed": "<think> The documents give the answer. </think>\n"}
 ANSWER_THINK = ANSWER_THINKS["names"]
+ANSWER_THINK_UR2 = "The documents say the answer is {answer}."
 BRIDGE_THINK = ("<think> The documents do not give the answer. I need to search for {title}. "
                 "</think>\n")
 REFINE_WORDS = 24         # a refine block quotes at most this many words of its sentence
@@ -173,6 +175,28 @@ def trace_turns(record: Mapping, protocol, answer_think: str = "names") -> list[
   if grammar(protocol) == "refine":
     return refine_script(record)
   return search_script(record, answer_think)
+
+
+def ur2_script(record: Mapping) -> list[str]:
+  """The turns of one real question's trace in UR²'s grammar (`configs/ur2.py:smollm2`'s cold
+  start): prompted with retrieval (`record["retrieval"]`), the question as the query, then the
+  answer read from the documents; without, the answer alone; a math answer after the worked
+  solution a GSM8K record carries (`metadata.solution`, its calculator marks and `####` line
+  dropped), boxed as UR²'s answers are."""
+  golds = record.get("golden_answers") or []
+  if not golds or not str(golds[0]).strip():
+    raise ValueError(f"question {record.get('id', record.get('question'))!r} has no gold answer "
+                     "to script a trace with")
+  answer = str(golds[0]).strip()
+  if record.get("task", "qa") == "math":
+    solution = str((record.get("metadata") or {}).get("solution", "")).split("####")[0]
+    solution = " ".join(re.sub(r"<<[^>]*>>", "", solution).split())
+    final = f"{solution} \\boxed{{{answer}}}".strip()
+  else:
+    final = f"{ANSWER_THINK_UR2.format(answer=answer)} \\boxed{{{answer}}}"
+  if not record.get("retrieval", True):
+    return [final]
+  return [ur2_search(" ".join(str(record["question"]).split())), final]
 
 
 def search_traces(engine, records: Sequence[Mapping], *, max_new_tokens: int, cache_length: int,

@@ -7,7 +7,7 @@ evaluation judge behind `acc` (`eval.judge`) and UR²'s summarisers
 dotted path.  `kind` picks the backend: "url" (an OpenAI-compatible server), "checkpoint" (an
 HF directory in this process), "base" (the policy as loaded, frozen, sharing its weights),
 "gold" (a rule judge reading the data's gold passages), "world" (the synthetic world's
-scripted teacher), "auto" ("url" when `url` is set, else "checkpoint" when `checkpoint` is,
+scripted teacher), "script" (R3-RAG steps scripted from real questions' gold answers), "auto" ("url" when `url` is set, else "checkpoint" when `checkpoint` is,
 else none: the evaluation judge and the summarisers, so setting `url` alone turns them on),
 "" none.  Each role accepts its own kinds (`JUDGE_KINDS`, `TEACHER_KINDS`, `MODEL_KINDS`).
 """
@@ -18,7 +18,7 @@ import os
 from typing import Sequence
 
 JUDGE_KINDS = ("", "url", "checkpoint", "base", "gold")
-TEACHER_KINDS = ("url", "checkpoint", "world")
+TEACHER_KINDS = ("url", "checkpoint", "world", "script")
 MODEL_KINDS = ("", "auto", "url", "checkpoint")    # eval.judge, UR²'s summarisers
 ALL_KINDS = tuple(dict.fromkeys(JUDGE_KINDS + TEACHER_KINDS + MODEL_KINDS))
 IN_PROCESS_REPLY_TOKENS = 512   # an in-process model's reply cap when max_new_tokens is 0
@@ -92,6 +92,9 @@ def make_chat(c, path: str, kinds: Sequence[str] = ALL_KINDS, *, policy=None, se
       raise ValueError(f"{path}.kind='world' is the synthetic world's teacher: needs "
                        f"data.source='world'")
     return WorldTeacher(records, **sec.world.to_dict())
+  if kind == "script":
+    from ragjax.rl.r3_script_teacher import ScriptTeacher
+    return ScriptTeacher(records, **(sec.script.to_dict() if "script" in sec else {}))
   from ragjax.services.gold_judge import GoldJudge
   return GoldJudge(records, gold_passages(c, setup, records))
 

@@ -101,10 +101,10 @@ def check_world(c) -> None:
                      f"protocol tokens), got {t.vocab_size!r}")
 
 
-def check_data_files(c) -> None:
+def check_data_files(c, question_files: bool = True) -> None:
   """`retriever.corpus` (when set and indexed here) is a file with a usable passage; with
-  `data.source='files'` every `data.{train,dev,test}_files` and `data.split.files` entry is
-  a file."""
+  `data.source='files'` every `data.split.files` entry and (`question_files`) every
+  `data.{train,dev,test}_files` entry is a file."""
   corpus = c.retriever.get("corpus", "") if "retriever" in c else ""
   if corpus and not os.path.isfile(corpus):
     raise FileNotFoundError(f"retriever.corpus: {corpus!r} is not a file")
@@ -117,7 +117,8 @@ def check_data_files(c) -> None:
   if c.data.source != "files":
     return
   split = c.data.get("split") or {}
-  for field in ("train_files", "dev_files", "test_files", "split.files"):
+  for field in ("train_files", "dev_files", "test_files", "split.files")[
+      0 if question_files else 3:]:
     paths = split.get("files", ()) if field == "split.files" else c.data.get(field, ())
     for path in paths or ():
       if not isinstance(path, str) or not os.path.isfile(path):

@@ -46,13 +46,15 @@ def log(msg: str) -> None:
 
 
 # --- checks before any work -------------------------------------------------------------------
-def validate(c) -> RunConfig:
+def validate(c, question_files: bool = True) -> RunConfig:
   """Every registry key and typed section of the config, checked before any data, index or
-  training work (a typo fails in a second, not after minutes of set-up)."""
+  training work (a typo fails in a second, not after minutes of set-up).  `question_files=False`:
+  `data.{train,dev,test}_files` are the recipe's own to read and check (UR²'s "TASK:PATH");
+  `data.split`'s draw is checked here still."""
   run = parse_run_config(c)
   check_run_inputs(c)
   check_world(c)
-  check_data_files(c)
+  check_data_files(c, question_files=question_files)
   check_mesh(c.mesh)
   sampler_config(c, protocol_from_config(c), (), greedy=False)
   if c.model.get("checkpoint"):
@@ -71,15 +73,15 @@ def validate(c) -> RunConfig:
   if c.data.source not in ("world", "files"):
     raise ValueError(f"data.source must be 'world' or 'files', got {c.data.source!r}")
   split = split_config(c)
-  if c.data.source == "files" and not (c.data.train_files or split.files):
+  if c.data.source == "files" and question_files and not (c.data.train_files or split.files):
     raise ValueError("data.source='files' needs data.train_files (FlashRAG jsonl / verl parquet) "
                      "or data.split.files")
   sft = from_dict(SFTConfig, c.sft, "sft")
   if 0 < sft.steps < sft.warmup_steps and not c.get("r3", {}).get("sft_epochs"):
     raise ValueError(f"sft.warmup_steps ({sft.warmup_steps}) must be <= sft.steps "
                      f"({sft.steps}): the warm-up would never end")
-  if c.data.source == "files":
-    question_splits(c)              # sizes, overlaps and repeats, before any model or index
+  if c.data.source == "files":      # sizes, overlaps and repeats, before any model or index
+    question_splits(c, own_files=question_files)
   return run
 
 
@@ -234,12 +236,15 @@ def load_data(c, workdir: str, *, retriever: bool = True) -> Setup:
   return Setup(question_splits(c), open_retriever(c, workdir) if retriever else None)
 
 
-def question_splits(c) -> dict:
+def question_splits(c, own_files: bool = True) -> dict:
   """{"train", "dev", "test"}: records of `data.{split}_files` plus those `data.split` draws
   from its files, checked (`check_splits`: disjoint, no question twice in one split).  Read
-  once per process for the same files and sizes (the config check reads them first)."""
+  once per process for the same files and sizes (the config check reads them first).
+  `own_files=False`: `data.split`'s draw alone (a recipe reading `data.{split}_files` its own
+  way, UR²'s "TASK:PATH", adds them)."""
   split_cfg = split_config(c)
-  files = {s: tuple(c.data.get(f"{s}_files", ()) or ()) for s in ("train", "dev", "test")}
+  files = {s: tuple(c.data.get(f"{s}_files", ()) or ()) if own_files else ()
+           for s in ("train", "dev", "test")}
   stamp = tuple((p, os.path.getmtime(p), os.path.getsize(p)) if os.path.isfile(p) else (p,)
                 for p in (*files["train"], *files["dev"], *files["test"], *split_cfg.files))
   splits = _question_splits(tuple(files.items()), split_cfg, stamp)

@@ -179,10 +179,16 @@ def ur2_fallback_reward(ctx: RewardContext, penalty: float = 0.5) -> float:
 @registry.register("metric", "ur2_tasks")
 def task_metrics(rows, examples, task: str = "qa") -> dict[str, float]:
   """Per task: the answer score / 2 (no judge), the share of rows that searched and the share
-  prompted with retrieval (`rl.metrics = ("ur2_tasks",)`)."""
+  prompted with retrieval; and the curriculum's mix of the step: the share of rows per
+  difficulty label (`level/hard`, ...: the curriculum stage the step's questions come from)
+  where the records carry one (`rl.metrics = ("ur2_tasks",)`)."""
   by: dict[str, list] = {}
+  levels: dict[str, int] = {}
   for row, ex in zip(rows, examples):
     ctx = RewardContext(row, ex)
+    label = record_field(ex, "difficulty", "")
+    if label:
+      levels[str(label)] = levels.get(str(label), 0) + 1
     t = example_task(ctx, task)
     by.setdefault(t, []).append((answer_score(t, row.answer or "", ex["golden_answers"]) / 2,
                                  float(row.num_searches > 0), float(example_retrieval(ctx))))
@@ -192,4 +198,6 @@ def task_metrics(rows, examples, task: str = "qa") -> dict[str, float]:
     out[f"{t}/score"] = sum(v[0] for v in vals) / n
     out[f"{t}/searched"] = sum(v[1] for v in vals) / n
     out[f"{t}/retrieval_prompt"] = sum(v[2] for v in vals) / n
+  for label, k in sorted(levels.items()):
+    out[f"level/{label}"] = k / len(rows)
   return out
