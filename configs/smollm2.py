@@ -92,8 +92,9 @@ def get_config(arg: str = "default"):
   # where the passages hold the answer.
   # answer_think: the answer turn's <think> ("names" the answer, as the measured cold start;
   # "fixed": one sentence for every question); second_search: a question whose first passages
-  # miss the answer searches its answer passage's title next (HotpotQA's supporting facts),
-  # which needs room for two searches' passages (e.g. --config.sampler.max_cache_length=1792)
+  # miss the answer searches its answer passage's title next (HotpotQA's supporting facts):
+  # of these 800, 320 get one and 676 traces are kept instead of 384 (292 searching twice;
+  # both searches' passages fit the 1,280-token cache), not yet trained on (docs/real_model.md)
   c.traces = common.ConfigDict(dict(questions=4 if tiny else 800, require_retrieved=not tiny,
                                     answer_think="names", second_search=False))
   c.sft.update(dict(steps=1 if tiny else 60, batch_size=2 if tiny else 4, lr=3e-4,
