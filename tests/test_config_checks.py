@@ -64,19 +64,18 @@ def test_smollm2_default_pins_its_measured_run():
   scripted search traces of 800 training questions, adapters on every layer), then GRPO at
   temperature 1.0 over 8 x 8 rollouts of pool questions (unseen by the cold start, retrievable),
   dynamic sampling on the reward, LoRA on the top 8 layers through the adapter-aware forward,
-  Search-R1's format-aware reward with retrieval 0.2, final 0 and search_required, 20 steps,
-  the last step's policy."""
+  Search-R1's exact-match reward, lr 5e-4, 12 steps with every step's rollouts dumped, the last
+  step's policy; the traces' scripting options at the values of the measured cold start."""
   from ragjax.wiring.config_files import load_config
   c = load_config("configs/smollm2.py")
   assert (c.traces.questions, c.traces.require_retrieved) == (800, True)
+  assert (c.traces.answer_think, c.traces.second_search) == ("names", False)
   assert (c.sft.steps, c.sft.batch_size, c.sft.lr, c.sft.warmup_steps) == (60, 4, 3e-4, 5)
-  assert dict(c.rl.rewards) == {"search_r1_format": 1.0}
-  assert dict(c.rl.reward_kwargs["search_r1_format"]) == dict(
-      structure_format_score=0.2, final_format_score=0.0, retrieval_score=0.2,
-      search_required=True)
+  assert dict(c.rl.rewards) == {"search_r1_em": 1.0} and not dict(c.rl.reward_kwargs)
   assert (c.rl.group_size, c.trainer.batch_prompts, c.trainer.num_steps,
-          c.trainer.eval_every, c.trainer.keep_best) == (8, 8, 20, 0, False)
-  assert (c.sampler.temperature, c.optim.lr) == (1.0, 2e-4)
+          c.trainer.eval_every, c.trainer.keep_best, c.trainer.dump_every) == (
+              8, 8, 12, 0, False, 1)
+  assert (c.sampler.temperature, c.optim.lr) == (1.0, 5e-4)
   assert c.rl.batch_filter == "filter_groups" and dict(c.rl.batch_filter_kwargs) == dict(
       metric="reward", target_groups=0, max_batches=1)
   assert (c.model.lora.layers, c.model.lora.forward) == (8, "adapter")
