@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from _recipe_helpers import TESTS, finish, read_metrics, train
+from _recipe_helpers import TESTS, finish, read_metrics, real_model_lock, train
 from conftest import SHARED_DATA
 from ragjax.models.gguf_io import SMOLLM2_135M, installed_gguf
 
@@ -16,6 +16,12 @@ pytestmark = pytest.mark.skipif(
     not installed_gguf(*SMOLLM2_135M) or not os.path.isdir(SHARED_DATA)
     or __import__("importlib").util.find_spec("gguf") is None,
     reason="needs the SmolLM2 GGUF wheel (requirements-model.txt), gguf and ../shared/data")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_heavy_real_model_module_at_a_time():
+  with real_model_lock():
+    yield
 
 
 def read_jsonl(path):

@@ -18,7 +18,7 @@ import os
 import pytest
 import requests
 
-from _recipe_helpers import TESTS, finish, read_metrics, train
+from _recipe_helpers import TESTS, finish, read_metrics, real_model_lock, train
 from _retrieval_helpers import free_port
 from conftest import SHARED_DATA
 from test_services_fixtures import start_chat_server, wait_for_server
@@ -30,6 +30,12 @@ pytestmark = pytest.mark.skipif(
     reason="needs the SmolLM2 GGUF wheel (requirements-model.txt), gguf and ../shared/data")
 
 MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_heavy_real_model_module_at_a_time():
+  with real_model_lock():
+    yield
 
 
 def test_r3_rag_on_smollm2_judged_by_smollm2_served(tmp_path):

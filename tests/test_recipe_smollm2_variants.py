@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from _recipe_helpers import ROOT, TESTS, read_metrics, train_env
+from _recipe_helpers import ROOT, TESTS, read_metrics, real_model_lock, train_env
 from conftest import SHARED_DATA
 from ragjax.models.gguf_io import SMOLLM2_135M, installed_gguf
 
@@ -23,6 +23,12 @@ pytestmark = pytest.mark.skipif(
     reason="needs the SmolLM2 GGUF wheel (requirements-model.txt), gguf and ../shared/data")
 
 METHODS = ("rex_rag", "rezero", "autorefine", "combined")   # REX-RAG's run builds the index
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_heavy_real_model_module_at_a_time():
+  with real_model_lock():
+    yield
 
 
 def plan(root):
