@@ -116,3 +116,15 @@ def test_no_intact_checkpoint_is_one_short_line_and_no_traceback(tmp_path):
   assert p.returncode == 2 and len(lines) == 1, err[-3000:]
   assert "step 2: " in lines[0] and "step 1: " in lines[0] and len(lines[0]) < 600, lines[0]
   assert "TensorStore(" not in err and "Traceback" not in err and "Event loop" not in err, err
+
+
+def test_a_field_added_since_the_checkpoint_matches_only_at_its_old_behaviour():
+  from ragjax.rl.checkpoint import fingerprint_diff
+  saved = {"rl.kl_coef": 0.0}                      # written before traces.* existed
+  assert fingerprint_diff(saved, {"rl.kl_coef": 0.0, "traces.second_search": False,
+                                  "traces.answer_think": "names"}) == []
+  assert fingerprint_diff(saved, {"rl.kl_coef": 0.0, "traces.second_search": True}) == [
+      "traces.second_search: checkpoint=False now=True"]
+  # a field not in ADDED_FIELDS still differs when one side lacks it
+  assert fingerprint_diff(saved, {"rl.kl_coef": 0.0, "rl.new": 1}) == [
+      "rl.new: checkpoint='<absent>' now=1"]

@@ -43,7 +43,7 @@ from ragjax.models.lora import adapter_from_config
 from ragjax.recipes import rl
 from ragjax.report.table import step_table
 from ragjax.recipes.cached_phase import COLD_START_DIR, cached_phase, config_fields
-from ragjax.rl.run_config import config_fingerprint
+from ragjax.rl.run_config import ADDED_FIELDS, config_fingerprint
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.rewards.builtin import search_stats
 from ragjax.rl.question_pool import pool_config, question_pool
@@ -122,11 +122,6 @@ def cold_start_adapter(c):
   return adapter_from_config(section)
 
 
-# `traces` fields added after cold starts were cached: at these values they are left out of
-# the fingerprint, so a cold start computed before they existed is still reused
-TRACES_DEFAULTS = {"traces.answer_think": "names", "traces.second_search": False}
-
-
 def cold_start_fingerprint(c) -> dict:
   """The config fields the cold start depends on (its traces are teacher-forced, so the
   sampling settings do not matter; `model.lora.layers` and `.forward` are RL's)."""
@@ -135,15 +130,15 @@ def cold_start_fingerprint(c) -> dict:
                                "rollout.spare_rows", "sft.save_every", "sft.log_every",
                                "model.lora.layers", "model.lora.forward"))
   return {k: v for k, v in fields.items()
-          if not (k in TRACES_DEFAULTS and v == TRACES_DEFAULTS[k])}
+          if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
 
 
 def traces_options(c) -> dict:
   """`search_traces`'s scripting options from the config's `traces` section (defaults when
   the section predates them)."""
-  return {"answer_think": c.traces.get("answer_think", TRACES_DEFAULTS["traces.answer_think"]),
+  return {"answer_think": c.traces.get("answer_think", ADDED_FIELDS["traces.answer_think"]),
           "second_search": bool(c.traces.get("second_search",
-                                             TRACES_DEFAULTS["traces.second_search"]))}
+                                             ADDED_FIELDS["traces.second_search"]))}
 
 
 def cold_start(c, s, workdir) -> tuple:

@@ -26,7 +26,7 @@ import orbax.checkpoint as ocp
 from flax import serialization
 
 from ragjax.errors import STORAGE_ERRNOS, StorageError
-from ragjax.rl.run_config import resume_mutable
+from ragjax.rl.run_config import ADDED_FIELDS, resume_mutable
 from ragjax.typed_config import json_safe
 
 
@@ -44,12 +44,14 @@ DAMAGED_DIR = "damaged"         # where a step that could not be read back is mo
 def fingerprint_diff(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
   """Human-readable differences between two flattened configs, fields a resume may change
   (`RESUME_MUTABLE`) left out on both sides (a checkpoint written before a field became
-  mutable still resumes)."""
+  mutable still resumes); a field in `ADDED_FIELDS` that one side lacks counts as its value
+  there (a checkpoint written before the field existed)."""
   saved, current = ({k: v for k, v in json_safe(dict(d)).items() if not resume_mutable(k)}
                     for d in (saved, current))
   out = []
   for k in sorted(set(saved) | set(current)):
-    a, b = saved.get(k, "<absent>"), current.get(k, "<absent>")
+    absent = ADDED_FIELDS.get(k, "<absent>")
+    a, b = saved.get(k, absent), current.get(k, absent)
     if a != b:
       out.append(f"{k}: checkpoint={a!r} now={b!r}")
   return out

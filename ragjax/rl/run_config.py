@@ -290,6 +290,12 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "judge.max_retries", "judge.timeout", "judge.cache")
 
 
+# Fields added after runs were checkpointed, each with the value that behaves as its absence
+# did: a checkpoint (or cached cold start) written without the field matches a run that has it
+# at this value, and no other.
+ADDED_FIELDS = {"traces.answer_think": "names", "traces.second_search": False}
+
+
 def resume_mutable(key: str) -> bool:
   return any(key == m or (m.endswith(".") and key.startswith(m)) for m in RESUME_MUTABLE)
 
