@@ -23,7 +23,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ragjax.eval.paired import compare_runs, stratified_macro_diff
+from ragjax.eval.paired import (PairedColumn, PairedColumns, compare_runs,
+                                 stratified_macro_diff)
 from ragjax.report.bootstrap import bootstrap_mean
 
 METRICS = ("em", "f1")
@@ -37,19 +38,6 @@ class Row:
   reason: str = ""                      # why it was not run
   run_seconds: Optional[float] = None   # the training run's wall time (None: no run of its own)
   source: str = ""                      # what was evaluated: a config, a policy directory
-
-
-@dataclasses.dataclass(frozen=True)
-class _Column:
-  """One dataset as `paired.compare_runs` reads a suite's."""
-  key: str
-  name: str
-  metric: str
-
-
-@dataclasses.dataclass(frozen=True)
-class _Columns:
-  datasets: tuple
 
 
 def _pct(est) -> dict:
@@ -84,7 +72,7 @@ def paired_to(row: Row, ref: Row, columns: Sequence[tuple]) -> dict:
   """`row` − `ref` per metric, per dataset and macro (points), on the questions both have."""
   out = {}
   for m in METRICS:
-    cols = _Columns(tuple(_Column(k, title, m) for k, title in columns))
+    cols = PairedColumns(tuple(PairedColumn(k, title, m) for k, title in columns))
     got, _ = compare_runs(cols, row.preds, ref.preds)
     out[m] = {r["key"]: r for r in got}
   return out

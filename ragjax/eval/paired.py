@@ -17,6 +17,7 @@ different question counts is compared on the questions both have, and the table 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -77,6 +78,21 @@ def paired_scores(key: str, a: list[dict], b: list[dict], metric: str) -> tuple[
       xs.append(r["scores"][metric])
       ys.append(other["scores"][metric])
   return xs, ys
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedColumn:
+  """One dataset column as `compare_runs` reads a suite's: its key in the predictions, its
+  title, the metric paired."""
+  key: str
+  name: str
+  metric: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedColumns:
+  """The columns `compare_runs` pairs, standing in for a suite."""
+  datasets: tuple
 
 
 def compare_runs(suite, preds_a: dict, preds_b: dict, name_a: str = "A", name_b: str = "B",

@@ -102,31 +102,18 @@ def system_result(name: str, split: str, preds: Sequence[dict], metric: str = "e
                       f1=[p["scores"]["f1"] for p in preds] if metric == "em" else [])
 
 
-@dataclasses.dataclass(frozen=True)
-class _Column:
-  """One (system, metric) as `paired.compare_runs` reads a suite's dataset."""
-  key: str
-  name: str
-  metric: str
-
-
-@dataclasses.dataclass(frozen=True)
-class _OneColumn:
-  """A suite of one column, as `paired.compare_runs` reads one."""
-  datasets: tuple
-
-
 def compare_systems(systems: Sequence[System], preds_a: dict, preds_b: dict,
                     metrics: Sequence[str] = ("em", "f1"), name_a: str = "A",
                     name_b: str = "B") -> tuple[list[dict], str]:
   """Two runs of the same questions paired per system and metric: the difference in points
   with its 95% paired-bootstrap interval and McNemar's test on EM (`eval.paired`, as
   `--suite --compare`); no average over systems (they are not datasets)."""
-  from ragjax.eval.paired import compare_runs, render_comparison
+  from ragjax.eval.paired import (PairedColumn, PairedColumns, compare_runs,
+                                   render_comparison)
   rows = []
   for system in systems:
     for metric in metrics:
-      column = _Column(system.key, f"{system.name}, {metric.upper()}", metric)
-      got, _ = compare_runs(_OneColumn((column,)), preds_a, preds_b)
+      column = PairedColumn(system.key, f"{system.name}, {metric.upper()}", metric)
+      got, _ = compare_runs(PairedColumns((column,)), preds_a, preds_b)
       rows.append(dict(got[0], system=system.key))
   return rows, render_comparison(rows, name_a, name_b)
