@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -37,17 +36,3 @@ def finish(proc, timeout: int = 900):
 def read_metrics(workdir: str) -> list[dict]:
   with open(os.path.join(workdir, "rl", "metrics.jsonl")) as f:
     return [json.loads(l) for l in f if l.strip()]
-
-
-@contextlib.contextmanager
-def real_model_lock():
-  """Held while a test runs the real model's heavier recipes (7-9 GB each): under `pytest -n 2`
-  two of them at once on a 24 GB machine were killed for memory, so they take turns."""
-  import fcntl
-  import tempfile
-  with open(os.path.join(tempfile.gettempdir(), "ragjax_tests_real_model.lock"), "w") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)

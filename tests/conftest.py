@@ -44,7 +44,7 @@ def pytest_addoption(parser):
 # two workers in collection order (with xdist's reordering by test count turned off in
 # pytest_configure: it put these few-test files last), so they start first and the run ends
 # on short files, not with one worker alone on a long one.
-LONG_FILES = ("test_multihost.py", "test_recipe_smollm2.py", "test_recipe_search_r1.py", "test_recipe_r3_rag.py",
+LONG_FILES = ("test_recipe_smollm2.py", "test_multihost.py", "test_recipe_search_r1.py", "test_recipe_r3_rag.py",
               "test_recipe_rex_rag.py", "test_recipe_ur2.py", "test_recipe_autorefine_rezero.py",
               "test_world_default.py", "test_rollout_sampler.py", "test_rl_trainer.py",
               "test_rl_resume.py")

@@ -1,6 +1,6 @@
 """The `smollm2` variants of configs/r3_rag.py and configs/ur2.py without a model: they take
 configs/smollm2.py's model, split, corpus and sampler sizes; R3-RAG's scripted teacher and
-UR²'s scripted traces, by hand; UR²'s per-task cap.  (The runs: test_recipe_smollm2_methods.py.)"""
+UR²'s scripted traces, by hand; UR²'s per-task cap.  (The runs: test_recipe_smollm2.py.)"""
 
 import os
 import sys
