@@ -167,4 +167,5 @@ def gpu(c):
   c.rl.update(dict(micro_batch_size=64))
   c.sft.update(dict(steps=60, batch_size=32, save_every=0))
   c.trainer.update(dict(num_steps=100, batch_prompts=128, save_every=10))
+  c.optim.lr = 5e-4   # the rate this variant was sized with: 16x the CPU run's batch, 6x its steps
   c.eval.update(dict(batch_size=400))
