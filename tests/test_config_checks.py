@@ -83,6 +83,9 @@ def test_smollm2_default_pins_its_measured_run():
                               max_questions=0)
   assert (c.data.split.test, c.data.split.dev, c.protocol.max_turns, c.protocol.top_k) == (
       400, 100, 2, 3)
+  # the one-GPU variant keeps the rate it was sized with (16x the batch, 6x the steps)
+  g = load_config("configs/smollm2.py:gpu")
+  assert (g.optim.lr, g.trainer.num_steps, g.trainer.batch_prompts) == (5e-4, 100, 128)
 
 
 def test_split_files_and_the_corpus_are_checked_before_any_work():
