@@ -64,7 +64,7 @@ def test_smollm2_default_pins_its_measured_run():
   scripted search traces of 800 training questions, adapters on every layer), then GRPO at
   temperature 1.0 over 8 x 8 rollouts of pool questions (unseen by the cold start, retrievable),
   dynamic sampling on the reward, LoRA on the top 8 layers through the adapter-aware forward,
-  Search-R1's exact-match reward, lr 1e-3, 16 steps with every step's rollouts dumped, the last
+  Search-R1's exact-match reward, lr 1e-3, 24 steps with every step's rollouts dumped, the last
   step's policy; the traces' scripting options at the values of the measured cold start."""
   from ragjax.wiring.config_files import load_config
   c = load_config("configs/smollm2.py")
@@ -74,7 +74,7 @@ def test_smollm2_default_pins_its_measured_run():
   assert dict(c.rl.rewards) == {"search_r1_em": 1.0} and not dict(c.rl.reward_kwargs)
   assert (c.rl.group_size, c.trainer.batch_prompts, c.trainer.num_steps,
           c.trainer.eval_every, c.trainer.keep_best, c.trainer.dump_every) == (
-              8, 8, 16, 0, False, 1)
+              8, 8, 24, 0, False, 1)
   assert (c.sampler.temperature, c.optim.lr) == (1.0, 1e-3)
   assert c.rl.batch_filter == "filter_groups" and dict(c.rl.batch_filter_kwargs) == dict(
       metric="reward", target_groups=0, max_batches=1)
@@ -83,7 +83,7 @@ def test_smollm2_default_pins_its_measured_run():
                               max_questions=0)
   assert (c.data.split.test, c.data.split.dev, c.protocol.max_turns, c.protocol.top_k) == (
       400, 100, 2, 3)
-  # the one-GPU variant keeps the rate it was sized with (16x the batch, 6x the steps)
+  # the one-GPU variant keeps the rate it was sized with (16x the batch, 4x the steps)
   g = load_config("configs/smollm2.py:gpu")
   assert (g.optim.lr, g.trainer.num_steps, g.trainer.batch_prompts) == (5e-4, 100, 128)
 
