@@ -5,14 +5,14 @@ shared), each through its recipe's `run` as `python -m ragjax.train` calls it:
 * `configs/smollm2.py:tiny`: real HotpotQA questions split by a seed, the real engine and
   trainer (LoRA, one GRPO step), the qa recipe's table before and after, the policy exported
   as HF safetensors and GGUF; then a rerun that reuses everything but one damaged cache;
-* the `smollm2-tiny` variants of AutoRefine, ReZero, REX-RAG and the combined config (each
-  method's cold start, one GRPO step, its signature metric), the combined run reusing
-  AutoRefine's cold start;
-* UR² (HotpotQA mixed with GSM8K math, difficulty by CoT rollouts, the curriculum, one Stage-2
-  step, knowledge summarised by SmolLM2 in process);
-* R3-RAG (its step-format cold start, one step of step-level PPO with a critic whose step
-  rewards ask SmolLM2 itself, served by `python -m ragjax.services.chat_server`, and its ACC
-  evaluation by the same judge).
+* on SmolLM2's first 4 layers (its real weights, tokenizer and chat template at about half
+  the whole model's seconds a run: `_run_configs.py`'s `shorten` step), the `smollm2-tiny`
+  variants of AutoRefine, ReZero, REX-RAG and the combined config (each method's cold start,
+  one GRPO step, its signature metric), the combined run reusing AutoRefine's cold start;
+  UR² (HotpotQA mixed with GSM8K math, difficulty by CoT rollouts, the curriculum, one Stage-2
+  step, knowledge summarised by the whole SmolLM2 in process); R3-RAG (its step-format cold
+  start, one step of step-level PPO with a critic whose step rewards ask the whole SmolLM2,
+  served by `python -m ragjax.services.chat_server`, and its ACC evaluation by the same judge).
 
 One module, so the real model's ~9 GB is held once under `pytest -n 2`.  Skips without the
 model wheel, gguf or ../shared/data."""
@@ -40,6 +40,7 @@ MODEL = "SmolLM2-135M-Instruct"
 DENSE = os.path.join(TESTS, "dense_reward.gin")   # binds `test_vowels`, a dense test reward
 DAMAGED = os.path.join("eval", "untrained,_direct_answer.json")
 # the order the plan runs them in (the first builds the BM25 index the others read)
+SHORT_LAYERS = 4
 RUNS = ("smollm2", "smollm2_rerun", "rex_rag", "rezero", "autorefine", "combined", "ur2",
         "r3_rag")
 
@@ -53,6 +54,12 @@ def plan(root, judge_port):
   qa = {"config": "configs/smollm2.py:tiny", "workdir": os.path.join(root, "smollm2"),
         "overrides": [*common, "rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}"]}
   runs = [qa, {**qa, "damage": [os.path.join(root, "smollm2", DAMAGED)]}]
+  # the methods' runs: SmolLM2's first layers (`_run_configs.shorten`), its real weights,
+  # tokenizer and chat template, at about half the whole model's seconds a run; the judges
+  # (R3-RAG's served one, UR²'s summariser) stay the whole model
+  short = os.path.join(root, f"smollm2_{SHORT_LAYERS}_layers")
+  runs.append({"shorten": installed_gguf(*SMOLLM2_135M), "layers": SHORT_LAYERS, "out": short})
+  shared.append(f"model.checkpoint={short}")
   for m in ("rex_rag", "rezero", "autorefine", "combined"):
     overrides = [*shared, "eval.baselines=False"]
     if m in ("autorefine", "rezero"):
@@ -101,6 +108,7 @@ def runs(tmp_path_factory):
       judge.wait()
   parts = out.split("=== RUN ")[1:]
   assert len(parts) == len(RUNS), out[-4000:]
+  steps = [step for step in steps if "config" in step]
   return {name: (step["workdir"], part)
           for name, step, part in zip(RUNS, steps, parts)}, served
 
