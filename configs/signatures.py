@@ -54,7 +54,7 @@ def search_r1(toy: bool):
   c.workdir = "runs/signature_search_r1" + ("_toy" if toy else "")
   c.world.qtype_weights = (("1hop", 0.3), ("2hop", 0.7))
   c.traces.update(dict(no_search_rate=0.0, first_hop_stop_rate=0.5))
-  c.trainer.num_steps = 2 if toy else 300
+  c.trainer.num_steps = 1 if toy else 300
   c.rl.signatures = ("two_hop_em",)
   return c
 
@@ -83,7 +83,7 @@ def rezero(toy: bool):
                       grad_clip=1.0))
   # 160 steps: at 80 the four-reward arm's sampled retry rate was 0.42 and rising, and its
   # greedy policy retried after 3 of 65 failed searches (docs/benchmarks/signatures.md)
-  c.trainer.num_steps = 2 if toy else 160
+  c.trainer.num_steps = 1 if toy else 160
   c.rl.signatures = ("retry_after_failed_search", "em_after_failed_search")
   return c
 
@@ -113,7 +113,7 @@ def autorefine(toy: bool):
   c.world.qtype_weights = (("1hop", 0.7), ("2hop", 0.3))
   c.traces.update(dict(no_search_rate=0.0, refine_miss_rate=0.6, answer_miss_rate=0.6))
   c.protocol.top_k = 3
-  c.trainer.num_steps = 2 if toy else 100
+  c.trainer.num_steps = 1 if toy else 100
   c.rl.signatures = ("refine_has_answer",)
   return c
 
@@ -174,7 +174,7 @@ def rex_rag(toy: bool):
   c.workdir = "runs/signature_rex_rag" + ("_toy" if toy else "")
   c.rex_rag.pool = "search"
   c.traces.no_search_rate = 0.9
-  c.trainer.num_steps = 2 if toy else 80
+  c.trainer.num_steps = 1 if toy else 80
   c.rl.signatures = ("searched",)
   return c
 
