@@ -55,6 +55,20 @@ def test_an_intact_evaluation_is_read_and_an_older_damaged_one_replaced(tmp_path
   assert not valid_stats({**GOOD_STATS, "em": ["x", 1]}, 2)
 
 
+def test_a_stale_result_is_kept_as_stale_not_called_damaged(tmp_path, capsys):
+  """A comparison row evaluated with another policy is intact, only out of date: kept aside as
+  `.stale` (an older one replaced), with a line that says so."""
+  out = str(tmp_path / "eval" / "smollm2")
+  write(os.path.join(out + ".stale", "old"), b"older")
+  write(os.path.join(out, "compare_eval.json"), b"{}")
+  parts.set_aside(out, "evaluated with another policy", stale=True)
+  assert not os.path.exists(out) and not os.path.exists(out + ".damaged")
+  assert os.listdir(out + ".stale") == ["compare_eval.json"]
+  (line,) = capsys.readouterr().out.splitlines()
+  assert f"{out} is out of date (evaluated with another policy)" in line
+  assert "damaged" not in line and line.endswith("recomputing")
+
+
 def test_a_damaged_cold_start_is_set_aside_and_redone(tmp_path, capsys):
   from _model_helpers import save_hf_decoder
   from ragjax.recipes.cached_phase import stored_meta

@@ -17,7 +17,7 @@ Under the comparison's directory D:
   appended as batches finish: a killed evaluation resumes at the next batch) and
   `compare_eval.json` (the policy's content digest, every dataset's settings and file digest;
   `done` and the `--limit` once every question is in).  A row whose policy or settings changed
-  is set aside as `.damaged` and evaluated again; a finished one is read back without loading a
+  is set aside as `.stale` and evaluated again; a finished one is read back without loading a
   model; another `--limit` keeps the predictions on disk and runs the rest.
 - `table.md`, `table.json`: the table (`ragjax.eval.comparison`).
 
@@ -308,7 +308,7 @@ def evaluate(system: System, suite, root: str, opts: Options, retrievers: dict) 
   key = evaluation_key(system, suite, root)
   stored = parts.read_cache(record_path, lambda d: "key" in d and "done" in d)
   if stored is not None and stored["key"] != key:
-    parts.set_aside(out, "evaluated with another policy, question file or setting")
+    parts.set_aside(out, "evaluated with another policy, question file or setting", stale=True)
     stored = None
   if stored is None or not stored["done"] or stored.get("limit") != opts.limit:
     # unfinished, or another --limit: the predictions on disk are kept, the rest run

@@ -96,19 +96,22 @@ def check_resume(c) -> None:
 
 # --- the recipes' caches -------------------------------------------------------------------
 DAMAGED_SUFFIX = ".damaged"
+STALE_SUFFIX = ".stale"
 
 
-def set_aside(path: str, why: str) -> None:
+def set_aside(path: str, why: str, stale: bool = False) -> None:
   """Renames a damaged cache file or directory to `<path>.damaged` (replacing an older one),
-  with one line saying so; the caller recomputes what it held."""
-  aside = path + DAMAGED_SUFFIX
+  with one line saying so; the caller recomputes what it held.  `stale`: not damaged but made
+  under other settings (e.g. another policy), kept as `<path>.stale` and said so."""
+  aside = path + (STALE_SUFFIX if stale else DAMAGED_SUFFIX)
   if os.path.isdir(aside) and not os.path.islink(aside):
     import shutil
     shutil.rmtree(aside)
   elif os.path.lexists(aside):
     os.remove(aside)
   os.replace(path, aside)
-  log(f"{path} is damaged ({' '.join(why.split())[:200]}); set aside as {aside}, recomputing")
+  state = "out of date" if stale else "damaged"
+  log(f"{path} is {state} ({' '.join(why.split())[:200]}); set aside as {aside}, recomputing")
 
 
 def read_cache(path: str, valid=lambda data: True) -> Optional[dict]:
