@@ -1,6 +1,6 @@
 """The `smollm2` variants of configs/r3_rag.py and configs/ur2.py without a model: they take
 configs/smollm2.py's model, split, corpus and sampler sizes; R3-RAG's scripted teacher and
-UR²'s scripted traces, by hand; UR²'s per-task cap.  (The runs: test_recipe_smollm2.py.)"""
+UR²'s scripted traces, by hand; UR²'s per-task cap; which variants share a cached evaluation.  (The runs: test_recipe_smollm2.py.)"""
 
 import os
 import sys
@@ -39,6 +39,26 @@ def test_variants_take_the_real_models_settings():
                                                           u.model.checkpoint)
   assert u.data.train_files == (f"math:{ur2_config.GSM8K}",) and u.ur2.stage1.mode == "full"
   assert set(u.data.stages.ur2_curriculum.ratios) == {"qa", "math"}
+
+
+def test_evaluation_keys_hold_what_a_greedy_evaluation_reads():
+  """A cached evaluation is reused across configs that evaluate alike: REX-RAG's variant (its
+  probe clones, `rex_rag.*` and their spare rows are training-time hooks) shares Search-R1's
+  cold-start evaluation, the combined config AutoRefine's, and the training temperature is not
+  in the key; the protocol, the retrieval depth and the decoding budget are."""
+  from ragjax.recipes.qa import eval_fingerprint
+  from ragjax.typed_config import json_safe
+  from ragjax.wiring.config_files import apply_overrides, load_config
+
+  def key(spec, *overrides):
+    return json_safe(eval_fingerprint(apply_overrides(load_config(spec), list(overrides))))
+
+  base = key("configs/smollm2.py")
+  assert key("configs/rex_rag.py:smollm2") == base
+  assert key("configs/smollm2.py", "sampler.temperature=0.7", "optim.lr=0.1") == base
+  assert key("configs/combined.py:smollm2") == key("configs/autorefine.py:smollm2") != base
+  for changed in ("protocol.top_k=5", "sampler.max_new_tokens=32", "protocol.max_turns=3"):
+    assert key("configs/smollm2.py", changed) != base, changed
 
 
 def test_script_teacher_steps_by_hand():

@@ -100,12 +100,15 @@ def per_question(result, records) -> dict:
 
 
 # Config fields that never change a greedy evaluation: how the policy is trained (the weights'
-# tag says which weights are evaluated), which training questions it sees, and how the
-# training rollouts sample (greedy decoding reads no temperature, nucleus or top-k).
+# tag says which weights are evaluated), which training questions it sees, how the training
+# rollouts sample (greedy decoding reads no temperature, nucleus or top-k), and the training
+# rollouts' hooks (an evaluation runs none: REX-RAG's probe clones, `rex_rag.*`, and the spare
+# rows kept for them), so a method that shares a cold start shares its evaluation too.
 TRAINING_ONLY = ("rl.", "optim.", "critic_optim.", "trainer.", "sft.", "traces.", "judge.",
                  "pool.", "model.remat", "model.lora.", "sampler.temperature",
                  "sampler.temperatures", "sampler.top_p", "sampler.top_k",
-                 "sampler.nucleus_candidates")
+                 "sampler.nucleus_candidates", "rollout.hooks", "rollout.spare_rows",
+                 "rex_rag.")
 
 
 def eval_fingerprint(c) -> dict:
