@@ -150,6 +150,8 @@ def r3_rag(toy: bool):
     c.world.max_hops = 3
     c.world.qtype_weights = (("1hop", 0.2), ("2hop", 0.8))
     c.trainer.num_steps = 30
+  else:
+    c.trainer.num_steps = 1          # (the other toys' one step; configs/r3_rag.py:tiny has 2)
   c.rl.signatures = ("step_relevance",)
   return c
 
