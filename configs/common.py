@@ -114,7 +114,7 @@ def get_config() -> ConfigDict:
   # Other SamplerConfig fields are set by the code (greedy, stops, eos) or added by a recipe.
   c.sampler = ConfigDict(defaults(SamplerConfig, (
       "max_cache_length", "max_new_tokens", "prompt_buckets", "extend_buckets", "temperature",
-      "top_p", "cpu_attention_kernel", "unroll_layers")))
+      "top_p", "cpu_attention_kernel", "unroll_layers", "shared_prefix")))
   # Override: a run's shapes are Search-R1's (a 4096-token cache, 500 new tokens per turn);
   # SamplerConfig's own are a small sampler's, which tests and benchmarks build directly.
   c.sampler.update(dict(max_cache_length=4096, max_new_tokens=500,

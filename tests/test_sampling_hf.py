@@ -110,3 +110,39 @@ def test_top_k_top_p_sample_inside_the_truncated_set(qwen, top_k, top_p, candida
           wants.append(lp[t] - np.logaddexp.reduce(lp[kept]))
       assert wants, f"row {b} step {i}: token {t} outside the top-k/top-p set"
       assert min(abs(w - slps[b, i]) for w in wants) < 1e-4, (b, i, wants, slps[b, i])
+
+
+HEAD = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
+SHARED = [HEAD + [5, 17, 33], HEAD + [7, 8, 9, 10, 11, 12, 100, 200, 3], HEAD + [42],
+          HEAD[:19] + [300, 301]]
+
+
+def test_prompts_sharing_a_head_run_it_once_and_decode_as_transformers(model):
+  """`shared_prefix`: the head every prompt starts with (19 tokens, cut to 16) runs once, the
+  tails after it: the same next-token logits as one forward per prompt, the same greedy
+  tokens (transformers' where no row stops on a near-tie with eos); G samples of each prompt
+  keep their keys."""
+  m, cfg, params = model
+  plain = Sampler(cfg, params, None, _config(greedy=True, prompt_buckets=(32,)))
+  shared = Sampler(cfg, params, None, _config(greedy=True, prompt_buckets=(32,),
+                                              shared_prefix=8))
+  lens = [len(p) for p in SHARED]
+  tokens = np.zeros((4, 32), np.int32)
+  for i, p in enumerate(SHARED):
+    tokens[i, :len(p)] = p
+  assert shared.shared_head(tokens, lens, 32) == (16, 16)      # 19 alike, tails <= 13 tokens
+  assert plain.shared_head(tokens, lens, 32) == (0, 32)
+  assert shared.shared_head(tokens[:1], lens[:1], 32) == (0, 32)   # one prompt: nothing shared
+  a, b = plain.prefill(SHARED, samples_per_prompt=2), shared.prefill(SHARED, samples_per_prompt=2)
+  np.testing.assert_allclose(np.asarray(b.logits), np.asarray(a.logits), atol=2e-4, rtol=0)
+  np.testing.assert_array_equal(np.asarray(b.tokens), np.asarray(a.tokens))
+  np.testing.assert_array_equal(np.asarray(b.lengths), np.asarray(a.lengths))
+  np.testing.assert_array_equal(np.asarray(b.keys), np.asarray(a.keys))
+  _, out = shared.decode(shared.prefill(SHARED))
+  _, want = plain.decode(plain.prefill(SHARED))
+  assert out.token_lists() == want.token_lists()
+  ref = hf_greedy(m, SHARED, NEW)
+  for r, toks in enumerate(out.token_lists()[:3]):
+    assert toks == ref[r, :len(toks)].tolist(), f"row {r}"
+  with pytest.raises(ValueError, match="shared_prefix"):
+    _config(shared_prefix=-1)

@@ -15,7 +15,8 @@ It holds:
 * `datasets`: per dataset run so far, its file (path, bytes, SHA-256), reader format, filter,
   metric, resolved protocol and decoding (`ragjax.eval.harness.dataset_settings`).
 
-A resume must match everything but `datasets` exactly, and every dataset it shares with the
+A resume must match everything but `datasets` exactly (but for the sampler's speed settings,
+`SPEED_ONLY`: the same arithmetic, rounded alike or nearly), and every dataset it shares with the
 stored run; datasets it adds (`--datasets`, a file that appeared) are added to the record.
 """
 
@@ -26,6 +27,9 @@ import os
 
 RUN_FILE = "run.json"
 VERSION = 2
+# Settings that change how fast, not what, an evaluation computes (a run.json written before
+# one existed, or with another value, still resumes)
+SPEED_ONLY = ("config.sampler.cpu_attention_kernel", "config.sampler.shared_prefix")
 
 
 def _plain(x):
@@ -49,7 +53,7 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
   from ragjax.typed_config import flatten
   fa, fb = flatten(a, prefix), flatten(b, prefix)
   return [f"{k}: stored={fa.get(k)!r} now={fb.get(k)!r}" for k in sorted(set(fa) | set(fb))
-          if fa.get(k) != fb.get(k)]
+          if fa.get(k) != fb.get(k) and k not in SPEED_ONLY]
 
 
 def check_run_file(out_dir: str, record: dict) -> dict:

@@ -282,7 +282,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "trainer.step_retries", "trainer.dump_every",   # logging only
                   "retriever.timeout", "retriever.deadline", "retriever.pin.",
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
-                  "sampler.cpu_attention_kernel",
+                  "sampler.cpu_attention_kernel", "sampler.shared_prefix",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
                   "ablation.",                 # python -m ragjax.ablate's arms
                   # which recipe stages this invocation runs; where and how the judge is reached

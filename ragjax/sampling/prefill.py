@@ -3,6 +3,10 @@
 Prompts arrive right-padded to a bucket; row p's true length n_p means its next token goes at
 slot n_p (pad slots are overwritten before anything attends to them).  The G samples of a
 prompt share one prefill: the prompt's cache, history and logits are repeated G times.
+With a shared `prefix` (the tokens every prompt starts with, e.g. an instruction and a worked
+example), the prefix runs once, its cache is copied to every prompt's row, and only each
+prompt's own tail runs after it (exact: causal attention over the same keys and values; the
+sums differ from one long forward only in rounding).
 Extend appends observation tokens to chosen rows at their own lengths; the rest of the batch
 writes nothing (its start slot is the cache end, where writes are dropped).
 """
@@ -23,21 +27,33 @@ from ragjax.sampling.state import SamplerState
 def prefill(cfg: DecoderConfig, params, tokens, lengths, seed, temperature, *, samples: int,
             cache_length: int, cache_dtype: str, num_stops: int, mesh=None,
             first_row=0, row_ids=None, cache_width=None, cpu_kernel: bool = False,
-            fused: bool = False) -> SamplerState:
+            fused: bool = False, prefix=None) -> SamplerState:
   """tokens [P, T] right-padded, lengths [P] -> a state of P * samples rows (prompt-major);
+  with `prefix` [1, T0] (no padding), row p's prompt is prefix + tokens[p] and lengths count
+  the prefix (every length > T0);
   `temperature` [P * samples] is each row's sampling temperature; row b's key is
   fold_in(PRNGKey(seed), row_ids[b]), by default row_ids[b] = first_row + b.  Histories hold
   `cache_length` tokens; the KV cache `cache_width` slots (>= T; default `cache_length`),
   grown later as rows need."""
   p, t = tokens.shape
-  cache = constrain_cache(init_cache(cfg, p, cache_width or cache_length, cache_dtype), mesh)
-  cache, logits = forward_into_cache(cfg, params, cache, tokens, jnp.zeros((p,), jnp.int32),
-                                     lengths - 1, window=t,
-                                     attention_rows=attention_rows(mesh), cpu_kernel=cpu_kernel,
-                                     fused=fused)
+  width = cache_width or cache_length
+  run = lambda cache, toks, starts, last, window: forward_into_cache(
+      cfg, params, cache, toks, starts, last, window=window, attention_rows=attention_rows(mesh),
+      cpu_kernel=cpu_kernel, fused=fused)
+  if prefix is None:
+    cache = constrain_cache(init_cache(cfg, p, width, cache_dtype), mesh)
+    cache, logits = run(cache, tokens, jnp.zeros((p,), jnp.int32), lengths - 1, t)
+    history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
+  else:
+    t0 = prefix.shape[1]
+    shared, _ = run(init_cache(cfg, 1, width, cache_dtype), prefix, jnp.zeros((1,), jnp.int32),
+                    jnp.full((1,), t0 - 1, jnp.int32), t0)
+    cache = constrain_cache(repeat_rows(shared, p), mesh)
+    cache, logits = run(cache, tokens, jnp.full((p,), t0, jnp.int32), lengths - t0 - 1, t0 + t)
+    history = (jnp.zeros((p, cache_length), jnp.int32).at[:, :t0].set(prefix)
+               .at[:, t0:t0 + t].set(tokens))
   rep = lambda x: jnp.repeat(x, samples, axis=0)
   cache = repeat_rows(cache, samples)
-  history = jnp.zeros((p, cache_length), jnp.int32).at[:, :t].set(tokens)
   b = p * samples
   base = jax.random.PRNGKey(seed)
   if row_ids is None:

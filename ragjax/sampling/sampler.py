@@ -141,10 +141,10 @@ class Sampler:
       return fn(*args, **kw)
     return wrapper
 
-  def _prefill_fn(self, params, tokens, lengths, seed, temperature, row_ids, *, samples,
+  def _prefill_fn(self, params, tokens, lengths, seed, temperature, row_ids, prefix, *, samples,
                   cache_length, cache_width):
     return prefill_lib.prefill(
-        self.run_cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids,
+        self.run_cfg, params, tokens, lengths, seed, temperature, row_ids=row_ids, prefix=prefix,
         samples=samples, cache_length=cache_length, cache_dtype=self.cache_dtype,
         num_stops=0 if self.stops is None else self.stops.num_stops, mesh=self.mesh,
         cache_width=cache_width, cpu_kernel=self.cpu_kernel, fused=self.fused)
@@ -278,6 +278,11 @@ class Sampler:
     tokens = np.full((len(prompts), width), self.config.pad_id, np.int32)
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = self._check_ids(p, f"prompt {i}")
+    head, tail = self.shared_head(tokens, lens, width)
+    prefix = None
+    if head:
+      prefix = jnp.asarray(tokens[:1, :head])
+      tokens = np.ascontiguousarray(tokens[:, head:head + tail])
     temps = self.config.row_temperatures(len(prompts), samples_per_prompt)
     if temperature is not None:
       if not temperature > 0:
@@ -290,9 +295,24 @@ class Sampler:
           width + self.config.max_new_tokens)))
     return self._prefill(self._run_params, self._rows(tokens),
                          self._rows(np.asarray(lens, np.int32)), jnp.uint32(seed),
-                         self._rows(temps), self._rows(row_ids),
+                         self._rows(temps), self._rows(row_ids), prefix,
                          samples=samples_per_prompt, cache_length=cache_length,
                          cache_width=cache_width)
+
+  def shared_head(self, tokens: np.ndarray, lens: Sequence[int], width: int) -> tuple[int, int]:
+    """(head, tail): the prompts' shared head run once (`SamplerConfig.shared_prefix`: a
+    multiple of it, shorter than every prompt) and the width their own tails pad to (a
+    multiple of it, head + tail <= width); (0, width) when not shared."""
+    unit = self.config.shared_prefix
+    if not unit or len(lens) < 2 or self.mesh is not None:
+      return 0, width
+    same = np.all(tokens == tokens[:1], axis=0)
+    common = int(np.argmin(same)) if not same.all() else width
+    head = min(common, min(lens) - 1) // unit * unit
+    if head < unit:
+      return 0, width
+    tail = min(-(-(max(lens) - head) // unit) * unit, width - head)
+    return head, tail
 
   def _fit(self, state: SamplerState, end: int) -> tuple[SamplerState, Optional[int]]:
     """(state, window) for a call whose rows end before slot `end`: a growing cache is widened
