@@ -132,6 +132,10 @@ def smollm2_config(arg: str):
   reward stays smollm2's.  docs/methods/rex_rag.md says what else changes."""
   c = add_rex_rag(smollm2.variant("rex_rag", arg))
   c.rl.metrics = ("search_r1", "rex_rag")
+  # log pi_old: the sampler's, as configs/smollm2.py takes it, except on the clones (they train
+  # on their inserted prompt, which the sampler did not draw: those rows are re-scored).  The
+  # paper's verl re-scores every row; on this CPU that forward cost 180 s of a 540 s step.
+  c.rl.use_sampler_logprobs = True
   return c
 
 

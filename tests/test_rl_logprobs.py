@@ -65,3 +65,43 @@ def test_chunked_never_builds_full_logits():
   walk(jaxpr.jaxpr)
   assert (16, 512) in shapes                          # chunks of the 2 x 8 tokens exist
   assert not any(s[-1:] == (4096,) and s[:1] in ((2,), (16,)) for s in shapes)
+
+
+def test_sampler_logprobs_stand_in_except_on_rows_trained_on_tokens_the_sampler_did_not_draw():
+  """`rl.use_sampler_logprobs` with rows that train on inserted tokens (REX-RAG's clones):
+  those rows, and only they, get log pi_old from a forward; the others keep the sampler's."""
+  from _rl_helpers import random_labels
+  from ragjax.rl.masks import loss_mask, unsampled_rows
+  from ragjax.rl.run_config import RLConfig
+  from ragjax.rl.step_batch import StepBatch
+  from ragjax.rl.trainer import Trainer
+  from ragjax.rollout.labels import Source
+  cfg, params = tiny_cfg(), tiny_params()
+  rng = np.random.default_rng(3)
+  b, t = 5, 16
+  tokens = rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32)
+  labels = random_labels(rng, b, t)
+  labels[1, 6:8] = labels[4, 5:7] = Source.INJECTED         # two clones' inserted prompts
+  train_on = ("policy", "injected")
+  loss = loss_mask(labels, train_on)
+  assert unsampled_rows(labels, loss) == [1, 4]
+  assert unsampled_rows(labels, loss_mask(labels, ("policy",))) == []
+  attn = (labels != Source.PAD).astype(np.int32)
+  pos = np.maximum(np.cumsum(attn, 1) - 1, 0)
+  sampler = rng.normal(-2.0, 0.5, (b, t)).astype(np.float32)
+  sb = StepBatch(rollout=None, results=[], rewards=np.zeros(b, np.float32), tokens=tokens,
+                 labels=labels, loss_mask=loss, attention_mask=attn, positions=pos,
+                 group_id=np.zeros(b, np.int32), sampler_logprobs=sampler, step_rewards=[],
+                 step_ends=[])
+  trainer = object.__new__(Trainer)          # only what scoring a batch reads
+  trainer.rl = RLConfig(train_on=train_on, use_sampler_logprobs=True)
+  trainer.ref_params, trainer.cfg = None, cfg
+  trainer._score = jax.jit(lambda p, t, q, a: sequence_logprobs(cfg, p, t, q, a))
+  trainer.policy_params = lambda: params
+  trainer._device = jnp.asarray
+  old = trainer._score_batch(sb).old_logprobs
+  full = np.asarray(trainer._score(params, jnp.asarray(tokens), jnp.asarray(pos),
+                                   jnp.asarray(attn))[0])
+  np.testing.assert_array_equal(old[[0, 2, 3]], sampler[[0, 2, 3]])
+  np.testing.assert_allclose(old[[1, 4]], full[[1, 4]], atol=1e-5, rtol=0)
+  assert not np.allclose(old[1], sampler[1])

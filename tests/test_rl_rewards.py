@@ -152,7 +152,7 @@ def test_registry_checks_names_before_any_work():
     RLConfig(advantage="grpoo")
   with pytest.raises(ValueError, match="rl.train_on: cannot train on 'prompt'"):
     RLConfig(train_on=("policy", "prompt"))
-  with pytest.raises(ValueError, match="rl.use_sampler_logprobs needs"):
+  with pytest.raises(ValueError, match="rl.use_sampler_logprobs with rl.train_on holding"):
     RLConfig(train_on=("policy", "retrieved"), use_sampler_logprobs=True)
 
 

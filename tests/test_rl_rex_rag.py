@@ -166,11 +166,12 @@ def test_ewm_is_pandas_adjust_false():
   assert ewm([0.5, 1.0, 0.0, 0.5], 0.5) == pytest.approx(((0.75 * 0.5) + 0) * 0.5 + 0.25)
 
 
-def filter_ctx(batch, old, answers_ok, num_prompts=2, group_size=2, state=None, sampler=False):
+def filter_ctx(batch, old, answers_ok, num_prompts=2, group_size=2, state=None, sampler=False,
+               train_on=("policy", "injected")):
   examples = [{"golden_answers": ["gold"]} for _ in batch.rows]
   for row, ok in zip(batch.rows, answers_ok):
     row.answer = "gold" if ok else "wrong"
-  rl = RLConfig(train_on=("policy", "injected"), use_sampler_logprobs=sampler)
+  rl = RLConfig(train_on=train_on, use_sampler_logprobs=sampler)
   return StepContext(step=1, rollout=batch, examples=examples, rewards=np.zeros(len(examples)),
                      old_logprobs=old, loss_mask=np.zeros_like(old), num_prompts=num_prompts,
                      group_size=group_size, rl=rl, method_state=state if state is not None else {})
@@ -235,8 +236,12 @@ def test_trajectory_filter_switches_and_errors():
   state = {}
   TrajectoryFilter(keep_ratio=0.1)(filter_ctx(b, old, ok, state=state), state)
   assert state["rex_rag"]["keep_history"] == [0.1]   # nothing kept: no accuracy to record
+  # the sampler's log-probs with the clones re-scored (they train on their inserted prompt)
+  state = {}
+  assert TrajectoryFilter(keep_ratio=0.5)(filter_ctx(b, old, ok, sampler=True, state=state),
+                                          state) == [0, 1, 2, 3, 4, 5]
   with pytest.raises(ValueError, match="rl.use_sampler_logprobs=False"):
-    TrajectoryFilter()(filter_ctx(b, old, ok, sampler=True), {})
+    TrajectoryFilter()(filter_ctx(b, old, ok, sampler=True, train_on=("policy",)), {})
 
 
 def test_metric_reports_the_record_and_mu_by_segment():

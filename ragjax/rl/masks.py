@@ -50,6 +50,14 @@ def response_mask(labels, dtype=np.float32) -> np.ndarray:
   return ((labels != Source.PAD) & (labels != Source.PROMPT)).astype(dtype)
 
 
+def unsampled_rows(labels, loss) -> list[int]:
+  """Rows whose loss covers tokens the sampler did not draw (a trained label other than
+  POLICY, e.g. REX-RAG's inserted prompt): where the sampler's log-probs stand in for
+  log pi_old (`rl.use_sampler_logprobs`), these rows are re-scored."""
+  trained = (np.asarray(loss) > 0) & (np.asarray(labels) != Source.POLICY)
+  return np.flatnonzero(trained.any(axis=1)).tolist()
+
+
 # rl.critic_mask / rl.adv_whiten_mask: the tokens a PPO critic (its loss, GAE) and the advantage
 # whitening cover: the policy's loss mask, or the whole response (verl)
 TOKEN_MASKS = ("loss", "response")

@@ -148,10 +148,10 @@ class RLConfig:
       raise ValueError(f"rl.clip_low must be in [0, 1) and rl.clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
     check_train_on(self.train_on, "rl.train_on")
-    if self.use_sampler_logprobs and tuple(self.train_on) != ("policy",):
-      raise ValueError(f"rl.use_sampler_logprobs needs rl.train_on=('policy',): the sampler has "
-                       f"no log-probs for {[n for n in self.train_on if n != 'policy']} tokens "
-                       f"(set rl.use_sampler_logprobs=False to re-score them)")
+    if self.use_sampler_logprobs and "retrieved" in self.train_on:
+      raise ValueError("rl.use_sampler_logprobs with rl.train_on holding 'retrieved': every row "
+                       "holds retrieved tokens, so every row would be re-scored; set "
+                       "rl.use_sampler_logprobs=False")
     if self.step_samples:
       bad = [f"{name}={value!r}" for name, value, ok in (
           ("advantage", self.advantage, self.uses_critic),

@@ -49,7 +49,7 @@ from ragjax.rl.batch import TrainBatch, pad_batch_rows
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.run_config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
-from ragjax.rl.masks import loss_mask
+from ragjax.rl.masks import loss_mask, unsampled_rows
 from ragjax.rl.metrics_log import MetricsLog
 from ragjax.rl.optim import learning_rate_schedule, make_optimizer, with_learning_rate
 from ragjax.rl.rewards import RewardContext, score_rows
@@ -335,11 +335,24 @@ class Trainer:
     """The old log-probs (re-scored, or the sampler's) and the reference's, when a KL uses it."""
     args = self._model_inputs(sb)
     if self.rl.use_sampler_logprobs:
-      old = np.asarray(sb.sampler_logprobs, np.float32)
+      old = np.array(sb.sampler_logprobs, np.float32)
+      rescore = unsampled_rows(sb.labels, sb.loss_mask)
+      if rescore:      # rows trained on tokens the sampler did not draw: those rows re-scored
+        old[rescore] = self._score_rows(sb, rescore)
     else:
       old = to_host(self._score(self.policy_params(), *args)[0])
     ref = None if self.ref_params is None else to_host(self._score(self.ref_params, *args)[0])
     return sb.replace(old_logprobs=old, ref_logprobs=ref)
+
+  def _score_rows(self, sb: StepBatch, rows: Sequence[int]) -> np.ndarray:
+    """log pi_old of `rows` only, on a power-of-two count of rows (a few compiled shapes; the
+    padding repeats the first row)."""
+    n = 1
+    while n < len(rows):
+      n *= 2
+    take = list(rows) + [rows[0]] * (n - len(rows))
+    args = tuple(self._device(x[take]) for x in (sb.tokens, sb.positions, sb.attention_mask))
+    return to_host(self._score(self.policy_params(), *args)[0])[:len(rows)]
 
   def _filter(self, sb: StepBatch, prompts: Sequence[Mapping], step: int) -> Optional[StepBatch]:
     """The rows the batch filter keeps (e.g. REX-RAG's trajectory filter over its clones,

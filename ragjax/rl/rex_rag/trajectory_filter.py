@@ -71,10 +71,11 @@ class TrajectoryFilter:
       raise ValueError(f"multiple_of must be >= 1, got {self.multiple_of}")
 
   def __call__(self, ctx, state: dict) -> list[int]:
-    if ctx.rl.use_sampler_logprobs:
+    if ctx.rl.use_sampler_logprobs and "injected" not in ctx.rl.train_on:
       raise ValueError("the REX-RAG trajectory filter ranks clones by the old log-probs of "
-                       "their inserted prompt, which the sampler did not generate: set "
-                       "rl.use_sampler_logprobs=False")
+                       "their inserted prompt, which the sampler did not generate and a row "
+                       "is re-scored for only when it trains on it: set rl.train_on to hold "
+                       "'injected', or rl.use_sampler_logprobs=False")
     rec = state.setdefault(STATE_KEY, {})
     history = rec.setdefault("keep_history", [self.keep_ratio])
     keep_ratio = ewm(history, self.alpha) if self.adaptive else float(history[0])
