@@ -339,7 +339,9 @@ def smollm2_sizes(c, tiny: bool) -> None:
   # the actor's LoRA adapters at configs/smollm2.py's rate; the critic at the paper's 9e-6
   c.optim.update(dict(lr=2e-4, warmup_steps=0, b2=0.95, total_steps=100))
   c.critic_optim.update(dict(warmup_steps=0, b2=0.95, total_steps=100))
-  c.trainer.update(dict(num_steps=1 if tiny else 20, batch_prompts=1 if tiny else 8,
+  # 48 steps of 8 questions x 4: the 1,536 rollouts of configs/smollm2.py's 24 x 8 x 8 (the
+  # paper's groups of 4, so twice the steps for the same budget)
+  c.trainer.update(dict(num_steps=1 if tiny else 48, batch_prompts=1 if tiny else 8,
                         eval_every=0, eval_prompts=2 if tiny else 100,
                         save_every=1 if tiny else 2, max_to_keep=2, keep_best=False,
                         tensorboard=False))

@@ -320,7 +320,8 @@ def smollm2_sizes(c, tiny: bool) -> None:
   c.rl.update(dict(group_size=2 if tiny else 8, mini_batch_size=0, micro_batch_size=0 if tiny
                    else 4, use_sampler_logprobs=True, gather=True, logprob_chunk=4096))
   c.optim.update(dict(lr=2e-4, schedule="constant", warmup_steps=0, total_steps=100))
-  c.trainer.update(dict(num_steps=1 if tiny else 20, batch_prompts=2 if tiny else 8,
+  # 24 Stage-2 steps of 8 questions x 8: configs/smollm2.py's 1,536 rollouts
+  c.trainer.update(dict(num_steps=1 if tiny else 24, batch_prompts=2 if tiny else 8,
                         eval_every=0, eval_prompts=2 if tiny else 100,
                         save_every=1 if tiny else 2, max_to_keep=2, keep_best=False,
                         tensorboard=False))
