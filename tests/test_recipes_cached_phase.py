@@ -18,6 +18,10 @@ def test_config_fields_sections_prefixes_and_skips():
       "seed": 1, "seedling": 2, "ur2.knowledge": "raw"}
   assert config_fields(c, everything=True, skip=("rl.", "ur2.")) == {
       "seed": 1, "seedling": 2, "sft.lr": 0.1, "sft.log_every": 5}
+  # the sampler's speed settings are never part of a fingerprint: a phase cached before
+  # `sampler.shared_prefix` existed is still reused
+  c.sampler = {"max_new_tokens": 64, "shared_prefix": 64}
+  assert config_fields(c, sections=("sampler",)) == {"sampler.max_new_tokens": 64}
 
 
 def test_compute_once_reuse_then_recompute_on_a_new_fingerprint(tmp_path):

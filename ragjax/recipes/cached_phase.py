@@ -27,6 +27,9 @@ from ragjax.typed_config import flatten, json_safe, write_json_atomic
 from ragjax.models.hf_io import check_decoder_dir
 from ragjax.wiring.components import log, read_cache, set_aside
 
+# Fields no phase's result depends on beyond rounding (how fast the sampler runs; added after
+# phases were cached, so a stored fingerprint lacks them): never part of a fingerprint
+SPEED_ONLY = ("sampler.shared_prefix",)
 COLD_START_DIR = "cold_start_policy"       # under the workdir, beside policy/
 COLD_START_META = "ragjax_cold_start.json"
 
@@ -35,11 +38,11 @@ def config_fields(c, *, sections: Sequence[str] = (), prefixes: Sequence[str] = 
                   skip: Sequence[str] = (), everything: bool = False) -> dict:
   """The flattened config fields in `sections` (the first dotted part equal to one) or under
   `prefixes` (the key starts with one), or all of them with `everything`; less those starting
-  with a `skip` prefix."""
-  sections, prefixes, skip = tuple(sections), tuple(prefixes), tuple(skip)
+  with a `skip` prefix and the `SPEED_ONLY` ones."""
+  sections, prefixes, skip = tuple(sections), tuple(prefixes), tuple(skip) + SPEED_ONLY
   return {k: v for k, v in flatten(c).items()
           if (everything or k.split(".")[0] in sections or (prefixes and k.startswith(prefixes)))
-          and not (skip and k.startswith(skip))}
+          and not k.startswith(skip)}
 
 
 def stored_meta(directory: str, fingerprint: dict, meta: str = COLD_START_META,
