@@ -39,6 +39,16 @@ def test_variants_take_the_real_models_settings():
                                                           u.model.checkpoint)
   assert u.data.train_files == (f"math:{ur2_config.GSM8K}",) and u.ur2.stage1.mode == "full"
   assert set(u.data.stages.ur2_curriculum.ratios) == {"qa", "math"}
+  # every method's variant gets the Search-R1 run's budget of rollouts, and its shared head
+  base = smollm2_config.get_config("default")
+  budget = base.trainer.num_steps * base.trainer.batch_prompts * base.rl.group_size
+  for c in (r3, u):
+    assert c.trainer.num_steps * c.trainer.batch_prompts * c.rl.group_size == budget == 1536
+    assert c.sampler.shared_prefix == base.sampler.shared_prefix == 64
+  import rex_rag as rex_config
+  rx = rex_config.get_config("smollm2")
+  assert rx.rl.use_sampler_logprobs and "injected" in rx.rl.train_on
+  assert not rex_config.get_config("qwen2.5-3b").rl.use_sampler_logprobs    # verl re-scores
 
 
 def test_evaluation_keys_hold_what_a_greedy_evaluation_reads():
