@@ -8,10 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from _rl_helpers import random_rl_batch, tiny_cfg, tiny_params
 from ragjax.parallel.mesh import make_mesh
-from ragjax.rl.batch import make_train_batch
+from ragjax.rl.batch import make_train_batch, rows_with_gradient
 from ragjax.rollout.labels import Source
 from ragjax.rl.run_config import OptimConfig, RLConfig
 from ragjax.rl.optim import make_optimizer
@@ -178,3 +179,53 @@ def test_micro_batch_token_means_accumulate_to_the_full_batch_update():
                                  .params))
   _close(states[0], states[1], tol=1e-5)
 
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_rows_without_advantage_leave_the_update_with_the_same_loss_and_gradient(agg):
+  """rl.skip_zero_advantage_rows: rows 0, 3 and 7 carry an advantage; the update of those rows
+  (padded to 4, on the whole batch's normalisers) moves the params as the whole batch's does,
+  with its loss, and the kept rows' diagnostics rescaled are their own token means."""
+  cfg, params = tiny_cfg(), tiny_params()
+  batch = random_rl_batch(cfg, params, with_ref=False)
+  live = np.array([0, 3, 7])
+  batch = batch.replace(advantages=jnp.where(jnp.isin(jnp.arange(8), live)[:, None],
+                                             batch.advantages, 0.0))
+  rl = dataclasses.replace(RL, kl_coef=0.0, entropy_coef=0.0, loss_agg=agg,
+                           skip_zero_advantage_rows=True)
+  loss_fn, denom = policy_loss_fn(cfg, rl)
+  kept, factor = rows_with_gradient(batch, agg, unit=2)
+  assert kept.tokens.shape[0] == 4 and kept.denominator.shape == (4,)
+  np.testing.assert_array_equal(np.asarray(kept.tokens[:3]), np.asarray(batch.tokens[live]))
+  assert float(jnp.abs(kept.loss_mask[3]).sum()) == 0          # the padding trains on nothing
+  out = {}
+  for name, b, micro in (("whole", batch, 2), ("kept", kept, 2)):
+    opt = optax.sgd(0.5)
+    state = init_train_state(jax.tree.map(jnp.copy, params), opt)
+    s, m = jax.jit(make_update(loss_fn, denom, opt, micro))(state, b)
+    out[name] = (jax.device_get(s.params), jax.device_get(m))
+  _close(out["whole"][0], out["kept"][0], tol=1e-6)
+  for k in ("loss", "pg_loss", "grad_norm"):
+    assert out["kept"][1][k] == pytest.approx(out["whole"][1][k], rel=1e-5, abs=1e-7), k
+  # the live rows alone, on their own normalisers: the diagnostics the trainer reports
+  alone = jax.tree.map(lambda x: None if x is None else x[live], batch)
+  _, m_alone = loss_fn(params, alone, denom(alone))
+  for k in ("entropy", "ratio", "approx_kl_old"):
+    assert float(out["kept"][1][k]) * factor == pytest.approx(float(m_alone[k]), rel=1e-5), k
+  # nothing to train: one row that trains on nothing stands in (the optimiser still steps)
+  idle = batch.replace(advantages=jnp.zeros_like(batch.advantages))
+  none, _ = rows_with_gradient(idle, agg, unit=2)
+  assert none.tokens.shape[0] == 2 and float(none.loss_mask.sum()) == 0
+  # nothing to cut: the batch itself
+  same, f = rows_with_gradient(batch.replace(advantages=batch.advantages + 1.0), agg, unit=2)
+  assert same is not None and same.denominator is None and f == 1.0
+
+
+def test_skipping_rows_is_refused_where_a_zero_advantage_row_still_has_a_gradient():
+  for kwargs, name in ((dict(kl_coef=0.01), "kl_coef"), (dict(entropy_coef=0.01), "entropy_coef"),
+                       (dict(advantage="gae"), "advantage"),
+                       (dict(loss_agg="token-mean-per-micro-batch", loss_agg_rows=2), "loss_agg")):
+    base = dict(kl_coef=0.0, entropy_coef=0.0)
+    with pytest.raises(ValueError, match=f"rl.skip_zero_advantage_rows: .*rl.{name}="):
+      RLConfig(**{**base, **kwargs}, skip_zero_advantage_rows=True)
+  RLConfig(kl_coef=0.01, kl_in_reward=True, entropy_coef=0.0, skip_zero_advantage_rows=True)

@@ -233,3 +233,38 @@ def test_sft_context_auxiliary_is_the_policy_nll_plus_weighted_context_nll():
   assert float(metrics["nll"]) == pytest.approx(want_pol, rel=1e-5)
   assert float(metrics["context_nll"]) == pytest.approx(want_ctx, rel=1e-5)
   assert float(got) == pytest.approx(want_pol + 0.5 * want_ctx, rel=1e-5)
+
+
+@registry.register("reward", "test_first_prompt_vowels")
+def first_prompt_vowels(ctx):
+  """The vowel share of the first prompt's rollouts, 0 on the others: their groups all score
+  alike, so half the rows carry no advantage."""
+  text = ctx.row.policy_text.lower()
+  return sum(ch in "aeiou" for ch in text) / max(len(text), 1) if ctx.row.prompt_index == 0 \
+      else 0.0
+
+
+def test_a_step_that_skips_rows_without_advantage_trains_as_the_whole_batch(tmp_path):
+  """rl.skip_zero_advantage_rows through the trainer: the same rollouts (same seed), the update
+  of the 4 rows with an advantage instead of all 8, the same params after the step."""
+  common = ["rl.rewards={'test_first_prompt_vowels': 1.0}", "rl.kl_coef=0.0",
+            "rl.entropy_coef=0.0", "rl.mini_batch_size=0", "trainer.eval_every=0",
+            "optim.warmup_steps=0", "optim.warmup_ratio=0.0"]   # the first step moves the params
+  runs = {}
+  for skip in (False, True):
+    trainer = build_trainer(str(tmp_path / str(skip)), 1,
+                            [*common, f"rl.skip_zero_advantage_rows={skip}"])
+    start = jax.tree.map(np.array, jax.device_get(trainer.state.params))   # copies: donated
+    (m,) = trainer.train()
+    runs[skip] = (m, jax.device_get(trainer.state.params))
+  whole, kept = runs[False][0], runs[True][0]
+  assert whole["reward_std"] > 0 and whole["trajectories"] == 8
+  assert kept["update/rows"] == 4 and kept["update/rows_skipped"] == 4
+  assert "update/rows" not in whole
+  for k in ("reward", "loss", "pg_loss", "grad_norm"):
+    assert kept[k] == pytest.approx(whole[k], rel=1e-4, abs=1e-7), k
+  moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+              for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(runs[True][1])))
+  assert moved > 1e-4
+  for a, b in zip(jax.tree.leaves(runs[False][1]), jax.tree.leaves(runs[True][1])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

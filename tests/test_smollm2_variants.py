@@ -49,6 +49,10 @@ def test_variants_take_the_real_models_settings():
   rx = rex_config.get_config("smollm2")
   assert rx.rl.use_sampler_logprobs and "injected" in rx.rl.train_on
   assert not rex_config.get_config("qwen2.5-3b").rl.use_sampler_logprobs    # verl re-scores
+  # the update skips rows without an advantage (no KL loss: the same gradient); the paper
+  # config, with its KL loss, cannot
+  assert rx.rl.skip_zero_advantage_rows and rx.rl.kl_coef == 0
+  assert not rex_config.get_config("qwen2.5-3b").rl.skip_zero_advantage_rows
 
 
 def test_evaluation_keys_hold_what_a_greedy_evaluation_reads():

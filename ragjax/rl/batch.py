@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragjax.rl.losses import agg_denominator
 from ragjax.rl.masks import DEFAULT_TRAIN_ON, Masks, masks as label_masks
 from ragjax.parallel.buckets import pick_bucket
 
@@ -36,6 +37,9 @@ class TrainBatch:
   # Gathered form (optional): each row's trained positions, padded with 0 to a bucket K, so
   # the policy loss projects only those hidden states onto the vocabulary.
   loss_index: Optional[jnp.ndarray] = None          # [B, K] int32
+  # [B] per-row loss normalisers fixed on a larger batch this one was cut from
+  # (`rows_with_gradient`); None: the update computes them on this batch
+  denominator: Optional[jnp.ndarray] = None
 
   @property
   def shape(self):
@@ -131,3 +135,37 @@ def pad_batch_rows(batch: TrainBatch, rows: int) -> TrainBatch:
                      advantages=jnp.where(real, out.advantages, 0.0),
                      critic_mask=None if out.critic_mask is None else
                      jnp.where(real, out.critic_mask, 0.0))
+
+
+def rows_with_gradient(batch: TrainBatch, loss_agg: str, agg_rows: int = 0,
+                       unit: int = 1) -> tuple[TrainBatch, float]:
+  """The rows of `batch` that carry a policy gradient (a non-zero advantage on a trained
+  token), carrying the per-row loss normalisers of the whole batch (`batch.denominator`), and
+  grown with rows that train on nothing to the first power-of-two multiple of `unit` that holds
+  them (few shapes, few compiles).  A row whose advantage is 0 adds exactly 0 to the clipped
+  surrogate and its gradient; without a KL loss or an entropy bonus (`RLConfig` checks
+  `rl.skip_zero_advantage_rows` for that) the update of these rows is the whole batch's.  When
+  no row carries one, one row that trains on nothing stands in: the optimiser still steps (its
+  momentum and weight decay move the params as the whole batch's zero gradient would).
+
+  Also returns the factor that turns the kept rows' token means (entropy, ratio, clip
+  fraction, approx_kl_old), normalised by the whole batch, into means over the kept rows.
+  The batch unchanged, factor 1, when the kept rows would not fit in fewer rows."""
+  mask = np.asarray(batch.loss_mask)
+  adv = np.asarray(batch.advantages)
+  n = mask.shape[0]
+  live = np.flatnonzero(((adv != 0) & (mask > 0)).any(axis=1))
+  rows = pick_bucket(powers_of_two(unit, max(len(live), 1)), max(len(live), 1), "rows")
+  if rows >= n:
+    return batch, 1.0
+  d = np.asarray(agg_denominator(batch.loss_mask, loss_agg, agg_rows))
+  index = live if len(live) else np.zeros(1, np.int64)
+  kept = jax.tree.map(lambda x: x[index], batch).replace(denominator=jnp.asarray(d[index]))
+  factor = 1.0
+  if len(live):
+    d_kept = np.asarray(agg_denominator(kept.loss_mask, loss_agg, agg_rows))
+    factor = float(d[index[0]] / d_kept[0])
+  else:
+    kept = kept.replace(loss_mask=jnp.zeros_like(kept.loss_mask),
+                        advantages=jnp.zeros_like(kept.advantages))
+  return pad_batch_rows(kept, rows), factor

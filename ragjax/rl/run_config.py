@@ -74,6 +74,11 @@ class RLConfig:
   temperature: Optional[float] = 1.0    # log-probs' temperature (a config's None: the sampler's)
   logprob_chunk: int = 8192           # vocab chunk for log-probs
   gather: bool = False                # policy loss projects only the trained positions (same loss)
+  # The update runs only the rows with a non-zero advantage, on the whole batch's loss
+  # normalisers (`ragjax.rl.batch.rows_with_gradient`): the same loss and gradient, without the
+  # forward and backward of rows that add nothing (no KL loss, entropy bonus or critic); the
+  # logged entropy / ratio / clip_frac / approx_kl_old are then means over the rows trained
+  skip_zero_advantage_rows: bool = False
   ppo_epochs: int = 1
   mini_batch_size: int = 0            # trajectories per optimiser step; 0 = whole batch
   micro_batch_size: int = 0           # trajectories per gradient-accumulation slice; 0 = no split
@@ -152,6 +157,18 @@ class RLConfig:
       raise ValueError("rl.use_sampler_logprobs with rl.train_on holding 'retrieved': every row "
                        "holds retrieved tokens, so every row would be re-scored; set "
                        "rl.use_sampler_logprobs=False")
+    if self.skip_zero_advantage_rows:
+      bad = [f"{name}={value!r}" for name, value, ok in (
+          ("kl_coef", self.kl_coef, self.kl_coef == 0 or self.kl_in_reward),
+          ("entropy_coef", self.entropy_coef, self.entropy_coef == 0),
+          ("advantage", self.advantage, not self.uses_critic),
+          ("loss_agg", self.loss_agg, self.loss_agg != "token-mean-per-micro-batch")) if not ok]
+      if bad:
+        named = ", ".join("rl." + b for b in bad)
+        raise ValueError(f"rl.skip_zero_advantage_rows: a row of zero advantage still has a "
+                         f"gradient (or its own normaliser) with {named}; it needs no KL loss "
+                         f"(kl_coef 0 or kl_in_reward), entropy_coef 0, no critic and a "
+                         f"loss_agg other than token-mean-per-micro-batch")
     if self.step_samples:
       bad = [f"{name}={value!r}" for name, value, ok in (
           ("advantage", self.advantage, self.uses_critic),
@@ -284,6 +301,7 @@ RESUME_MUTABLE = ("trainer.num_steps", "trainer.save_every", "trainer.max_to_kee
                   "workdir", "progress", "hardware", "cpu_threads", "cpu_isa", "mesh.", "eval.",
                   "sampler.cpu_attention_kernel", "sampler.shared_prefix",
                   "probe.", "rl.signatures",   # logged and evaluated, never trained on
+                  "rl.skip_zero_advantage_rows",   # the same update, fewer rows through it
                   "ablation.",                 # python -m ragjax.ablate's arms
                   # which recipe stages this invocation runs; where and how the judge is reached
                   "stage", "judge.url", "judge.api_key_env", "judge.max_concurrency",

@@ -64,6 +64,8 @@ def policy_loss_fn(model_cfg: DecoderConfig, rl: RLConfig,
   adapter-aware one), None for the plain decoder."""
 
   def denom(batch: TrainBatch):
+    if batch.denominator is not None:     # rows cut from a larger batch keep its normalisers
+      return batch.denominator
     return agg_denominator(batch.loss_mask, rl.loss_agg, rl.loss_agg_rows)
 
   def loss_fn(params, batch: TrainBatch, d):

@@ -45,7 +45,7 @@ from ragjax.metrics import answer_metrics
 from ragjax.models.model_config import DecoderConfig
 from ragjax.parallel.distributed import global_array, is_main, to_host
 from ragjax.parallel.shard import batch_sharding
-from ragjax.rl.batch import TrainBatch, pad_batch_rows
+from ragjax.rl.batch import TrainBatch, pad_batch_rows, rows_with_gradient
 from ragjax.rl.checkpoint import Checkpointer
 from ragjax.rl.run_config import RunConfig
 from ragjax.rl.logprobs import sequence_logprobs, sequence_values
@@ -69,6 +69,9 @@ from ragjax.rollout.trajectory import RolloutBatch, concat
 # A whole-batch update (rl.mini_batch_size=0) is padded to a multiple of this many rows (or of
 # rl.micro_batch_size), so a variable row count compiles a few update shapes, not one per count.
 ROW_MULTIPLE = 8
+# the policy update's token means that `rl.skip_zero_advantage_rows` reports over the rows
+# trained (the loss and pg_loss are the whole batch's either way)
+ROW_MEANS = ("entropy", "clip_frac", "approx_kl_old", "ratio")
 
 
 def _log_line(msg: str) -> None:
@@ -474,11 +477,22 @@ class Trainer:
                 f"{stats['trajectories_generated']} (every group scored alike); no update")
     for _ in range(self.rl.ppo_epochs if train_batch is not None else 0):
       for mb in self._minibatches(train_batch):
+        factor = 1.0
+        if self.rl.skip_zero_advantage_rows:
+          rows = mb.tokens.shape[0]
+          mb, factor = rows_with_gradient(mb, self.rl.loss_agg, self.rl.loss_agg_rows,
+                                          self.rl.micro_batch_size or ROW_MULTIPLE)
+          # per optimiser update (averaged below with the update's metrics)
+          sums["update/rows"] = sums.get("update/rows", 0.0) + mb.tokens.shape[0]
+          sums["update/rows_skipped"] = sums.get("update/rows_skipped", 0.0) + (
+              rows - mb.tokens.shape[0])
         if self.mesh is not None:
           mb = self._place(mb)
         nm = self._num_micro(mb.tokens.shape[0])
         frozen = () if self.frozen is None else (self.frozen,)
         self.state, m = self._update_fn("policy", mb, nm)(self.state, mb, *frozen)
+        if factor != 1.0:     # the diagnostics as means over the rows trained
+          m = {k: v * factor if k in ROW_MEANS else v for k, v in m.items()}
         if self.critic is not None:
           self.critic, cm = self._update_fn("critic", mb, nm)(self.critic, mb)
           m = {**m, **{f"critic/{k}": v for k, v in cm.items()}}
