@@ -48,8 +48,9 @@ def test_matches_an_unbatched_reference():
     rows_l.append(labels)
   got = trace_nll(cfg, params, tok, rows_t, rows_l, batch_size=2)   # 3 batches, last padded
   sums, counts = collections.defaultdict(float), collections.defaultdict(int)
+  forward = jax.jit(lambda p, t: Decoder(cfg).apply({"params": p}, t)[0])   # one row at a time
   for t, lab in zip(rows_t, rows_l):
-    logits = Decoder(cfg).apply({"params": params}, t[None])[0][0]
+    logits = forward(params, t[None])[0]
     logp = np.asarray(jax.nn.log_softmax(logits, -1))
     regions, kinds = token_kinds([tok.decode([int(x)]) for x in t])
     for j in range(1, len(t)):
