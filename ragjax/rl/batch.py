@@ -141,8 +141,8 @@ def rows_with_gradient(batch: TrainBatch, loss_agg: str, agg_rows: int = 0,
                        unit: int = 1) -> tuple[TrainBatch, float]:
   """The rows of `batch` that carry a policy gradient (a non-zero advantage on a trained
   token), carrying the per-row loss normalisers of the whole batch (`batch.denominator`), and
-  grown with rows that train on nothing to the first power-of-two multiple of `unit` that holds
-  them (few shapes, few compiles).  A row whose advantage is 0 adds exactly 0 to the clipped
+  grown with rows that train on nothing to the first of `unit` x 1, 2, 3, 4, 6, 8, 12, ...
+  that holds them (few shapes, few compiles, at most a third of the rows padding).  A row whose advantage is 0 adds exactly 0 to the clipped
   surrogate and its gradient; without a KL loss or an entropy bonus (`RLConfig` checks
   `rl.skip_zero_advantage_rows` for that) the update of these rows is the whole batch's.  When
   no row carries one, one row that trains on nothing stands in: the optimiser still steps (its
@@ -155,7 +155,9 @@ def rows_with_gradient(batch: TrainBatch, loss_agg: str, agg_rows: int = 0,
   adv = np.asarray(batch.advantages)
   n = mask.shape[0]
   live = np.flatnonzero(((adv != 0) & (mask > 0)).any(axis=1))
-  rows = pick_bucket(powers_of_two(unit, max(len(live), 1)), max(len(live), 1), "rows")
+  need = max(len(live), 1)
+  steps = powers_of_two(unit, need)
+  rows = min(r for r in (*steps, *(3 * s // 2 for s in steps[1:])) if r >= need)
   if rows >= n:
     return batch, 1.0
   d = np.asarray(agg_denominator(batch.loss_mask, loss_agg, agg_rows))
