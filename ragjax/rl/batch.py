@@ -143,8 +143,9 @@ def rows_with_gradient(batch: TrainBatch, loss_agg: str, agg_rows: int = 0,
   token), carrying the per-row loss normalisers of the whole batch (`batch.denominator`), and
   grown with rows that train on nothing to the first of `unit` x 1, 2, 3, 4, 6, 8, 12, ...
   that holds them (few shapes, few compiles, at most a third of the rows padding).  A row
-  whose advantage is 0 adds exactly 0 to the clipped surrogate and its gradient; without a KL loss or an entropy bonus (`RLConfig` checks
-  `rl.skip_zero_advantage_rows` for that) the update of these rows is the whole batch's.  When
+  whose advantage is 0 adds exactly 0 to the clipped surrogate and its gradient; without a
+  KL loss or an entropy bonus (`RLConfig` checks `rl.skip_zero_advantage_rows` for that) the
+  update of these rows is the whole batch's.  When
   no row carries one, one row that trains on nothing stands in: the optimiser still steps (its
   momentum and weight decay move the params as the whole batch's zero gradient would).
 
