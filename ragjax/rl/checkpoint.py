@@ -134,7 +134,8 @@ def _quiet_failed_reads() -> None:
   whenever they are collected (later, on orbax's own schedule) Python prints each as
   `Exception ignored in: <coroutine …>` with a traceback, though the restore's own error has
   said it once.  From the first failed restore on, those (and only those: any other
-  unraisable exception still reaches the hook) are dropped; `RAGJAX_TRACEBACK=1` keeps them."""
+  unraisable exception still reaches the hook) are dropped, with TensorStore's late read
+  callbacks (see `_late_read_callback`); `RAGJAX_TRACEBACK=1` keeps them."""
   import inspect
   import sys
   if os.environ.get("RAGJAX_TRACEBACK") or getattr(sys.unraisablehook, "_ragjax", False):
@@ -143,8 +144,13 @@ def _quiet_failed_reads() -> None:
 
   def hook(u):
     code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
-    if code is None or "orbax" not in code.co_filename:
-      previous(u)
+    if code is not None and "orbax" in code.co_filename:
+      return
+    # the same late read callbacks as below, when TensorStore reports them as unraisable
+    # (no object: Python prints a bare traceback)
+    if u.object is None and _late_read_callback(u.exc_type, u.exc_value, u.exc_traceback):
+      return
+    previous(u)
 
   def excepthook(kind, value, tb):
     # TensorStore's reads of the failed restore finish after orbax closed their event loop:
