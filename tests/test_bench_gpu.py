@@ -14,6 +14,7 @@ import pytest
 from ragjax.bench import gpu
 from ragjax.bench.numerics import greedy_agreement
 from ragjax.parallel import backend
+from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def check(*args):
   # one CPU device: the benchmarks' own shapes (the suite's 8 fake devices would shard them)
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS="--xla_backend_optimization_level=0")
+             XLA_FLAGS=xla_flags())
   env.pop(backend.EXPECT_ENV, None)
   p = subprocess.run([sys.executable, "-m", "ragjax.bench.gpu", *args], cwd=ROOT, env=env,
                      capture_output=True, text=True, timeout=600)

@@ -10,6 +10,8 @@ import sys
 
 import jax
 import pytest
+
+from _xla_helpers import xla_flags
 from ml_collections import ConfigDict
 
 from ragjax.parallel import backend
@@ -74,7 +76,7 @@ def test_entry_points_refuse_a_cpu_only_jax_when_an_accelerator_is_expected(tmp_
 @no_accelerator
 def test_a_mesh_larger_than_the_cpu_devices_names_the_missing_plugin(tmp_path):
   e = env()
-  e["XLA_FLAGS"] = "--xla_backend_optimization_level=0"     # no fake CPU devices: JAX has one
+  e["XLA_FLAGS"] = xla_flags()      # no fake CPU devices: JAX has one
   ((rc, out, err),) = run_all([(["ragjax.train", TINY, f"--config.workdir={tmp_path}/w",
                                  "--config.mesh.fsdp=4"], e)])
   assert rc == 2 and out == ""
