@@ -1,4 +1,4 @@
-"""Reading XLA's compiled HLO text (`jax.jit(f).lower(...).compile().as_text()`) in tests.
+"""Reading XLA's compiled HLO text (`Program.of(jax.jit(f).lower(...))`) in tests.
 
 Only what the tests ask of a program: its computations, the instructions of one, the bodies
 of its while loops, which entry parameters the outputs alias (buffer donation) and the
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from _xla_helpers import USER_FUSIONS
+
 _COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) \(.*\{$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (.+?) ([a-z][\w-]*)\((.*)$")
 _PARAMETER = re.compile(r"^\s*%(\S+) = \S+ parameter\((\d+)\)(.*)$")
@@ -15,6 +17,12 @@ _PARAMETER = re.compile(r"^\s*%(\S+) = \S+ parameter\((\d+)\)(.*)$")
 
 class Program:
   """One compiled module's text, split into computations."""
+
+  @classmethod
+  def of(cls, lowered) -> "Program":
+    """`lowered` compiled as users' runs compile it (the suite's XLA flags choose another
+    fusion emitter, for compile time: tests/_xla_helpers.py)."""
+    return cls(lowered.compile(compiler_options=USER_FUSIONS).as_text())
 
   def __init__(self, text: str):
     self.text = text

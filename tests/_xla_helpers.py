@@ -21,3 +21,10 @@ def xla_flags(devices=None) -> str:
   """XLA_FLAGS for a test process: `devices` fake CPU devices (None: XLA's default, one)."""
   count = f"--xla_force_host_platform_device_count={devices} " if devices else ""
   return count + FAST_COMPILE
+
+
+# The compiler options a test that reads compiled HLO (tests/_hlo_helpers.py) passes to
+# `lowered.compile(...)`: the fusion emitters users' runs compile with (the classic emitter
+# outlines and fuses differently); the optimisation level and codegen split change machine
+# code only.
+USER_FUSIONS = {"xla_cpu_use_fusion_emitters": True}

@@ -46,7 +46,7 @@ def test_sampler_with_the_pallas_kernel_samples_what_xla_attention_samples():
   for mode in ("xla", "pallas"):
     sampler = Sampler(cfg, params, None, base.replace(decode_attention=mode))
     state = sampler.prefill([[5, 6, 7], [9, 10, 11, 12, 13]], samples_per_prompt=2, seed=4)
-    loops.append(len(Program(sampler.lower_decode(state).compile().as_text()).while_bodies()))
+    loops.append(len(Program.of(sampler.lower_decode(state)).while_bodies()))
     state, first = sampler.decode(state)
     state = sampler.extend(state, [0, 1, 3], [[20, 21, 22], list(range(30, 50)), [30]])
     state, second = sampler.decode(state)

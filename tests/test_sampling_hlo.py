@@ -30,7 +30,7 @@ def _compiled_decode(layers: int, scan: bool = False, mesh=None, config=CONFIG):
   cfg = get_preset("tiny").replace(num_layers=layers, scan_layers=scan, eos_token_id=None)
   sampler = Sampler(cfg, random_params(cfg), None, config, mesh=mesh)
   state = sampler.prefill([[1, 2, 3]] * 8)
-  program = Program(sampler.lower_decode(state).compile().as_text())
+  program = Program.of(sampler.lower_decode(state))
   return program, state
 
 
