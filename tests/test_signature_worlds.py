@@ -5,6 +5,7 @@ questions, the signature metric logged every RL step and compared in the report.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,10 +16,22 @@ from _recipe_helpers import ROOT, train_env
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 import signatures  # noqa: E402  (configs/signatures.py)
 
+# A variant's workdir starts as a copy of an earlier variant's (its world's index and, where
+# the cold-start fields are the same, its cold start: reused by the run's own fingerprint
+# checks, retrained where they differ): the combined world is AutoRefine's (start_fingerprint
+# equal, tested below), REX-RAG's is Search-R1's with another cold start.
+FROM = {"combined": "autorefine", "rex_rag": "search_r1"}
+WORKDIRS = {}
+
 
 @pytest.mark.parametrize("method", signatures.VARIANTS)
 def test_signature_world_ablation_runs(method, tmp_path):
   c = signatures.get_config(f"{method}-toy")
+  WORKDIRS[method] = tmp_path
+  earlier = WORKDIRS.get(FROM.get(method))
+  if earlier is not None:                    # not when this variant runs alone
+    shutil.copytree(earlier, tmp_path, dirs_exist_ok=True,
+                    ignore=lambda d, names: ["ablation"] if d == str(earlier) else [])
   a, b = c.ablation.a, c.ablation.b          # the arms python -m ragjax.ablate takes from it
   for stage in signatures.PREPARE.get(method, ()):
     proc = subprocess.run(
