@@ -19,7 +19,8 @@ import signatures  # noqa: E402  (configs/signatures.py)
 # A variant's workdir starts as a copy of an earlier variant's (its world's index and, where
 # the cold-start fields are the same, its cold start: reused by the run's own fingerprint
 # checks, retrained where they differ): the combined world is AutoRefine's (start_fingerprint
-# equal, tested below), REX-RAG's is Search-R1's with another cold start.
+# equal, tested below: its cold start is reused), REX-RAG's has Search-R1's passages (only the
+# question mix differs: its index is reused) and another cold start.
 FROM = {"combined": "autorefine", "rex_rag": "search_r1"}
 WORKDIRS = {}
 
@@ -44,6 +45,8 @@ def test_signature_world_ablation_runs(method, tmp_path):
        f"--config.workdir={tmp_path}", "--config.progress=False"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-4000:]
+  if method == "combined" and earlier is not None:
+    assert "cold start: reusing" in proc.stdout
   report = json.load(open(tmp_path / "ablation" / "ablation.json"))
   names = [s["name"] for s in report["signatures"]]
   assert names == list(c.rl.signatures) and names
