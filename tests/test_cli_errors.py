@@ -1,5 +1,6 @@
 """Bad input at every entry point (issues 26 and 46): each command below runs as a real process
-with a mistake in it and must exit 2, within seconds, with one `error:` line naming the thing
+(forked from one interpreter that imported the third-party libraries once, and run as
+`python -m` runs it: tests/_preloaded.py) with a mistake in it and must exit 2, within seconds, with one `error:` line naming the thing
 (the field, the file, the argument) without escaped quotes or newlines, no Python traceback,
 and nothing written (the workdir or output it names stays absent: refused before any work).
 The figures line (`BAD_INPUTS ...`: how many were tried and clean, and how the others failed)
@@ -11,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+from _preloaded import Preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = "--config=configs/search_r1.py:tiny"
@@ -187,26 +190,39 @@ def write_inputs(tmp: str) -> None:
       f.write(data)
 
 
+SERVER = []                  # the module's preloaded interpreter (`preloaded()`)
+
+
+def preloaded():
+  """The interpreter the commands are forked from (tests/_preloaded.py: a real process each,
+  run as `python -m` runs it, without each paying ~2 s of third-party imports), in the
+  commands' environment: CPU JAX, this checkout on the path, no RAGJAX_TRACEBACK."""
+  if not SERVER:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    env.pop("RAGJAX_TRACEBACK", None)
+    SERVER.append(Preloaded(env, ROOT))
+  return SERVER[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def close_preloaded():
+  yield
+  while SERVER:
+    SERVER.pop().close()
+
+
 def run_all(todo, timeout: float = 120, report=None) -> list:
   """(cmd, want, absent, exit status, stderr) of each case, four processes at a time;
   `report(result)` is called as each one ends."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  env.pop("RAGJAX_TRACEBACK", None)
-  results = []
-  for i in range(0, len(todo), 4):
-    procs = [(cmd, want, absent, subprocess.Popen(
-                  [sys.executable, "-m", *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                  stderr=subprocess.PIPE, text=True))
-             for cmd, want, *absent in todo[i:i + 4]]
-    for cmd, want, absent, p in procs:
-      try:                      # a refusal takes seconds; a run that starts working is a miss
-        _, err = p.communicate(timeout=timeout)
-      except subprocess.TimeoutExpired:
-        p.kill()
-        err = f"still running after {timeout:g} s: " + p.communicate()[1][-400:]
-      results.append((cmd, want, absent, p.returncode, err))
-      if report is not None:
-        report(results[-1])
+  todo = [(cmd, want, absent) for cmd, want, *absent in todo]
+  results = [None] * len(todo)
+
+  def done(i, result):
+    cmd, want, absent = todo[i]
+    results[i] = (cmd, want, absent, result[0], result[2])
+    if report is not None:
+      report(results[i])
+  preloaded().run_all([cmd for cmd, _, _ in todo], timeout=timeout, report=done)
   return results
 
 
