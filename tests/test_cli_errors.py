@@ -1,10 +1,10 @@
 """Bad input at every entry point (issues 26 and 46): each command below runs as a real process
 (forked from one interpreter that imported the third-party libraries once, and run as
-`python -m` runs it: tests/_preloaded.py) with a mistake in it and must exit 2, within seconds, with one `error:` line naming the thing
-(the field, the file, the argument) without escaped quotes or newlines, no Python traceback,
-and nothing written (the workdir or output it names stays absent: refused before any work).
-The figures line (`BAD_INPUTS ...`: how many were tried and clean, and how the others failed)
-is what RELIABILITY.md records."""
+`python -m` runs it: tests/_preloaded.py) with a mistake in it and must exit 2, within
+seconds, with one `error:` line naming the thing (the field, the file, the argument) without
+escaped quotes or newlines, no Python traceback, and nothing written (the workdir or output it
+names stays absent: refused before any work).  The figures line (`BAD_INPUTS ...`: how many
+were tried and clean, and how the others failed) is what RELIABILITY.md records."""
 
 import json
 import os
