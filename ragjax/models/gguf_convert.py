@@ -105,7 +105,7 @@ def main(argv=None) -> int:
                                           "directory to a GGUF file (by the first argument).")
   p.add_argument("source", help="a .gguf file, or an HF directory")
   p.add_argument("out", help="the HF directory, or the .gguf file, to write")
-  p.add_argument("--dtype", default="",
+  p.add_argument("--dtype", default=None,
                  help="to HF: float32 (default) | bfloat16 | float16; to GGUF: float16 "
                       "(default) | float32")
   p.add_argument("--tokenizer_gguf", default="",
@@ -118,11 +118,12 @@ def main(argv=None) -> int:
       raise ValueError(f"{args.source}: not a .gguf file or an HF directory" + (
           "" if os.path.exists(args.source) else " (it does not exist)"))
     if is_gguf(args.source):
-      gguf_to_hf_dir(args.source, args.out, dtype=args.dtype or "float32")
+      gguf_to_hf_dir(args.source, args.out, dtype="float32" if args.dtype is None else args.dtype)
     else:
       if not is_gguf(args.out):
         raise ValueError(f"{args.out}: the GGUF file to write must end in .gguf")
-      hf_dir_to_gguf(args.source, args.out, dtype=args.dtype or "float16",
+      hf_dir_to_gguf(args.source, args.out,
+                     dtype="float16" if args.dtype is None else args.dtype,
                      tokenizer_gguf=args.tokenizer_gguf)
   print(f"wrote {args.out}")
   return 0
