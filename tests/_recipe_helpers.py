@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -22,9 +23,9 @@ def train_env(devices: int = 1) -> dict:
 
 def train(args, devices: int = 1) -> subprocess.Popen:
   """`python -m ragjax.train ARGS` (the `--config=FILE:ARG` flag must come first)."""
-  return subprocess.Popen([sys.executable, "-m", "ragjax.train", *args], cwd=ROOT,
-                          env=train_env(devices), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  return preloaded.popen([sys.executable, "-m", "ragjax.train", *args], cwd=ROOT,
+                         env=train_env(devices), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc, timeout: int = 900):

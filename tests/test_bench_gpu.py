@@ -5,7 +5,6 @@ check stops in one line."""
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ from ragjax.bench import gpu
 from ragjax.bench.numerics import greedy_agreement
 from ragjax.parallel import backend
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,8 +24,8 @@ def check(*args):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
              XLA_FLAGS=xla_flags())
   env.pop(backend.EXPECT_ENV, None)
-  p = subprocess.run([sys.executable, "-m", "ragjax.bench.gpu", *args], cwd=ROOT, env=env,
-                     capture_output=True, text=True, timeout=600)
+  p = preloaded.run([sys.executable, "-m", "ragjax.bench.gpu", *args], cwd=ROOT, env=env,
+                    capture_output=True, text=True, timeout=600)
   return p, [json.loads(line) for line in p.stdout.splitlines()]
 
 

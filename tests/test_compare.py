@@ -13,13 +13,13 @@ rows that say why; bad input is one error line.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from conftest import SHARED_DATA
 from _recipe_helpers import ROOT, train_env
+import _preloaded as preloaded
 
 ANSWER = "December 1972"
 
@@ -102,8 +102,8 @@ def get_config(arg="default"):
 
 
 def compare(cwd, *args):
-  return subprocess.run([sys.executable, "-m", "ragjax.compare", *args], cwd=cwd,
-                        env=train_env(), capture_output=True, text=True, timeout=600)
+  return preloaded.run([sys.executable, "-m", "ragjax.compare", *args], cwd=cwd,
+                       env=train_env(), capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data absent")

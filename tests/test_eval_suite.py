@@ -25,6 +25,7 @@ import pytest
 
 from conftest import SHARED_DATA
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -38,8 +39,8 @@ def _env():
 
 
 def _run(args, timeout=600):
-  proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True,
-                        text=True, timeout=timeout)
+  proc = preloaded.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True,
+                       text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return proc
 
@@ -189,7 +190,7 @@ def test_killed_run_resumes_to_the_same_table(setup, full_run):
   assert f"({left} on disk)" in resumed.stdout
   assert _table_core(out) == _table_core(full_run[0])
   # a resume with a changed protocol is refused, naming the field
-  bad = subprocess.run([sys.executable, *_evaluate_args(
+  bad = preloaded.run([sys.executable, *_evaluate_args(
       tmp, out, "--config.eval.suites.search_r1.protocol.top_k=2")], cwd=ROOT, env=_env(),
       capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2 and "settings.protocol.top_k: stored=3 now=2" in bad.stderr
@@ -480,8 +481,8 @@ def test_the_table_and_run_json_hold_the_settings_used(setup, tmp_path):
 
 
 def _cli(*args, timeout=300):
-  return subprocess.run([sys.executable, "-m", "ragjax.evaluate", *args], cwd=ROOT, env=_env(),
-                        capture_output=True, text=True, timeout=timeout)
+  return preloaded.run([sys.executable, "-m", "ragjax.evaluate", *args], cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=timeout)
 
 
 def test_cli_suite_mistakes_are_one_line(setup):

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+import _preloaded as preloaded
 from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +48,7 @@ def launch(workdir, steps, processes, devices, log_dir):
     cmd = [sys.executable, "-m", "ragjax.train", "--config=configs/search_r1.py:tiny",
            f"--config.workdir={workdir}", f"--config.trainer.num_steps={steps}", *ARGS]
     log = open(os.path.join(log_dir, f"p{processes}_{i}.log"), "w")
-    procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+    procs.append(preloaded.popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
   return procs
 
 

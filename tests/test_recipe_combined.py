@@ -5,7 +5,6 @@ protocol-agnostic retry reward by hand."""
 
 import math
 import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -13,6 +12,7 @@ import pytest
 
 from _rl_helpers import logged_metrics
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -42,11 +42,11 @@ def test_tiny_runs_the_three_methods_together(tmp_path):
              XLA_FLAGS=xla_flags(1))
   work = str(tmp_path / "w")
   # every wrong answer cloned (p = 1), so the probes run within two steps
-  p = subprocess.run([sys.executable, "-m", "ragjax.train", "--config=configs/combined.py:tiny",
+  p = preloaded.run([sys.executable, "-m", "ragjax.train", "--config=configs/combined.py:tiny",
                       "--config.progress=False", "--config.rex_rag.p=1.0",
                       "--config.trainer.eval_every=0", f"--config.trainer.num_steps={STEPS}",
                       f"--config.workdir={work}"], cwd=ROOT, env=env, capture_output=True,
-                     text=True, timeout=1200)
+                    text=True, timeout=1200)
   assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
   m = logged_metrics(work)
   assert [r["step"] for r in m] == list(range(1, STEPS + 1))

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 
 import numpy as np
@@ -22,6 +21,7 @@ import requests
 
 from test_services_fixtures import start_chat_server
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/r3_rag.py:tiny"
@@ -32,7 +32,7 @@ def _train(workdir, *args):
   env["XLA_FLAGS"] = xla_flags()
   cmd = [sys.executable, "-m", "ragjax.train", f"--config={CONFIG}",
          f"--config.workdir={workdir}", "--config.progress=False", *args]
-  out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+  out = preloaded.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
   assert out.returncode == 0, out.stderr[-4000:]
   return out.stdout
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from _rl_helpers import logged_metrics
+import _preloaded as preloaded
 from _xla_helpers import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,9 +79,9 @@ def test_config_arguments():
 def _train(workdir):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=TESTS + os.pathsep + ROOT,
              XLA_FLAGS=xla_flags(1))
-  return subprocess.Popen([sys.executable, "-m", "ragjax.train", *ARGS,
-                           f"--config.workdir={workdir}"], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return preloaded.popen([sys.executable, "-m", "ragjax.train", *ARGS,
+                          f"--config.workdir={workdir}"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="module")

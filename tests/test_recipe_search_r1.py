@@ -5,13 +5,14 @@ count, refusal of a changed learning rate naming the field (before any set-up); 
 ragjax.evaluate` on the exported policy."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
+import _preloaded as preloaded
 from _recipe_helpers import (ROOT, TESTS, finish as _finish, read_metrics as _metrics, train,
                              train_env)
+
 # A dense user reward bound with gin next to the paper's EM (a random tiny policy never
 # answers right, so EM alone gives zero gradients and nothing to compare).
 TINY = ["--gin_file", os.path.join(TESTS, "dense_reward.gin"),
@@ -82,10 +83,10 @@ def test_tiny_ppo_trains_a_critic(tmp_path):
 
 def test_evaluate_takes_the_same_config(runs):
   plain, _ = runs
-  proc = subprocess.run([sys.executable, "-m", "ragjax.evaluate",
+  proc = preloaded.run([sys.executable, "-m", "ragjax.evaluate",
                          "--config=configs/search_r1.py:tiny", f"--config.workdir={plain}",
                          f"--checkpoint={os.path.join(plain, 'policy')}", "--limit=4"],
-                        cwd=ROOT, env=train_env(1), capture_output=True, text=True, timeout=600)
+                       cwd=ROOT, env=train_env(1), capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [l for l in proc.stdout.splitlines() if l.startswith("| test |")]
   assert [r.split(" | ")[1] for r in rows] == ["policy + retrieval", "policy, no retrieval"]

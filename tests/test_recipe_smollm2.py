@@ -32,6 +32,7 @@ from _retrieval_helpers import free_port
 from conftest import SHARED_DATA
 from test_services_fixtures import start_chat_server, wait_for_server
 from ragjax.models.gguf_io import SMOLLM2_135M, installed_gguf
+import _preloaded as preloaded
 
 pytestmark = pytest.mark.skipif(
     not installed_gguf(*SMOLLM2_135M) or not os.path.isdir(SHARED_DATA)
@@ -95,9 +96,9 @@ def runs(tmp_path_factory):
     path = os.path.join(root, "plan.json")
     with open(path, "w") as f:
       json.dump(steps, f)
-    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "_run_configs.py"), path, DENSE],
-                            cwd=ROOT, env=train_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = preloaded.popen([sys.executable, os.path.join(TESTS, "_run_configs.py"), path, DENSE],
+                           cwd=ROOT, env=train_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     wait_for_server(judge, port, seconds=900)
     try:
       out, err = proc.communicate(timeout=3000)

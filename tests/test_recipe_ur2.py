@@ -19,6 +19,7 @@ import requests
 from _retrieval_helpers import free_port, stop_server
 from _xla_helpers import xla_flags
 from test_services_fixtures import checkpoint_dir
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -37,8 +38,8 @@ def _env() -> dict:
 
 
 def _run(args, timeout=1500):
-  p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=_env(), capture_output=True,
-                     text=True, timeout=timeout)
+  p = preloaded.run([sys.executable, "-m", *args], cwd=ROOT, env=_env(), capture_output=True,
+                    text=True, timeout=timeout)
   assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
   return p.stdout
 
@@ -62,7 +63,7 @@ def proxy(tmp_path_factory):
   build_index(paths["corpus"], str(d / "index"), "bm25")
   port = free_port()
   cache = str(d / "summaries.jsonl")
-  proc = subprocess.Popen(
+  proc = preloaded.popen(
       [sys.executable, "-m", "ragjax.services.proxy", "--index", str(d / "index"),
        "--chat-checkpoint", checkpoint_dir(True), "--port", str(port), "--topk", "2",
        "--max-tokens", "8", "--temperature", "0", "--chat-cache", cache,

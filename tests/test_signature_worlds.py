@@ -6,7 +6,6 @@ questions, the signature metric logged every RL step and compared in the report.
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from _recipe_helpers import ROOT, train_env
 
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 import signatures  # noqa: E402  (configs/signatures.py)
+import _preloaded as preloaded
 
 # A variant's workdir starts as a copy of an earlier variant's (its world's index and, where
 # the cold-start fields are the same, its cold start: reused by the run's own fingerprint
@@ -35,12 +35,12 @@ def test_signature_world_ablation_runs(method, tmp_path):
                     ignore=lambda d, names: ["ablation"] if d == str(earlier) else [])
   a, b = c.ablation.a, c.ablation.b          # the arms python -m ragjax.ablate takes from it
   for stage in signatures.PREPARE.get(method, ()):
-    proc = subprocess.run(
+    proc = preloaded.run(
         [sys.executable, "-m", "ragjax.train", f"--config=configs/signatures.py:{method}-toy",
          f"--config.workdir={tmp_path}", "--config.progress=False", f"--config.stage={stage}"],
         cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-  proc = subprocess.run(
+  proc = preloaded.run(
       [sys.executable, "-m", "ragjax.ablate", f"--config=configs/signatures.py:{method}-toy",
        f"--config.workdir={tmp_path}", "--config.progress=False"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=900)
@@ -70,14 +70,14 @@ def test_signature_world_ablation_runs(method, tmp_path):
 
 
 def test_ablation_refuses_two_untrained_arms(tmp_path):
-  proc = subprocess.run(
+  proc = preloaded.run(
       [sys.executable, "-m", "ragjax.ablate", "--config=configs/signatures.py:search_r1-toy",
        f"--config.workdir={tmp_path}", "--a", "x:start", "--b", "y:start"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2 and "both arms are 'start'" in proc.stderr
   assert "Traceback" not in proc.stderr
   # a config without an ablation section and no --b: one line saying what to give
-  proc = subprocess.run(
+  proc = preloaded.run(
       [sys.executable, "-m", "ragjax.ablate", "--config=configs/world.py:toy",
        f"--config.workdir={tmp_path}"],
       cwd=ROOT, env=train_env(), capture_output=True, text=True, timeout=300)

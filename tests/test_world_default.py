@@ -8,13 +8,13 @@ run's numbers are in BENCHMARKS.md.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,9 +24,9 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   work = str(tmp_path / "run")
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = xla_flags()   # one CPU device, as a user's laptop has
-  proc = subprocess.run([sys.executable, "-m", "ragjax.train", "--config=configs/world.py:toy",
+  proc = preloaded.run([sys.executable, "-m", "ragjax.train", "--config=configs/world.py:toy",
                          f"--config.workdir={work}", "--config.progress=False"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   assert "| test | grpo + retrieval |" in proc.stdout
 
@@ -90,10 +90,10 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   assert np.abs(np.asarray(ours) - ref).max() < 1e-4
 
   # The evaluate command on the exported policy, with sampled pass@1 / pass@k rows.
-  proc = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
+  proc = preloaded.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
                          "--config=configs/world.py:toy", f"--config.workdir={work}", "--limit=6",
                          "--samples=3", "--temperature=0.7"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-4000:]
   rows = {line.split(" | ")[1]: line for line in proc.stdout.splitlines()
           if line.startswith("| test |")}
@@ -105,11 +105,11 @@ def test_toy_pipeline_writes_every_output(tmp_path):
           >= mean(rows["policy + retrieval, pass@1 (T=0.7, 3 samples)"]))
   # An A/B ablation from this run's cold start (reused, not retrained): paired statistics are
   # recomputed here from the per-question scores it writes.
-  proc = subprocess.run([sys.executable, "-m", "ragjax.ablate", "--config=configs/world.py:toy",
+  proc = preloaded.run([sys.executable, "-m", "ragjax.ablate", "--config=configs/world.py:toy",
                          f"--config.workdir={work}", "--config.progress=False",
                          "--config.trainer.num_steps=1", "--config.trainer.eval_every=0",
                          "--a", "base:", "--b", "kl:rl.kl_coef=0.05"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   assert "cold start: reusing" in proc.stdout and "sft:" not in proc.stdout
   report = json.load(open(os.path.join(work, "ablation", "ablation.json")))
@@ -121,7 +121,7 @@ def test_toy_pipeline_writes_every_output(tmp_path):
   assert top["diff_low"] <= top["diff_mean"] <= top["diff_high"]
   assert "| all | 16 |" in proc.stdout
 
-  bad = subprocess.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
+  bad = preloaded.run([sys.executable, "-m", "ragjax.evaluate", "--checkpoint", policy,
                         "--samples=2", "--temperature=0"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+                      capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2 and "--temperature > 0" in bad.stderr
