@@ -13,6 +13,7 @@ import numpy as np
 import requests
 
 from _xla_helpers import xla_flags
+import _preloaded as preloaded
 
 from ragjax.bench.serving import free_port, stop  # noqa: F401  (re-exported to the tests)
 
@@ -67,8 +68,8 @@ def run_module(*args) -> subprocess.CompletedProcess:
   """`python -m ARGS` as a user runs it (this checkout on the path, CPU, one device)."""
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
   env["XLA_FLAGS"] = xla_flags()
-  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=300)
+  return preloaded.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
 
 
 def start_server(index_dir: str, port: int, *extra: str) -> subprocess.Popen:

@@ -5,6 +5,7 @@ import pytest
 from ragjax.eval.systems import SystemResult
 from ragjax.eval.ablation_report import paired_rows, paired_table
 from ragjax.recipes.ablation import apply_overrides
+import _preloaded as preloaded
 
 
 def result(name, em, qtypes):
@@ -58,7 +59,6 @@ def test_pooled_reports_by_hand(tmp_path):
   """Two seeds' reports pooled: EM per question averaged over the runs, a signature's
   numerator and denominator summed, the bootstrap over questions."""
   import json
-  import subprocess
   import sys
   from ragjax.eval.ablation_report import pool_reports
   qt = ["1hop", "1hop", "2hop"]
@@ -87,7 +87,7 @@ def test_pooled_reports_by_hand(tmp_path):
   for i, r in enumerate((r0, r1, old)):
     paths.append(str(tmp_path / f"r{i}.json"))
     json.dump(r, open(paths[-1], "w"))
-  run = lambda files: subprocess.run(  # noqa: E731
+  run = lambda files: preloaded.run(  # noqa: E731
       [sys.executable, "-m", "ragjax.ablate", f"--pool={','.join(files)}"],
       capture_output=True, text=True, timeout=300)
   proc = run(paths[:2])

@@ -4,7 +4,6 @@ every real-size config fits the paper's hardware."""
 
 import importlib.util
 import os
-import subprocess
 import sys
 
 import jax
@@ -13,6 +12,7 @@ import pytest
 
 from ragjax.parallel.memory import MeshShape, Target, parse_target
 from ragjax.planning.dry_run import memory_plan
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -129,7 +129,7 @@ def test_every_real_size_config_fits_its_papers_hardware(name, c):
 
 def test_dry_run_command_prints_the_plan_and_exits_by_fit():
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  ok = subprocess.run([sys.executable, "-m", "ragjax.train", "--config=configs/search_r1.py:qwen2.5-3b",
+  ok = preloaded.run([sys.executable, "-m", "ragjax.train", "--config=configs/search_r1.py:qwen2.5-3b",
                        "--dry_run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert ok.returncode == 0, ok.stderr[-2000:]
   assert "dry run on h100x8" in ok.stdout and "| total |" in ok.stdout and "fits" in ok.stdout
@@ -140,9 +140,9 @@ def test_dry_run_command_prints_the_plan_and_exits_by_fit():
   assert "| retriever encoder | e5-base-v2 | e5-base-v2 | = paper (code) |" in ok.stdout
   assert "| retriever index (exact / approximate) | exact | exact | = paper (code) |" in ok.stdout
   assert "differ without a reason" in ok.stdout and "0 differ without a reason" in ok.stdout
-  small = subprocess.run([sys.executable, "-m", "ragjax.train",
+  small = preloaded.run([sys.executable, "-m", "ragjax.train",
                           "--config=configs/search_r1.py:qwen2.5-7b", "--dry_run", "--target=v5e-4"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert small.returncode == 3 and "does NOT fit" in small.stdout
 
 

@@ -8,13 +8,13 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from conftest import SHARED_DATA
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = os.path.join(os.path.dirname(SHARED_DATA), "research")
@@ -334,9 +334,9 @@ def test_searchr1_training_mixture(tmp_path):
   env = dict(os.environ, PYTHONPATH=ROOT)
 
   def run(out):
-    p = subprocess.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
+    p = preloaded.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
                         str(nq), "--hotpotqa", hq + ":hotpotqa", "--out", str(out)], env=env,
-                       capture_output=True, text=True, timeout=300)
+                      capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
   p = run(tmp_path / "a")
@@ -350,9 +350,9 @@ def test_searchr1_training_mixture(tmp_path):
   assert "--config.data.train_files" in p.stdout
   from ragjax.data.readers import read_examples
   assert len(read_examples(str(tmp_path / "a" / "train.jsonl"))) == 330
-  dup = subprocess.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
+  dup = preloaded.run([sys.executable, "-m", "ragjax.data.prepare", "searchr1-train", "--nq",
                         str(nq), str(nq), "--out", str(tmp_path / "c")], env=env,
-                       capture_output=True, text=True, timeout=300)
+                      capture_output=True, text=True, timeout=300)
   assert dup.returncode == 2 and "appears twice" in dup.stderr
 
 

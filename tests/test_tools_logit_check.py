@@ -2,17 +2,17 @@
 
 import json
 import os
-import subprocess
 import sys
 
 from tests._model_helpers import save_hf_decoder
+import _preloaded as preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(hf_dir, *extra):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, "-m", "ragjax.tools.logit_check", "--hf_dir", hf_dir,
+  return preloaded.run([sys.executable, "-m", "ragjax.tools.logit_check", "--hf_dir", hf_dir,
                          *extra], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 

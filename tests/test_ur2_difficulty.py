@@ -3,7 +3,6 @@ ragjax checkpoint in process.  The rollout-engine path runs in tests/test_recipe
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ from _retrieval_helpers import REPO
 from test_services_fixtures import ScriptedChat, checkpoint_dir
 from ragjax.eval.difficulty import attach_scores, read_scores, score_with_chat, score_with_engine
 from ragjax.rollout.protocols import ur2
+import _preloaded as preloaded
 
 SHARED = os.path.join(REPO, "..", "shared", "data", "ur2_eval")
 
@@ -60,7 +60,7 @@ def test_cli_scores_shared_math_with_a_checkpoint_in_process(tmp_path):
   cmd = [sys.executable, "-m", "ragjax.eval.difficulty", "--data", data, "--format", "math",
          "--task", "math", "--out", out, "--n", "2", "--checkpoint", checkpoint_dir(True),
          "--max-tokens", "8", "--limit", "3", "--chunk", "2"]
-  p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  p = preloaded.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert p.returncode == 0, p.stderr[-2000:]
   summary = json.loads(p.stdout.strip().splitlines()[-1])
   assert summary["scored"] == 3 and sum(summary["labels"].values()) == 3
@@ -68,5 +68,5 @@ def test_cli_scores_shared_math_with_a_checkpoint_in_process(tmp_path):
   assert [len(line["scores"]) for line in lines] == [2, 2, 2]
   # a random model never finds the answer: every question is very hard
   assert all(line["label"] == "very_hard" for line in lines)
-  p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  p = preloaded.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert p.returncode == 0 and len(open(out).readlines()) == 3     # nothing left to score
