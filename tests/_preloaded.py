@@ -71,9 +71,15 @@ class Preloaded:
     self.close()
 
   def close(self) -> None:
+    """Ends the server once the processes it forked have ended (or after a minute: then the
+    server is killed and those still running are left to finish alone)."""
     if self.proc.poll() is None:
       self.proc.stdin.close()
-      self.proc.wait(timeout=60)
+      try:
+        self.proc.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait()
     shutil.rmtree(self.dir, ignore_errors=True)
 
   def agrees(self, env: dict) -> bool:
