@@ -39,20 +39,22 @@ def pytest_addoption(parser):
                         "(RELIABILITY.md's full run: 10000)")
 
 
-# The files that take longest (seconds of one worker in a clean-clone run, 2026-12-07 evening,
-# after the commands forked from a preloaded interpreter: tests/_preloaded.py): the real-model
-# module ~480, the signature worlds ~250, R3-RAG and multi-host ~110 each, the Search-R1,
-# GPU-check, world-default and evaluation-suite files 75-95 each, then 40-65 each), most
-# first.  `--dist loadfile` hands files to the two workers in collection order (with xdist's
+# The files that take longest, most first (seconds of one worker in a clean-clone run,
+# 2026-12-07 afternoon: the real-model module ~620, the signature worlds ~400, the bad-input
+# commands ~215, multi-host ~190, the synthetic-world recipes, GPU-check and evaluation-suite
+# files 90-140 each; since the tests' commands fork from a preloaded interpreter the
+# bad-input commands take ~45 s, but they stay third: moved down, multi-host's five processes
+# ran beside R3-RAG's and the suite took 1,334 s against 1,210 s in this order).
+# `--dist loadfile` hands files to the two workers in collection order (with xdist's
 # reordering by test count turned off in pytest_configure: it put these few-test files last),
 # so they start first and the run ends on short files, not with one worker alone on a long one.
-LONG_FILES = ("test_recipe_smollm2.py", "test_signature_worlds.py", "test_recipe_r3_rag.py",
-              "test_multihost.py", "test_recipe_search_r1.py", "test_bench_gpu.py",
-              "test_world_default.py", "test_eval_suite.py", "test_recipe_ur2.py",
-              "test_rl_trainer.py", "test_rollout_sampler.py", "test_compare.py",
-              "test_recipe_autorefine_rezero.py", "test_models_gguf.py", "test_recipe_rex_rag.py",
-              "test_rl_resume.py", "test_models_decoder.py", "test_cli_errors.py",
-              "test_rl_train_step.py")
+LONG_FILES = ("test_recipe_smollm2.py", "test_signature_worlds.py", "test_cli_errors.py",
+              "test_multihost.py", "test_recipe_r3_rag.py", "test_recipe_ur2.py",
+              "test_bench_gpu.py", "test_recipe_search_r1.py", "test_eval_suite.py",
+              "test_world_default.py", "test_models_gguf.py", "test_recipe_autorefine_rezero.py",
+              "test_rl_trainer.py", "test_recipe_rex_rag.py", "test_compare.py",
+              "test_rl_resume.py", "test_rollout_sampler.py", "test_rl_train_step.py",
+              "test_models_decoder.py")
 
 
 def pytest_configure(config):
