@@ -43,8 +43,8 @@ def pytest_addoption(parser):
 # 2026-12-07 afternoon: the real-model module ~620, the signature worlds ~400, the bad-input
 # commands ~215, multi-host ~190, the synthetic-world recipes, GPU-check and evaluation-suite
 # files 90-140 each; since the tests' commands fork from a preloaded interpreter the
-# bad-input commands take ~45 s, but they stay third: moved down, multi-host's five processes
-# ran beside R3-RAG's and the suite took 1,334 s against 1,210 s in this order).
+# bad-input commands take ~45 s, but they stay third: moved down to their place, one run took
+# 1,334 s against 1,210 s in this order, multi-host's setup 88 s against 60 s).
 # `--dist loadfile` hands files to the two workers in collection order (with xdist's
 # reordering by test count turned off in pytest_configure: it put these few-test files last),
 # so they start first and the run ends on short files, not with one worker alone on a long one.
