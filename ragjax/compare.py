@@ -14,7 +14,12 @@ row's paired difference to Search-R1, searches per question, wall time; `D/table
 evaluation is read back, an unfinished one resumes).  A config file that has no such variant
 (`configs/autorefine.py:smollm2` before it is written), a failed run and `--skip` give a row
 that says "not run" and why.  `--set FIELD=VALUE` changes every config (and its run), e.g. the
-same budget for all: `--set trainer.num_steps=10`.  Details: ragjax/recipes/comparison.py.
+same budget for all: `--set trainer.num_steps=10`.  Every evaluated row is also written as one
+row record (`D/rows/<row>.jsonl`: per-question scores, the run's config fingerprint, the
+evaluation's key); `--rows_from DIR` puts rows measured elsewhere (a GPU box, an earlier session:
+results/compare_smollm2/ holds this repository's) into the table without training or evaluating
+them, when they were made by the same config on the same questions and settings.  Details:
+ragjax/recipes/comparison.py, ragjax/eval/row_record.py.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ flags.DEFINE_list("skip", [], "rows not to run: direct, rag, cold_start, or a co
                   "name")
 flags.DEFINE_multi_string("set", [], "FIELD=VALUE override applied to every config "
                           "(repeatable)")
+flags.DEFINE_list("rows_from", [], "directories (or files) of row records measured elsewhere "
+                  "(another comparison's rows/, results/compare_smollm2): a row whose run or "
+                  "evaluation is not here is read from its record when the record fits")
 flags.DEFINE_string("data_root", None, "where the suite's files live (default eval.data_root, "
                     "else ../shared/data beside the repo)")
 
@@ -69,8 +77,11 @@ def main(argv):
     overrides = tuple(o.strip().removeprefix("--config.") for o in f.set)
     entries = load_entries(specs, overrides)
     check_skip(entries, f.skip)
+    from ragjax.eval.row_record import read_rows
+    read_rows(f.rows_from)           # a bad record: one line before any run
     opts = Options(workdir=f.workdir, suite=f.suite, heldout=f.heldout, limit=f.limit,
-                   skip=tuple(f.skip), data_root=f.data_root, overrides=overrides)
+                   skip=tuple(f.skip), data_root=f.data_root, overrides=overrides,
+                   rows_from=tuple(f.rows_from))
     ref = entries[0].config
     if ref is None:
       raise ValueError(f"--configs {entries[0].spec}: the first config is the Search-R1 "

@@ -77,6 +77,63 @@ def test_retrieve_once_prompt_reads_the_records_documents():
     as_prompt_input({"question": "q", "documents": ["x"]})
 
 
+# --- row records -------------------------------------------------------------------------------
+def record_header(**kw):
+  h = {"key": "m", "name": "method", "source": "configs/m.py",
+       "run": {"fingerprint": {"model.checkpoint": "/a/b/model.gguf", "rl.lr": 1e-3},
+               "seconds": 12.0},
+       "evaluation": {"policy": {"path": "/x/policy", "sha256": "p1"},
+                      "datasets": {"a": {"file": {"path": "/d/a.jsonl", "sha256": "f", "bytes": 9},
+                                         "protocol": {"top_k": 3}}}},
+       "limit": 0, "sizes": {"a": 2}}
+  h.update(kw)
+  return h
+
+
+def test_row_record_round_trip_and_what_makes_it_fit(tmp_path):
+  from ragjax.eval import row_record as rr
+  row = {"a": [{**p, "answer": "x"} for p in preds([1, 0], [1, .25], [1, 2])]}
+  path = str(tmp_path / "rows" / "m.jsonl")
+  assert rr.write_row(path, record_header(), row)
+  before = os.stat(path).st_mtime_ns
+  assert not rr.write_row(path, record_header(), row)        # the same row: left as it is
+  assert os.stat(path).st_mtime_ns == before
+  rec = rr.read_rows([str(tmp_path / "rows")])["m"]
+  assert [p["scores"] for p in rec.preds["a"]] == [{"em": 1, "f1": 1}, {"em": 0, "f1": .25}]
+  assert rec.preds["a"][1]["searches"] == 2 and rec.header["machine"]["cpus"] == os.cpu_count()
+  # the same config elsewhere: paths by file name; another value is named
+  assert rr.run_mismatch(rec, {"model.checkpoint": "/elsewhere/model.gguf", "rl.lr": 1e-3}) is None
+  why = rr.run_mismatch(rec, {"model.checkpoint": "/a/b/model.gguf", "rl.lr": 5e-4})
+  assert "another config (rl.lr)" in why
+  key = record_header()["evaluation"]
+  moved = json.loads(json.dumps(key))
+  moved["datasets"]["a"]["file"]["path"] = "/other/a.jsonl"
+  moved["policy"] = None                                       # the policy is not here
+  assert rr.evaluation_mismatch(rec, moved, 0) is None
+  assert "--limit 0, not 2" in rr.evaluation_mismatch(rec, moved, 2)
+  other = json.loads(json.dumps(moved))
+  other["datasets"]["a"]["file"]["sha256"] = "g"
+  assert "another question file" in rr.evaluation_mismatch(rec, other, 0)
+  other = json.loads(json.dumps(moved))
+  other["datasets"]["a"]["protocol"]["top_k"] = 5
+  assert "other settings (protocol)" in rr.evaluation_mismatch(rec, other, 0)
+  here = dict(moved, policy={"path": "/x/policy", "sha256": "p2"})
+  assert "another policy" in rr.evaluation_mismatch(rec, here, 0)
+  # bad records: one message naming the file and line
+  bad = tmp_path / "bad.jsonl"
+  for text, message in (("", "empty"), ("[1]\n", "line 1: not a row record"),
+                        (open(path).read() + "{\"dataset\": \"a\"}\n", "line 4: a question line without"),
+                        (open(path).read().replace('"f1": 0.25', '"f1": "x"'),
+                         "line 3: scores must hold numbers")):
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=message):
+      rr.read_rows([str(bad)])
+  (tmp_path / "rows2").mkdir()
+  (tmp_path / "rows2" / "again.jsonl").write_text(open(path).read())
+  with pytest.raises(ValueError, match="row 'm' is in both"):
+    rr.read_rows([str(tmp_path / "rows"), str(tmp_path / "rows2")])
+
+
 # --- the command, end to end -------------------------------------------------------------------
 CONFIG = '''"""configs/smollm2.py:tiny on the chain policy and 300 passages (tests/test_compare.py)."""
 import importlib.util, os
@@ -183,6 +240,25 @@ def test_compare_runs_then_reuses_everything_and_says_what_was_not_run(tmp_path)
   final = {r["system"]: r for r in json.loads((D / "table.json").read_text())["rows"]}
   assert final["direct answer"]["cells"] == rows["direct answer"]["cells"]
 
+  # the rows carried elsewhere: a new comparison directory (no runs, no evaluations) reading
+  # D's row records trains and evaluates nothing and sets out the same table
+  assert sorted(p.name for p in (D / "rows").iterdir()) == ["chain.jsonl", "direct.jsonl",
+                                                             "rag.jsonl"]
+  carried = compare(tmp_path, "--workdir=E", "--limit=2", "--configs", "chain.py",
+                    "chain.py:nosuch", "--rows_from", str(D / "rows"))
+  assert carried.returncode == 0, carried.stderr[-3000:]
+  assert ": training (" not in carried.stdout and "evaluating" not in carried.stdout
+  assert carried.stdout.count("reading the row from") == 3
+  assert "chain: no finished run here; its row is read from" in carried.stdout
+  got = {r["system"]: r for r in json.loads((tmp_path / "E" / "table.json").read_text())["rows"]}
+  for name in ("direct answer", "retrieve-once RAG", "Search-R1 GRPO"):
+    assert got[name]["cells"] == rows[name]["cells"], name
+    assert "read from" in got[name]["source"]
+  assert got["Search-R1 GRPO"]["run_seconds"] == rows["Search-R1 GRPO"]["run_seconds"]
+  assert "rows read from row records" in (tmp_path / "E" / "table.md").read_text()
+  assert not (tmp_path / "E" / "runs" / "chain").exists()
+
+
 
 def test_bad_input_is_one_error_line(tmp_path):
   (tmp_path / "file").write_text("x")
@@ -194,7 +270,11 @@ def test_bad_input_is_one_error_line(tmp_path):
            (["--workdir=D", "--configs=configs/smollm2.py", "--heldout=nq"],
             "--heldout nq: suite covered has no such dataset"),
            (["--workdir=D", "--configs=configs/smollm2.py:nosuch"],
-            "the first config is the Search-R1 reference and does not load")]
+            "the first config is the Search-R1 reference and does not load"),
+           (["--workdir=D", "--configs=configs/smollm2.py", f"--rows_from={tmp_path / 'file'}"],
+            "line 1: not JSON (not a row record)"),
+           (["--workdir=D", "--configs=configs/smollm2.py", "--rows_from=nowhere"],
+            "--rows_from nowhere: no such file or directory")]
   for args, message in cases:
     proc = compare(ROOT, *args)
     assert proc.returncode == 2, (args, proc.stderr)

@@ -19,6 +19,13 @@ Under the comparison's directory D:
   `done` and the `--limit` once every question is in).  A row whose policy or settings changed
   is set aside as `.stale` and evaluated again; a finished one is read back without loading a
   model; another `--limit` keeps the predictions on disk and runs the rest.
+- `rows/<row>.jsonl`: each evaluated row as one row record (`ragjax.eval.row_record`: the
+  per-question scores, the run's config fingerprint, the evaluation's key), written once the
+  row's evaluation is finished.  `--rows_from DIR` reads such records (another comparison's
+  `rows/`, or ones kept in the repository): a row whose run is not here, or whose evaluation
+  is not, is read from its record when the record was made by a run of the same config (the
+  fingerprint, field by field) on the same question files under the same settings and
+  `--limit`; nothing is trained or evaluated for it, and the table says where it came from.
 - `table.md`, `table.json`: the table (`ragjax.eval.comparison`).
 
 Rows: direct answer and retrieve-once RAG (the reference config's base model, its `direct` /
@@ -39,12 +46,14 @@ import time
 from typing import Optional, Sequence
 
 from ragjax.eval.comparison import Row, comparison_table
+from ragjax.eval import row_record
 from ragjax.recipes.ablation import apply_overrides
 from ragjax.recipes.cached_phase import COLD_START_DIR
 from ragjax.typed_config import json_safe, write_json_atomic
 from ragjax.wiring import components as parts
 
 RUNS_DIR, EVAL_DIR, DATA_DIR = "runs", "eval", "data"
+ROWS_DIR = "rows"
 RUN_RECORD = "compare_run.json"
 RUN_SECONDS = "compare_seconds.json"
 EVAL_RECORD = "compare_eval.json"
@@ -75,6 +84,7 @@ class Options:
   skip: tuple = ()                   # config specs / names, or direct, rag, cold_start
   data_root: Optional[str] = None
   overrides: tuple = ()              # FIELD=VALUE for every config (and its run)
+  rows_from: tuple = ()              # directories (or files) of row records measured elsewhere
 
 
 def entry_name(spec: str) -> str:
@@ -224,6 +234,12 @@ class System:
   baseline: bool = False         # the one-turn protocols (no search turns)
   run_seconds: Optional[float] = None
   source: str = ""
+  fingerprint: Optional[dict] = None        # the config fingerprint of the run it came from
+  record: Optional[row_record.RowRecord] = None   # a row record of it measured elsewhere
+
+
+class NotEvaluated(Exception):
+  """A row whose policy is not on this machine and whose record does not fit."""
 
 
 def baseline_config(c, protocol: str):
@@ -287,6 +303,8 @@ def system_suite(suite, system: System):
 
 
 def evaluation_key(system: System, suite, root: str) -> dict:
+  """The policy's content digest (None when it is not on this machine), every dataset's file
+  digest and settings."""
   from ragjax.eval.fingerprint import file_digest
   from ragjax.eval.harness import dataset_settings
   datasets = {}
@@ -294,23 +312,38 @@ def evaluation_key(system: System, suite, root: str) -> dict:
     path = spec.path(root)
     datasets[spec.key] = {"file": None if path is None else {"path": path, **file_digest(path)},
                           **dataset_settings(system.config, suite, spec)}
-  return json_safe({"policy": policy_digest(system.checkpoint), "datasets": datasets})
+  policy = policy_digest(system.checkpoint) if os.path.exists(system.checkpoint) else None
+  return json_safe({"policy": policy, "datasets": datasets})
 
 
-def evaluate(system: System, suite, root: str, opts: Options, retrievers: dict) -> dict:
-  """{dataset key: predictions} of one row over the suite: read back when finished, else run
-  (or resumed) here."""
+def evaluate(system: System, suite, root: str, opts: Options, retrievers: dict
+             ) -> tuple[dict, dict]:
+  """({dataset key: predictions}, the row record's header) of one row over the suite: read back
+  when finished here, else read from its row record when that fits, else run (or resumed)
+  here; NotEvaluated when the policy is not here and no record fits."""
   from ragjax.eval.harness import plan_suite
   from ragjax.eval.predictions import read_predictions
   suite = system_suite(suite, system)
   out = os.path.join(os.path.abspath(opts.workdir), EVAL_DIR, system.key)
   record_path = os.path.join(out, EVAL_RECORD)
   key = evaluation_key(system, suite, root)
-  stored = parts.read_cache(record_path, lambda d: "key" in d and "done" in d)
+  here = key["policy"] is not None
+  stored = parts.read_cache(record_path, lambda d: "key" in d and "done" in d) if here else None
   if stored is not None and stored["key"] != key:
     parts.set_aside(out, "evaluated with another policy, question file or setting", stale=True)
     stored = None
-  if stored is None or not stored["done"] or stored.get("limit") != opts.limit:
+  finished = stored is not None and stored["done"] and stored.get("limit") == opts.limit
+  if not finished and system.record is not None:
+    why = row_record.evaluation_mismatch(system.record, key, opts.limit)
+    if why is None:
+      parts.log(f"{system.name}: reading the row from {system.record.describe()}")
+      return system.record.preds, system.record.header
+    if not here:
+      raise NotEvaluated(why)
+    parts.log(f"{system.name}: not reading {system.record.path}: {why}")
+  if not here:
+    raise NotEvaluated(f"its policy {system.checkpoint} is not on this machine")
+  if not finished:
     # unfinished, or another --limit: the predictions on disk are kept, the rest run
     os.makedirs(out, exist_ok=True)
     write_json_atomic(record_path, {"key": key, "done": False})
@@ -325,8 +358,11 @@ def evaluate(system: System, suite, root: str, opts: Options, retrievers: dict) 
     parts.log(f"{system.name}: reusing the finished evaluation in {out}")
   preds = read_predictions(out, suite.keys) if os.path.isdir(
       os.path.join(out, "predictions")) else {}
-  return {k: [p for p in v if p["index"] < stored["sizes"].get(k, 0)]
-          for k, v in preds.items()}
+  preds = {k: [p for p in v if p["index"] < stored["sizes"].get(k, 0)] for k, v in preds.items()}
+  header = {"key": system.key, "name": system.name, "source": system.source,
+            "run": {"fingerprint": system.fingerprint, "seconds": system.run_seconds},
+            "evaluation": key, "limit": opts.limit, "sizes": stored["sizes"]}
+  return preds, header
 
 
 def run_policy(system: System, suite, root: str, out: str, plan, retrievers: dict) -> None:
@@ -349,29 +385,50 @@ def run_policy(system: System, suite, root: str, out: str, plan, retrievers: dic
 
 
 # --- the whole comparison -------------------------------------------------------------------
-def systems_of(entries: Sequence[Entry], runs: dict, opts: Options) -> tuple[list, dict]:
+def fitting_record(records: dict, key: str, fingerprint: dict) -> Optional[row_record.RowRecord]:
+  """The row record of `key` when it came from a run with this config fingerprint."""
+  rec = records.get(key)
+  if rec is None:
+    return None
+  why = row_record.run_mismatch(rec, fingerprint)
+  if why is not None:
+    parts.log(f"{key}: not reading {rec.path}: {why}")
+    return None
+  return rec
+
+
+def systems_of(entries: Sequence[Entry], runs: dict, opts: Options,
+               records: Optional[dict] = None) -> tuple[list, dict]:
   """(the rows to evaluate as `System`s, {row name: why not run} for the others), in the
-  table's order."""
+  table's order.  The baselines and the cold start carry the reference run's fingerprint (their
+  protocol, retriever and cold start are its config's)."""
+  records = records or {}
   ref = entries[0]
   order, why = [], {}
   base = run_config(ref, opts)
+  ref_fp = run_fingerprint(base)
   for key, name, protocol in (("direct", DIRECT, "direct"), ("rag", RAG, "retrieve_once")):
     if skipped(key, opts.skip):
       why[name] = "--skip"
     else:
       order.append(System(key, name, baseline_config(base, protocol), base.model.checkpoint,
-                          base.workdir, baseline=True, source=f"{ref.spec}: model.checkpoint"))
+                          base.workdir, baseline=True, source=f"{ref.spec}: model.checkpoint",
+                          fingerprint=ref_fp, record=fitting_record(records, key, ref_fp)))
   ref_run, ref_why = runs.get(ref.name, (None, "--skip"))
   cold = os.path.join(base.workdir, COLD_START_DIR)
+  cold_record = fitting_record(records, "cold_start", ref_fp) if ref_run is not None else None
   if skipped("cold_start", opts.skip):
     why[COLD_START] = "--skip"
   elif ref_run is None:
     why[COLD_START] = f"the reference run is not there ({ref_why})"
-  elif not os.path.isdir(cold):
-    why[COLD_START] = f"the reference run has no cold start ({cold} absent: sft.steps=0?)"
+  elif not os.path.isdir(cold) and cold_record is None:
+    why[COLD_START] = (f"the reference run has no cold start ({cold} absent: sft.steps=0?"
+                       + (" or read from a row record, with no cold-start record beside it)"
+                          if ref_run.get("record") else ")"))
   else:
     order.append(System("cold_start", COLD_START, base, cold, base.workdir,
-                        source=f"{ref.spec}: {COLD_START_DIR}"))
+                        source=f"{ref.spec}: {COLD_START_DIR}", fingerprint=ref_fp,
+                        record=cold_record))
   for i, e in enumerate(entries):
     name = REFERENCE if i == 0 else e.spec
     record, reason = runs.get(e.name, (None, e.missing or "--skip"))
@@ -380,8 +437,26 @@ def systems_of(entries: Sequence[Entry], runs: dict, opts: Options) -> tuple[lis
       continue
     c = run_config(e, opts)
     order.append(System(e.name, name, c, os.path.join(c.workdir, parts.POLICY_DIR), c.workdir,
-                        run_seconds=record["seconds"], source=e.spec))
+                        run_seconds=record["seconds"], source=e.spec,
+                        fingerprint=record.get("fingerprint"),
+                        record=record.get("record") or fitting_record(
+                            records, e.name, run_fingerprint(c))))
   return order, why
+
+
+def run_or_record(entry: Entry, opts: Options, records: dict) -> tuple[Optional[dict], str]:
+  """`ensure_run`, unless the run is not finished here and a row record of the same config
+  is in `--rows_from`: then the record stands for it and nothing is trained."""
+  rec = records.get(entry.name)
+  if rec is not None:
+    c = run_config(entry, opts)
+    if finished_run(c) is None:
+      fingerprint = run_fingerprint(c)
+      if fitting_record(records, entry.name, fingerprint) is not None:
+        parts.log(f"{entry.name}: no finished run here; its row is read from {rec.describe()}")
+        return {"seconds": rec.header["run"].get("seconds"), "fingerprint": fingerprint,
+                "record": rec}, ""
+  return ensure_run(entry, opts)
 
 
 def row_order(entries: Sequence[Entry]) -> list[str]:
@@ -397,6 +472,7 @@ def compare(entries: Sequence[Entry], opts: Options, start_backend=None) -> dict
   if ref.config is None:
     raise ValueError(f"the reference config {ref.spec} does not load ({ref.missing}): the "
                      "table's questions and baselines come from it")
+  records = row_record.read_rows(opts.rows_from)      # bad records: an error before any work
   os.makedirs(workdir, exist_ok=True)
   runs = {}
   for e in entries:
@@ -405,17 +481,26 @@ def compare(entries: Sequence[Entry], opts: Options, start_backend=None) -> dict
     elif skipped(e, opts.skip):
       runs[e.name] = (None, "--skip")
     else:
-      runs[e.name] = ensure_run(e, opts)
+      runs[e.name] = run_or_record(e, opts, records)
   if start_backend is not None:
     start_backend()                    # after the training subprocesses: one JAX at a time
   base = run_config(ref, opts)
   suite = heldout_suite(base, opts, write_heldout(base, opts))
   root = data_root(base.eval, opts.data_root)
-  systems, why = systems_of(entries, runs, opts)
-  retrievers, rows = {}, {}
+  systems, why = systems_of(entries, runs, opts, records)
+  retrievers, rows, read = {}, {}, []
   for s in systems:
-    preds = evaluate(s, suite, root, opts, retrievers)
-    rows[s.name] = Row(s.name, preds, run_seconds=s.run_seconds, source=s.source)
+    try:
+      preds, header = evaluate(s, suite, root, opts, retrievers)
+    except NotEvaluated as e:
+      why[s.name] = f"its row record does not fit: {e}"
+      continue
+    source = s.source
+    if header is (s.record.header if s.record else None):
+      source = f"{s.source}; read from {s.record.describe()}"
+      read.append(f"{s.name}: {s.record.describe()}")
+    row_record.write_row(os.path.join(workdir, ROWS_DIR, f"{s.key}.jsonl"), header, preds)
+    rows[s.name] = Row(s.name, preds, run_seconds=s.run_seconds, source=source)
   for name, reason in why.items():
     rows[name] = Row(name, None, reason)
   table = comparison_table([rows[n] for n in row_order(entries)],
@@ -428,6 +513,8 @@ def compare(entries: Sequence[Entry], opts: Options, start_backend=None) -> dict
     head.append(f"- overrides on every config: {'; '.join(opts.overrides)}")
   if opts.limit:
     head.append(f"- the first {opts.limit} questions of each dataset")
+  if read:
+    head.append("- rows read from row records (measured there, not here): " + "; ".join(read))
   head.append("- questions: " + ", ".join(
       f"{s.name} {s.wanted(root)}" for s in suite.datasets))
   markdown = "\n".join(head + ["", table["markdown"]])
