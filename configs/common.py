@@ -164,6 +164,8 @@ def get_config() -> ConfigDict:
   c.eval = ConfigDict(dict(
       batch_size=64, max_questions=0, top_k=0, data_root="", method="", model="",
       baselines=True,    # the qa recipe's untrained rows (direct answer, prompted search)
+      test_rows=True,    # the qa recipe's cold-start and trained rows (False: RL only; what
+                         # python -m ragjax.compare sets, as it evaluates every policy itself)
       judge=chat_service("auto", model="", max_retries=8, max_prompt_tokens=4096),
       # a fresh copy per config: the suites hold placeholders (FieldReferences), which a
       # shared copy would let one config's override set for every later one

@@ -203,6 +203,10 @@ def test_compare_runs_then_reuses_everything_and_says_what_was_not_run(tmp_path)
   assert [h["id"] for h in held] == [r["id"] for r in run_test]
   assert rows["Search-R1 GRPO"]["searches"] == pytest.approx(1.0)
   assert rows["Search-R1 GRPO"]["run_seconds"] > 0 and rows["direct answer"]["searches"] == 0
+  # the comparison evaluates the policy itself: its run skipped the qa recipe's test rows
+  results = (D / "runs" / "chain" / "results.md").read_text()
+  assert "(no test rows: eval.test_rows=False)" in results and "trained + search" not in results
+  assert "--config.eval.test_rows=False" in (D / "runs" / "chain" / "train.log").read_text()
   # retrieve-once: the question's own passages in the prompt, no search of its own
   rag = json.loads((D / "eval" / "rag" / "predictions" / "hotpotqa.jsonl").read_text()
                    .splitlines()[0])

@@ -188,6 +188,15 @@ def add_seconds(workdir: str, seconds: float) -> float:
   return total
 
 
+def run_overrides(opts: Options) -> list[str]:
+  """The run's `--config.` flags: `--set`, and `eval.test_rows=False` unless `--set` names it
+  (the comparison evaluates every policy itself, so the qa recipe's own test rows would be the
+  same questions answered twice; `eval.*` is not in the run's fingerprint)."""
+  own = [] if any(o.startswith("eval.test_rows=") for o in opts.overrides) else \
+      ["eval.test_rows=False"]
+  return [f"--config.{o}" for o in (*own, *opts.overrides)]
+
+
 def ensure_run(entry: Entry, opts: Options) -> tuple[Optional[dict], str]:
   """(the finished run's record, "") or (None, why it is not there)."""
   c = run_config(entry, opts)
@@ -198,7 +207,7 @@ def ensure_run(entry: Entry, opts: Options) -> tuple[Optional[dict], str]:
   os.makedirs(c.workdir, exist_ok=True)
   log_path = os.path.join(c.workdir, TRAIN_LOG)
   cmd = [sys.executable, "-m", "ragjax.train", f"--config={entry.spec}",
-         f"--config.workdir={c.workdir}", *(f"--config.{o}" for o in opts.overrides)]
+         f"--config.workdir={c.workdir}", *run_overrides(opts)]
   parts.log(f"{entry.name}: training ({' '.join(cmd[1:])}; output in {log_path})")
   t0 = time.perf_counter()
   with open(log_path, "a", encoding="utf-8") as log:

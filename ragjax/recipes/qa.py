@@ -13,7 +13,8 @@
    (`ragjax.rl.search_traces`: the question as the query, the retrieved passages, the gold
    answer, and for AutoRefine's protocol a `<refine>` block with the passages' sentence that
    holds it; kept only where the passages hold it), cached in `<workdir>/cold_start_policy`,
-   and the test questions answered by it;
+   and the test questions answered by it (unless `eval.test_rows=False`: the comparison
+   command's runs, whose policies it evaluates itself, skip this and step 5);
 4. RL from there (the generic trainer: resumable, keep-best on dev; fresh adapters on the
    cold-started weights, which are also the KL reference);
 5. the test questions again with the trained policy;
@@ -332,10 +333,11 @@ def run(c) -> dict:
     t0 = time.perf_counter()
     start_params, sft_history, start_tag = cold_start(c, s, workdir)
     mark("cold_start", t0)
-    t0 = time.perf_counter()
-    systems["cold start + search"], _, sampler = evaluate(
-        c, s, "cold start + search", start_params, test, c, workdir, sampler, start_tag)
-    mark("evaluation_cold_start", t0)
+    if c.eval.test_rows:
+      t0 = time.perf_counter()
+      systems["cold start + search"], _, sampler = evaluate(
+          c, s, "cold start + search", start_params, test, c, workdir, sampler, start_tag)
+      mark("evaluation_cold_start", t0)
 
   t0 = time.perf_counter()
   setup = dataclasses.replace(s.setup, splits={**s.setup.splits,
@@ -350,13 +352,16 @@ def run(c) -> dict:
   trainer.ckpt.close()
   mark("rl", t0)
 
-  t0 = time.perf_counter()
-  systems["trained + search"], result, _ = evaluate(c, s, "trained + search", params, test, c,
-                                                    workdir, sampler, weights)
-  mark("evaluation_after", t0)
+  result = None
+  if c.eval.test_rows:
+    t0 = time.perf_counter()
+    systems["trained + search"], result, _ = evaluate(c, s, "trained + search", params, test, c,
+                                                      workdir, sampler, weights)
+    mark("evaluation_after", t0)
 
   t0 = time.perf_counter()
-  md_table, numbers = table(systems)
+  md_table, numbers = table(systems) if systems else (
+      "(no test rows: eval.test_rows=False)", {"systems": {}, "paired": {}})
   from ragjax.report.plots import plot_curves
   metrics = MetricsLog(os.path.join(workdir, parts.RL_DIR, "metrics.jsonl")).read()
   plots = plot_curves(metrics, CURVES, os.path.join(workdir, "plots"))
