@@ -6,7 +6,9 @@ small bigram-chain checkpoint of tests/_eval_helpers.py (it searches once, then 
 "December 1972") over 300 shared passages, one RL step through `python -m ragjax.train`, the
 rows evaluated on the first 2 questions of each `covered` dataset (the held-out HotpotQA split
 in place of the suite's own).  A second invocation reruns nothing, a third after a kill inside
-an evaluation only what it had not written; a config variant that does
+an evaluation only what it had not written, and a fourth in a new directory reading the first's
+row records (`--rows_from`) trains and evaluates nothing for the same table; a row record's
+round trip and what makes it fit (or not) by hand; a config variant that does
 not exist, a run that fails, `--skip` and a cold start the run does not have are "not run"
 rows that say why; bad input is one error line.
 """
