@@ -89,6 +89,19 @@ def test_local_launcher_run_expecting_a_gpu_stops_before_training(tmp_path):
   assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("script", ["launch/smollm2_gpu.sh", "launch/compare_gpu.sh"])
+def test_gpu_scripts_stop_at_the_backend_check_on_a_cpu(tmp_path, script):
+  """The prepared GPU runs check the backend first: on a CPU they exit 2 and start nothing
+  (no training or comparison log in OUT, no workdir)."""
+  if backend.installed_plugins("gpu"):
+    pytest.skip("a GPU plug-in is installed here")
+  out = tmp_path / "out"
+  p = run(["bash", script, str(out)], WORKDIR=str(tmp_path / "w"))
+  assert p.returncode == 2, p.stderr[-2000:]
+  assert sorted(os.listdir(out)) == ["backend.json"]
+  assert not (tmp_path / "w").exists()
+
+
 def test_accelerator_extras_pin_the_same_jax():
   """pyproject's cuda / tpu extras pin requirements.txt's JAX, and that JAX declares each
   extra they use (so `pip install -e .[tpu]` cannot swap the JAX the CPU install tested)."""
