@@ -77,16 +77,16 @@ def write_row(path: str, header: dict, preds: Mapping[str, Sequence[dict]]) -> b
   """Writes the record atomically; leaves an identical one untouched (its time included) and
   says whether it wrote.  `header["written"]` and `["machine"]` are kept from the file on disk
   when the rest of it is the same."""
-  old = None
   if os.path.exists(path):
-    try:
-      old = read_row(path)
-    except ValueError:
-      old = None
-  if old is not None:
-    keep = {k: old.header[k] for k in ("written", "machine") if k in old.header}
     with open(path, encoding="utf-8") as f:
-      if row_text({**header, **keep}, preds) == f.read():
+      text = f.read()
+    try:
+      first = json.loads(text.partition("\n")[0])
+    except json.JSONDecodeError:
+      first = None
+    if isinstance(first, dict):
+      keep = {k: first[k] for k in ("written", "machine") if k in first}
+      if row_text({**header, **keep}, preds) == text:
         return False
   header = {"written": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), **header}
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
